@@ -1,0 +1,6 @@
+"""Shared pytest set-up: fixture plugins, one per real part the tests start."""
+
+pytest_plugins = [
+    "tests.fixtures.nvml",
+    "tests.fixtures.credits",
+]
