@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.fixtures.nvml",
     "tests.fixtures.credits",
+    "tests.fixtures.hub",
 ]

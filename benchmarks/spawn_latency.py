@@ -1,0 +1,97 @@
+"""Spawn latency: plain ``docker run`` against a hub spawn, same image, same machine.
+
+    .venv/bin/python benchmarks/spawn_latency.py [--runs 7] [--image gpuhub/base:latest]
+
+plain: ``docker run`` of the image's JupyterLab until ``/api/status`` answers 200.
+hub:   ``POST /hub/api/users/<name>/server`` until the hub reports the server ready
+       (its progress event stream sends ``ready``), through the real hub and proxy.
+Prints the medians of each and their ratio (target: hub/plain at most 1.25).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from jupyterhub.utils import random_port
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.fixtures.hub import Hub  # noqa: E402
+
+
+async def plain_run(image: str) -> float:
+    port = random_port()
+    name = f"bench-plain-{port}"
+    tic = time.perf_counter()
+    subprocess.run(
+        ["docker", "run", "-d", "--rm", "--name", name, "--network", "host", image,
+         "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+         "--IdentityProvider.token=bench"],
+        check=True, stdout=subprocess.DEVNULL,
+    )
+    try:
+        async with httpx.AsyncClient() as client:
+            while True:
+                try:
+                    r = await client.get(f"http://127.0.0.1:{port}/api/status",
+                                         headers={"Authorization": "token bench"})
+                    if r.status_code == 200:
+                        return time.perf_counter() - tic
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.01)
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], stdout=subprocess.DEVNULL)
+
+
+async def hub_spawn(hub: Hub, user: str) -> float:
+    tic = time.perf_counter()
+    r = await hub.spawn(user, {"profile": "cpu"})
+    assert r.status_code in (201, 202), r.text
+    headers = {"Authorization": f"token {hub.admin_token}"}
+    async with hub.client.stream("GET", f"/hub/api/users/{user}/server/progress",
+                                 headers=headers, timeout=120) as stream:
+        async for line in stream.aiter_lines():
+            if line.startswith("data:") and json.loads(line[5:]).get("ready"):
+                break
+    return time.perf_counter() - tic
+
+
+async def main(runs: int, image: str) -> None:
+    plain = [await plain_run(image) for _ in range(runs)]
+    with tempfile.TemporaryDirectory() as tmp:
+        profiles = Path(tmp) / "profiles.json"
+        profiles.write_text(json.dumps([{"display_name": "cpu", "slug": "cpu",
+                                         "spawner_override": {"image": image}}]))
+        hub = Hub(Path(tmp), {"GPUHUB_PROFILES": str(profiles)})
+        await hub.start()
+        try:
+            await hub.create_user("bench")
+            spawns = []
+            for _ in range(runs):
+                spawns.append(await hub_spawn(hub, "bench"))
+                await hub.stop_server("bench")
+        finally:
+            import docker
+
+            await hub.close(docker.APIClient())
+    p, h = statistics.median(plain), statistics.median(spawns)
+    print(f"plain docker run  : median {p:.3f} s  runs {[round(x, 3) for x in plain]}")
+    print(f"hub spawn         : median {h:.3f} s  runs {[round(x, 3) for x in spawns]}")
+    print(f"ratio hub/plain   : {h / p:.2f}  (target <= 1.25)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--image", default="gpuhub/base:latest")
+    args = parser.parse_args()
+    asyncio.run(main(args.runs, args.image))

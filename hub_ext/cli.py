@@ -1,0 +1,109 @@
+"""``gpuhub``: the command line for operators.
+
+    gpuhub gpus [--json]            devices, owners, utilization, health (like nvidia-smi)
+    gpuhub credits grant|balance|history ...   the credit ledger (hub_ext.credits.cli)
+
+``gpuhub gpus`` needs no running hub: it reads the inventory the hub is configured with
+(GPUHUB_GPUS) and the owners from the labels on the hub's containers (GPUHUB_HUB_ID).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from .config import Settings
+from .inventory import SimulatedInventory, allocatable_units
+
+
+def _inventory(settings: Settings):
+    if settings.gpus.startswith("simulated:"):
+        spec = settings.gpus.split(":", 1)[1]
+        return (SimulatedInventory(count=int(spec)) if spec.isdigit()
+                else SimulatedInventory(path=spec))
+    from .nvml import NVMLInventory
+
+    return NVMLInventory()
+
+
+def _owners(hub_id: str) -> dict[str, dict]:
+    """Device UUID -> {owner, profile, since, container}, from container labels."""
+    import docker
+
+    from .reconcile import containers_by_owner
+
+    try:
+        live = containers_by_owner(docker.APIClient(), hub_id)
+    except Exception as e:  # noqa: BLE001 - a table without owners is still useful
+        print(f"gpuhub: cannot read containers from Docker ({e}); owners unknown",
+              file=sys.stderr)
+        return {}
+    return {
+        uuid: {"owner": str(owner), "profile": info["profile"], "since": info["since"],
+               "container": info["name"]}
+        for owner, info in live.items() for uuid in info["uuids"]
+    }
+
+
+def _ago(since: float) -> str:
+    minutes = int((time.time() - since) // 60)
+    return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"
+
+
+def gpus(args) -> int:
+    settings = Settings.from_env()
+    inventory = _inventory(settings)
+    devices = inventory.read()
+    owners = _owners(settings.hub_id)
+    rows = []
+    for unit in allocatable_units(devices):
+        held = owners.get(unit.uuid)
+        state = ("unhealthy" if not unit.healthy else "held" if held
+                 else "outside" if unit.processes else "free")
+        rows.append({**unit.to_dict(), "state": state, "owner": held})
+    if args.json:
+        print(json.dumps({"inventory": inventory.kind, "devices": rows}, indent=2))
+        return 0
+    if inventory.kind == "simulated":
+        print("SIMULATED GPUs (no driver): for demos and tests only")
+    header = f"{'IDX':>3}  {'UUID':<40} {'STATE':<9} {'UTIL':>4} {'MEMORY (MiB)':>15}  OWNER"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        mem = (f"{r['memory_used_mib']}/{r['memory_total_mib']}"
+               if r["memory_total_mib"] is not None else "?")
+        util = f"{r['utilization_pct']}%" if r["utilization_pct"] is not None else "?"
+        if r["owner"]:
+            who = (f"{r['owner']['owner']} ({r['owner']['profile'] or '-'}, "
+                   f"{_ago(r['owner']['since'])})")
+        elif r["state"] == "outside":
+            who = "outside the hub: pid " + ",".join(str(p["pid"]) for p in r["processes"])
+        elif r["state"] == "unhealthy":
+            who = r["health_reason"]
+        else:
+            who = "-"
+        print(f"{r['index']:>3}  {r['uuid']:<40} {r['state']:<9} {util:>4} {mem:>15}  {who}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="gpuhub", description="GPU Cluster Hub operations")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("gpus", help="devices, owners, utilization and health")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=gpus)
+    sub.add_parser("credits", help="the credit ledger: grant, balance, history",
+                   add_help=False)
+    if argv and argv[0] == "credits":
+        from .credits.cli import main as credits_main
+
+        return credits_main(argv[1:])
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

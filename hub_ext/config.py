@@ -1,0 +1,191 @@
+"""The hub's configuration as a tested function: ``apply_config(c, Settings.from_env())``.
+
+``jupyterhub_config.py`` is three lines that call this; tests call it on a fresh
+``traitlets.config.Config`` and check the result, no hub needed (the pattern of
+the-littlest-jupyterhub).  Every environment variable is listed in :class:`Settings` and
+in README.md.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+#: The profiles a fresh install offers; sites replace them with GPUHUB_PROFILES.
+DEFAULT_PROFILES = [
+    {
+        "display_name": "CPU only",
+        "slug": "cpu",
+        "description": "JupyterLab and the scientific Python stack, no GPU.",
+        "default": True,
+        "gpus": 0,
+        "credits_per_hour": 0,
+        "spawner_override": {"image": "gpuhub/base:latest"},
+    },
+    {
+        "display_name": "PyTorch, 1 GPU",
+        "slug": "pytorch",
+        "description": "PyTorch on one exclusive GPU.",
+        "gpus": 1,
+        "credits_per_hour": 1,
+        "spawner_override": {"image": "gpuhub/pytorch:latest"},
+    },
+]
+
+
+def _env(name: str, default: str = "") -> str:
+    return os.environ.get(name, default).strip()
+
+
+@dataclass
+class Settings:
+    """Everything a site sets, with the environment variable that sets it.
+
+    ===========================  ==============================================  =========
+    variable                     meaning                                         default
+    ===========================  ==============================================  =========
+    GPUHUB_IP / GPUHUB_PORT      where the proxy serves the hub                  127.0.0.1 / 8000
+    GPUHUB_STATE_DIR             database, cookie secret, logs                   ./var
+    GPUHUB_DB_URL                the hub database (SQLAlchemy URL)               sqlite in state dir
+    GPUHUB_GPUS                  ``nvml``, ``simulated:N`` or ``simulated:F``    nvml
+    GPUHUB_DOCKER_NETWORK        ``host`` or a Docker bridge network name        gpuhub
+    GPUHUB_PROFILES              JSON file with a profile_list                   built-in
+    GPUHUB_IMAGE                 image of profiles that name none                gpuhub/base
+    GPUHUB_MAX_GPUS_PER_USER     GPUs one member may hold (0: no limit)          0
+    GPUHUB_CONTAINER_PREFIX      container names: ``<prefix>-<user>``            jupyter
+    GPUHUB_HUB_ID                label that marks this hub's containers          gpuhub
+    GPUHUB_DEMO_LOGIN            ``1``: demo-only login, any password (loopback)  off
+    GPUHUB_PROXY_COMMAND         configurable-http-proxy executable              node_modules
+    ===========================  ==============================================  =========
+    """
+
+    ip: str = "127.0.0.1"
+    port: int = 8000
+    state_dir: Path = field(default_factory=lambda: REPO / "var")
+    db_url: str = ""
+    gpus: str = "nvml"
+    docker_network: str = "gpuhub"
+    profiles_file: str = ""
+    image: str = "gpuhub/base:latest"
+    max_gpus_per_user: int = 0
+    container_prefix: str = "jupyter"
+    hub_id: str = "gpuhub"
+    demo_login: bool = False
+    proxy_command: str = ""
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        """Read the GPUHUB_* variables; raises ValueError naming a malformed one."""
+        s = cls()
+        s.ip = _env("GPUHUB_IP", s.ip)
+        s.port = _int("GPUHUB_PORT", s.port)
+        s.state_dir = Path(_env("GPUHUB_STATE_DIR", str(s.state_dir))).resolve()
+        s.db_url = _env("GPUHUB_DB_URL")
+        s.gpus = _env("GPUHUB_GPUS", s.gpus)
+        s.docker_network = _env("GPUHUB_DOCKER_NETWORK", s.docker_network)
+        s.profiles_file = _env("GPUHUB_PROFILES")
+        s.image = _env("GPUHUB_IMAGE", s.image)
+        s.max_gpus_per_user = _int("GPUHUB_MAX_GPUS_PER_USER", 0)
+        s.container_prefix = _env("GPUHUB_CONTAINER_PREFIX", s.container_prefix)
+        s.hub_id = _env("GPUHUB_HUB_ID", s.hub_id)
+        s.demo_login = _env("GPUHUB_DEMO_LOGIN") == "1"
+        s.proxy_command = _env("GPUHUB_PROXY_COMMAND")
+        return s
+
+
+def _int(name: str, default: int) -> int:
+    raw = _env(name)
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a whole number") from None
+
+
+def load_profiles(path: str) -> list[dict]:
+    """The profile list from a JSON file, or the built-in defaults when ``path`` is empty."""
+    if not path:
+        return DEFAULT_PROFILES
+    import json
+
+    with open(path) as f:
+        data = json.load(f)
+    return data["profile_list"] if isinstance(data, dict) else data
+
+
+def proxy_command(settings: Settings) -> list[str]:
+    """configurable-http-proxy: the setting, the repo's node_modules, or PATH."""
+    if settings.proxy_command:
+        return [settings.proxy_command]
+    local = REPO / "node_modules" / ".bin" / "configurable-http-proxy"
+    if local.exists():
+        return [str(local)]
+    return [shutil.which("configurable-http-proxy") or "configurable-http-proxy"]
+
+
+def apply_config(c, settings: Settings) -> None:
+    """Fill the JupyterHub config object ``c`` from ``settings``.
+
+    Raises ValueError for a setting that cannot work (e.g. the demo login on a
+    non-loopback address).
+    """
+    state = settings.state_dir
+    state.mkdir(parents=True, exist_ok=True)
+
+    c.JupyterHub.ip = settings.ip
+    c.JupyterHub.port = settings.port
+    c.JupyterHub.hub_ip = "127.0.0.1"
+    c.JupyterHub.db_url = settings.db_url or f"sqlite:///{state / 'jupyterhub.sqlite'}"
+    c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
+    c.JupyterHub.pid_file = str(state / "jupyterhub.pid")
+    c.ConfigurableHTTPProxy.pid_file = str(state / "jupyterhub-proxy.pid")
+    c.ConfigurableHTTPProxy.command = proxy_command(settings)
+    c.JupyterHub.allow_named_servers = True
+    c.JupyterHub.template_paths = [str(REPO / "share" / "gpuhub" / "templates")]
+
+    # The spawner and its pool
+    c.JupyterHub.spawner_class = "hub_ext.spawner.GPUDockerSpawner"
+    c.GPUDockerSpawner.profile_list = load_profiles(settings.profiles_file)
+    c.GPUDockerSpawner.prefix = settings.container_prefix
+    c.GPUDockerSpawner.hub_id = settings.hub_id
+    c.GPUDockerSpawner.image = settings.image
+    c.GPUDockerSpawner.pull_policy = "never"
+    c.GPUDockerSpawner.remove = True
+    c.GPUDockerSpawner.start_timeout = 120
+    c.GPUDockerSpawner.http_timeout = 60
+    c.GPUDockerSpawner.default_url = "/lab"
+    if settings.docker_network == "host":
+        # MACHINE.md: host networking needs these four together
+        c.GPUDockerSpawner.host_network = True
+        c.GPUDockerSpawner.network_name = "host"
+        c.GPUDockerSpawner.use_internal_ip = True
+        c.GPUDockerSpawner.ip = "127.0.0.1"
+    else:
+        c.GPUDockerSpawner.network_name = settings.docker_network
+        c.GPUDockerSpawner.use_internal_ip = True
+
+    if settings.gpus == "nvml":
+        c.GPUPool.inventory_class = "nvml"
+    elif settings.gpus.startswith("simulated:"):
+        c.GPUPool.inventory_class = "simulated"
+        c.GPUPool.simulated_devices = settings.gpus.split(":", 1)[1]
+    else:
+        raise ValueError(
+            f"GPUHUB_GPUS={settings.gpus!r}: use 'nvml', 'simulated:<count>' or "
+            "'simulated:<path to a JSON device list>'"
+        )
+    c.GPUPool.max_gpus_per_user = settings.max_gpus_per_user
+
+    if settings.demo_login:
+        if settings.ip not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError(
+                "GPUHUB_DEMO_LOGIN=1 accepts any password and only runs on loopback; "
+                f"GPUHUB_IP is {settings.ip!r}"
+            )
+        c.JupyterHub.authenticator_class = "hub_ext.auth.DemoAuthenticator"
+        c.Authenticator.admin_users = {"admin"}

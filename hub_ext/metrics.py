@@ -1,0 +1,26 @@
+"""Prometheus metrics of the GPU pool and the credits hook.
+
+They are registered in prometheus_client's default registry, which JupyterHub serves at
+``/hub/metrics`` (JupyterHub docs, "Monitoring"), so no endpoint of our own is needed.
+"""
+
+from prometheus_client import Counter, Gauge
+
+GPUS = Gauge(
+    "gpuhub_gpus",
+    "Allocatable GPU units (whole GPUs with MIG off) by state: total, free, allocated, "
+    "outside (compute processes of no hub server), unhealthy",
+    ["state"],
+)
+
+ALLOCATIONS_REFUSED = Counter(
+    "gpuhub_gpu_allocations_refused",
+    "GPU allocations refused, by reason",
+    ["reason"],
+)
+
+SPAWNS_REFUSED = Counter(
+    "gpuhub_spawns_refused",
+    "Spawns refused before a container was created, by reason",
+    ["reason"],
+)

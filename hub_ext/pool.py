@@ -1,0 +1,432 @@
+"""The GPU pool: exclusive allocation of devices to servers, keyed by server.
+
+One pool lives in the hub process (:meth:`GPUPool.instance`), shared by every spawner.
+It holds two things:
+
+- the *inventory*: which devices exist and their health, read from NVML (or the
+  explicitly configured simulation) in a worker thread and cached for
+  ``refresh_interval`` seconds, so no NVML call ever blocks the hub's event loop;
+- the *allocations*: which server holds which device UUIDs since when.
+
+Allocation is atomic on the event loop: :meth:`GPUPool.allocate` awaits the (cached)
+inventory first and then checks and records the allocation without yielding, so any
+number of concurrent spawns cannot over-allocate or double-book a device.
+
+A device is handed out only when it is healthy, allocatable (a whole GPU with MIG off,
+or a MIG device), held by no server, and runs no compute process: a process on a device
+that no server holds belongs to someone outside the hub (NVML
+``nvmlDeviceGetComputeRunningProcesses``), and the lab rule "always check nvidia-smi
+first" becomes this check.
+
+Allocations are not persisted here: spawners keep theirs in spawner state and in labels
+on their containers, and give them back with :meth:`GPUPool.restore` after a hub restart
+(see :mod:`hub_ext.reconcile`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from traitlets import Float, Int, Unicode, default, validate
+from traitlets.config import SingletonConfigurable
+
+from . import metrics
+from .inventory import Device, Inventory, InventoryError, SimulatedInventory, allocatable_units
+
+
+def utcnow() -> float:
+    """Seconds since the epoch; the one clock of the pool, replaced by tests."""
+    return time.time()
+
+
+class ServerKey(NamedTuple):
+    """The owner of an allocation: one server of one user (``""`` is the default server)."""
+
+    user: str
+    server: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.user}/{self.server}" if self.server else self.user
+
+
+@dataclass
+class Allocation:
+    """Devices held by one server.
+
+    ``since`` is seconds since the epoch.  ``known`` is False for an allocation rebuilt
+    from a container the hub has no server for (reported, and kept busy until the
+    container is gone).  ``starting`` is True from :meth:`GPUPool.allocate` until the
+    spawner's start finishes; reconciliation leaves such an allocation alone.
+    """
+
+    owner: ServerKey
+    uuids: tuple[str, ...]
+    since: float
+    profile: str = ""
+    known: bool = True
+    starting: bool = False
+
+    def to_state(self) -> dict:
+        """Shape kept in spawner state (version 1)."""
+        return {"version": 1, "uuids": list(self.uuids), "since": self.since,
+                "profile": self.profile}
+
+
+class AllocationRefused(Exception):
+    """A spawn cannot have the GPUs it asks for.
+
+    ``reason`` is a short machine label (``no_gpu_free``, ``user_limit``,
+    ``no_such_slice``, ``inventory_error``) used for metrics; ``message`` is a sentence
+    for the member, never a traceback.
+    """
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass
+class PoolSummary:
+    """Counts of allocatable units (whole GPUs or MIG devices)."""
+
+    total: int = 0
+    free: int = 0
+    allocated: int = 0
+    outside: int = 0
+    unhealthy: int = 0
+    kind: str = ""
+    by_slice: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class GPUPool(SingletonConfigurable):
+    """Exclusive, concurrency-safe allocation of GPUs to servers."""
+
+    inventory_class = Unicode(
+        "nvml",
+        config=True,
+        help="""Where devices come from: "nvml" (the driver, through pynvml) or "simulated"
+        (a JSON file or a count, for demos and tests without GPUs).
+
+            c.GPUPool.inventory_class = "simulated"
+        """,
+    )
+
+    @validate("inventory_class")
+    def _check_inventory_class(self, proposal):
+        value = proposal["value"]
+        if value not in {"nvml", "simulated"}:
+            raise ValueError(
+                f"c.GPUPool.inventory_class = {value!r}: use 'nvml' or 'simulated'"
+            )
+        return value
+
+    simulated_devices = Unicode(
+        "",
+        config=True,
+        help="""For the simulated inventory: a path to a JSON device list (the schema in
+        hub_ext.inventory) or a number of idle GPUs.
+
+            c.GPUPool.simulated_devices = "2"
+        """,
+    )
+
+    refresh_interval = Float(
+        2.0,
+        config=True,
+        help="""Seconds an inventory read is reused before NVML is asked again.
+
+            c.GPUPool.refresh_interval = 2.0
+        """,
+    )
+
+    max_gpus_per_user = Int(
+        0,
+        config=True,
+        help="""The most GPUs (or MIG devices) one user may hold across all their servers;
+        0 means no limit.
+
+            c.GPUPool.max_gpus_per_user = 2
+        """,
+    )
+
+    reconcile_interval = Float(
+        30.0,
+        config=True,
+        help="""Seconds between passes that free devices whose container is gone and report
+        containers holding devices the hub does not know (hub_ext.reconcile).
+
+            c.GPUPool.reconcile_interval = 30
+        """,
+    )
+
+    inventory = None  # an Inventory; built from the traits on first use
+
+    @default("log")
+    def _default_log(self):
+        from traitlets import log
+
+        return log.get_logger()
+
+    def __init__(self, inventory: Inventory | None = None, **kwargs):
+        super().__init__(**kwargs)
+        self.inventory = inventory or self._make_inventory()
+        self.allocations: dict[ServerKey, Allocation] = {}
+        self._devices: list[Device] = []
+        self._read_at = float("-inf")
+        self._reading: asyncio.Future | None = None
+        self._error: str = ""
+        self._reconciler: asyncio.Task | None = None
+
+    def ensure_reconciler(self, client_factory, hub_id: str) -> None:
+        """Start the periodic reconciliation (once per hub process; needs a running loop)."""
+        if self._reconciler is not None and not self._reconciler.done():
+            return
+        from .reconcile import reconcile_forever
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._reconciler = loop.create_task(
+            reconcile_forever(self, client_factory, hub_id, self.reconcile_interval)
+        )
+
+    def _make_inventory(self) -> Inventory:
+        if self.inventory_class == "simulated":
+            spec = self.simulated_devices.strip()
+            if spec.isdigit():
+                return SimulatedInventory(count=int(spec))
+            if not spec:
+                raise ValueError(
+                    'c.GPUPool.simulated_devices is empty: give a count ("2") or a JSON path'
+                )
+            return SimulatedInventory(path=spec)
+        from .nvml import NVMLInventory
+
+        return NVMLInventory()
+
+    # -- inventory ---------------------------------------------------------------------
+
+    async def devices(self, max_age: float | None = None) -> list[Device]:
+        """The node's devices, read at most ``max_age`` seconds ago (default
+        ``refresh_interval``).
+
+        Concurrent callers share one read.  Raises :class:`InventoryError` when the
+        inventory cannot be read and no earlier read exists.
+        """
+        if max_age is None:
+            max_age = self.refresh_interval
+        if time.monotonic() - self._read_at <= max_age:
+            return self._devices
+        if self._reading is None:
+            self._reading = asyncio.ensure_future(self._read())
+        try:
+            return await asyncio.shield(self._reading)
+        finally:
+            if self._reading is not None and self._reading.done():
+                self._reading = None
+
+    async def _read(self) -> list[Device]:
+        loop = asyncio.get_running_loop()
+        try:
+            devices = await loop.run_in_executor(None, self.inventory.read)
+        except InventoryError as e:
+            self._error = str(e)
+            self.log.error("GPU inventory (%s) cannot be read: %s", self.inventory.kind, e)
+            if not self._devices:
+                raise
+            return self._devices
+        self._error = ""
+        self._devices = devices
+        self._read_at = time.monotonic()
+        self._update_metrics()
+        return devices
+
+    # -- allocation --------------------------------------------------------------------
+
+    def _held(self) -> dict[str, ServerKey]:
+        return {uuid: a.owner for a in self.allocations.values() for uuid in a.uuids}
+
+    def _free_units(self, devices: Iterable[Device], mig_profile: str | None) -> list[Device]:
+        held = self._held()
+        free = []
+        for unit in allocatable_units(devices):
+            if not unit.healthy or unit.uuid in held or unit.processes:
+                continue
+            if mig_profile is None and unit.is_mig:
+                continue
+            if mig_profile is not None and unit.mig_profile != mig_profile:
+                continue
+            free.append(unit)
+        # the emptiest first, then by index so that choices are stable
+        free.sort(key=lambda d: (d.memory_used_mib or 0, d.index, d.uuid))
+        return free
+
+    async def allocate(
+        self,
+        owner: ServerKey,
+        count: int = 1,
+        *,
+        mig_profile: str | None = None,
+        profile: str = "",
+    ) -> Allocation:
+        """Reserve ``count`` whole GPUs (or ``count`` MIG devices of ``mig_profile``)
+        for ``owner``.
+
+        Idempotent for an owner that already holds an allocation of that size (a retried
+        start).  Raises :class:`AllocationRefused` with a sentence for the member when too
+        few devices are free or the user's limit would be passed.
+        """
+        if count < 1:
+            raise ValueError(f"count must be at least 1, not {count}")
+        try:
+            devices = await self.devices()
+        except InventoryError as e:
+            metrics.ALLOCATIONS_REFUSED.labels(reason="inventory_error").inc()
+            raise AllocationRefused(
+                "inventory_error",
+                "The GPUs of this node cannot be read right now. Try the CPU profile, "
+                "or ask an admin to check the GPU driver.",
+            ) from e
+        # From here to the end: no await, so the check and the record are atomic.
+        existing = self.allocations.get(owner)
+        if existing is not None:
+            if len(existing.uuids) == count:
+                return existing
+            self.release(owner)
+        if self.max_gpus_per_user:
+            held_by_user = sum(
+                len(a.uuids) for a in self.allocations.values() if a.owner.user == owner.user
+            )
+            if held_by_user + count > self.max_gpus_per_user:
+                metrics.ALLOCATIONS_REFUSED.labels(reason="user_limit").inc()
+                raise AllocationRefused(
+                    "user_limit",
+                    f"You already hold {held_by_user} GPU(s) and each member may hold "
+                    f"{self.max_gpus_per_user}. Stop one of your other servers first.",
+                )
+        free = self._free_units(devices, mig_profile)
+        if len(free) < count:
+            metrics.ALLOCATIONS_REFUSED.labels(reason="no_gpu_free").inc()
+            raise AllocationRefused("no_gpu_free", self.refusal_message(devices, count,
+                                                                        mig_profile))
+        allocation = Allocation(
+            owner=owner,
+            uuids=tuple(d.uuid for d in free[:count]),
+            since=utcnow(),
+            profile=profile,
+            starting=True,
+        )
+        self.allocations[owner] = allocation
+        self._update_metrics()
+        return allocation
+
+    def refusal_message(self, devices: list[Device], count: int,
+                        mig_profile: str | None = None) -> str:
+        """The sentence a member reads when ``count`` units cannot be had."""
+        units = [
+            u for u in allocatable_units(devices)
+            if (u.mig_profile == mig_profile if mig_profile else not u.is_mig)
+        ]
+        what = f"{mig_profile} GPU slices" if mig_profile else "GPUs"
+        if not units:
+            return (f"No GPU free: this node has no {what}. "
+                    "Try the CPU profile or ask an admin.")
+        free = len(self._free_units(devices, mig_profile))
+        if free == 0:
+            return (f"No GPU free: all {len(units)} {what} are in use. "
+                    "Try the CPU profile or come back later.")
+        return (f"No GPU free for this profile: it needs {count} {what} and only {free} "
+                f"of {len(units)} are free. Try a smaller profile or come back later.")
+
+    def release(self, owner: ServerKey) -> Allocation | None:
+        """Give back what ``owner`` holds.  Idempotent: releasing twice returns None."""
+        allocation = self.allocations.pop(owner, None)
+        if allocation is not None:
+            self._update_metrics()
+        return allocation
+
+    def restore(self, owner: ServerKey, uuids: Iterable[str], since: float,
+                profile: str = "", known: bool = True) -> Allocation:
+        """Record an allocation that exists already (spawner state, container labels).
+
+        A device claimed by two owners is a double booking the hub cannot resolve
+        alone: the later claim is logged as an error and keeps only the devices nobody
+        else holds.
+        """
+        held = self._held()
+        mine = []
+        for uuid in uuids:
+            other = held.get(uuid)
+            if other is not None and other != owner:
+                self.log.error(
+                    "GPU %s is claimed by %s and by %s; keeping it with %s",
+                    uuid, other, owner, other,
+                )
+                continue
+            mine.append(uuid)
+        current = self.allocations.get(owner)
+        if current is not None and set(current.uuids) == set(mine):
+            if known and not current.known:
+                current.known = True
+            return current
+        allocation = Allocation(owner, tuple(mine), since, profile, known)
+        self.allocations[owner] = allocation
+        self._update_metrics()
+        return allocation
+
+    def holder(self, uuid: str) -> Allocation | None:
+        """The allocation holding device ``uuid``, if any."""
+        for allocation in self.allocations.values():
+            if uuid in allocation.uuids:
+                return allocation
+        return None
+
+    # -- reporting ---------------------------------------------------------------------
+
+    def summary(self, devices: list[Device] | None = None,
+                mig_profile: str | None = None) -> PoolSummary:
+        """Counts for the spawn page and metrics, from the last inventory read."""
+        devices = self._devices if devices is None else devices
+        held = self._held()
+        s = PoolSummary(kind=self.inventory.kind)
+        for unit in allocatable_units(devices):
+            if mig_profile is not None and unit.mig_profile != mig_profile:
+                continue
+            if mig_profile is None and unit.is_mig:
+                key = unit.mig_profile or "mig"
+                s.by_slice[key] = s.by_slice.get(key, 0) + (
+                    1 if unit.healthy and unit.uuid not in held and not unit.processes else 0
+                )
+                continue
+            s.total += 1
+            if not unit.healthy:
+                s.unhealthy += 1
+            elif unit.uuid in held:
+                s.allocated += 1
+            elif unit.processes:
+                s.outside += 1
+            else:
+                s.free += 1
+        return s
+
+    @property
+    def last_error(self) -> str:
+        """The last inventory error, or ``""`` when the last read worked."""
+        return self._error
+
+    def _update_metrics(self) -> None:
+        s = self.summary()
+        metrics.GPUS.labels(state="total").set(s.total)
+        metrics.GPUS.labels(state="free").set(s.free)
+        metrics.GPUS.labels(state="allocated").set(s.allocated)
+        metrics.GPUS.labels(state="outside").set(s.outside)
+        metrics.GPUS.labels(state="unhealthy").set(s.unhealthy)

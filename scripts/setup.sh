@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Install and start everything the hub and its tests need, on a fresh Debian bookworm
+# machine or an existing one (each step is skipped when already done):
+#   system packages, the Docker engine (scripts/start-dockerd.sh), the Python virtual
+#   environment .venv with this project, configurable-http-proxy (npm), and the images.
+# Usage: scripts/setup.sh [IMAGE ...]   (images default to: base pytorch)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+step() { printf '\n==> %s\n' "$*"; }
+
+packages=(docker.io mmdebstrap gcc nodejs npm postgresql chromium)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  step "apt: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+step "docker engine"
+bash scripts/start-dockerd.sh
+
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import hub_ext, pytest, jupyterhub" 2>/dev/null \
+   || [ pyproject.toml -nt .venv/.installed ]; then
+  step "python: .venv with gpu-cluster-hub[test]"
+  python3 -m venv .venv
+  .venv/bin/pip install -q -e ".[test]"
+  touch .venv/.installed
+fi
+
+if [ ! -x node_modules/.bin/configurable-http-proxy ]; then
+  step "npm: configurable-http-proxy"
+  npm ci --no-audit --no-fund --silent
+fi
+
+step "images"
+[ "$#" -gt 0 ] || set -- base pytorch
+bash scripts/build-images.sh "$@"

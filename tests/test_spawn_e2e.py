@@ -1,0 +1,199 @@
+"""The main job, end to end: real hub, real proxy, real containers on a simulated node.
+
+A simulated two-GPU inventory stands in for NVML; everything else is real: the Docker
+engine gets a GPU DeviceRequest for the exact UUIDs and the NVIDIA hook stand-in lets it
+through, so the container sees NVIDIA_VISIBLE_DEVICES as on a GPU server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+import pytest
+
+from tests.fixtures.hub import terminal_run
+
+pytestmark = [pytest.mark.docker, pytest.mark.hub]
+
+PROBE = "echo GPUHUB:$NVIDIA_VISIBLE_DEVICES:$(id -u):END"
+PROBE_RE = re.compile(r"GPUHUB:([^:\s]*):(\d+):END")
+
+
+async def probe(hub, user, token) -> tuple[str, int]:
+    out = await terminal_run(hub, user, token, PROBE, expect=":END")
+    devices, uid = PROBE_RE.findall(out)[-1]
+    return devices, int(uid)
+
+
+def device_requests(docker_client, container_id) -> list:
+    return docker_client.inspect_container(container_id)["HostConfig"]["DeviceRequests"] or []
+
+
+PROFILES = """[
+  {"display_name": "CPU only", "slug": "cpu", "default": true},
+  {"display_name": "One GPU", "slug": "gpu", "gpus": 1}
+]"""
+
+
+@pytest.fixture
+def two_profiles(tmp_path):
+    path = tmp_path / "profiles.json"
+    path.write_text(PROFILES)
+    return str(path)
+
+
+async def test_two_users_get_different_gpus_and_a_third_is_refused(hub_factory, docker_client,
+                                                                   two_profiles):
+    hub = await hub_factory(GPUHUB_PROFILES=two_profiles)
+    tokens = {u: await hub.create_user(u) for u in ("alice", "bob", "carol")}
+
+    for user in ("alice", "bob"):
+        r = await hub.spawn(user, {"profile": "gpu"})
+        assert r.status_code in (201, 202), r.text
+    for user in ("alice", "bob"):
+        await hub.wait_ready(user)
+
+    seen = {}
+    for user in ("alice", "bob"):
+        devices, uid = await probe(hub, user, tokens[user])
+        assert devices.startswith("GPU-"), devices
+        assert uid != 0
+        seen[user] = devices
+    assert seen["alice"] != seen["bob"]
+
+    # the third GPU spawn is refused at once, with the cause, and leaves nothing behind
+    before = {c["Id"] for c in hub.containers(docker_client)}
+    tic = time.monotonic()
+    r = await hub.spawn("carol", {"profile": "gpu"})
+    elapsed = time.monotonic() - tic
+    assert 400 <= r.status_code < 600, r.text
+    assert "No GPU free" in r.json()["message"]
+    assert elapsed < 1.0, f"refusal took {elapsed:.2f}s"
+    assert {c["Id"] for c in hub.containers(docker_client)} == before
+
+    # one stops; the third can start and gets the freed device
+    await hub.stop_server("alice")
+    r = await hub.spawn("carol", {"profile": "gpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("carol")
+    devices, _ = await probe(hub, "carol", tokens["carol"])
+    assert devices == seen["alice"]
+
+
+async def test_cpu_profile_has_no_device_request(hub_factory, docker_client, two_profiles):
+    hub = await hub_factory(GPUHUB_PROFILES=two_profiles)
+    token = await hub.create_user("dave")
+    r = await hub.spawn("dave", {"profile": "cpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("dave")
+    [container] = hub.containers(docker_client)
+    assert device_requests(docker_client, container["Id"]) == []
+    devices, uid = await probe(hub, "dave", token)
+    assert devices == ""
+    assert uid != 0
+
+
+async def test_gpu_container_requests_exactly_its_device(hub_factory, docker_client,
+                                                         two_profiles):
+    hub = await hub_factory(GPUHUB_PROFILES=two_profiles)
+    await hub.create_user("erin")
+    r = await hub.spawn("erin", {"profile": "gpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("erin")
+    [container] = hub.containers(docker_client)
+    [request] = device_requests(docker_client, container["Id"])
+    assert request["Driver"] == "nvidia"
+    assert request["Capabilities"] == [["gpu"]]
+    assert request["DeviceIDs"] == [container["Labels"]["io.gpuhub.devices"]]
+    assert container["Labels"]["io.gpuhub.user"] == "erin"
+
+
+async def test_lab_is_served_through_the_proxy_and_only_to_its_owner(hub_factory, two_profiles):
+    hub = await hub_factory(GPUHUB_PROFILES=two_profiles)
+    alice = await hub.create_user("alice")
+    mallory = await hub.create_user("mallory")
+    r = await hub.spawn("alice", {"profile": "cpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("alice")
+
+    r = await hub.client.get("/user/alice/lab", headers={"Authorization": f"token {alice}"})
+    assert r.status_code == 200
+    assert "JupyterLab" in r.text
+
+    r = await hub.client.get("/user/alice/lab",
+                             headers={"Authorization": f"token {mallory}"})
+    assert r.status_code == 403 or (r.status_code == 302 and "login" in r.headers["location"])
+    assert "JupyterLab" not in r.text
+    r = await hub.client.get("/user/alice/api/contents")  # no credentials at all
+    assert r.status_code in (302, 401, 403)
+
+
+async def test_bad_image_returns_the_gpu_to_the_pool(hub_factory, docker_client, tmp_path):
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text(
+        '[{"display_name": "Broken", "slug": "broken", "gpus": 1,'
+        ' "spawner_override": {"image": "gpuhub/no-such-image:latest"}},'
+        ' {"display_name": "GPU", "slug": "gpu", "gpus": 2}]'
+    )
+    hub = await hub_factory(GPUHUB_PROFILES=str(profiles))
+    await hub.create_user("frank")
+    r = await hub.spawn("frank", {"profile": "broken"})
+    assert r.status_code >= 400, r.text
+    assert "not on this node" in r.json()["message"]
+    assert hub.containers(docker_client) == []
+    # both GPUs are free again: a two-GPU spawn works
+    r = await hub.spawn("frank", {"profile": "gpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("frank")
+
+
+async def test_container_that_dies_at_start_returns_the_gpu(hub_factory, docker_client,
+                                                            tmp_path):
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text(
+        '[{"display_name": "Dies", "slug": "dies", "gpus": 2,'
+        ' "spawner_override": {"cmd": ["false"]}},'
+        ' {"display_name": "GPU", "slug": "gpu", "gpus": 2}]'
+    )
+    hub = await hub_factory(GPUHUB_PROFILES=str(profiles))
+    await hub.create_user("gina")
+    r = await hub.spawn("gina", {"profile": "dies"})
+    if r.status_code in (201, 202):  # the failure may come after the POST returned
+        with pytest.raises(AssertionError):
+            await hub.wait_ready("gina")
+    else:
+        assert "stopped while starting" in r.json()["message"]
+    assert hub.containers(docker_client) == []
+    r = await hub.spawn("gina", {"profile": "gpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("gina")
+
+
+async def test_stop_during_spawn_returns_the_gpu(hub_factory, docker_client, tmp_path):
+    # a server that never answers keeps the spawn pending until we stop it
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text(
+        '[{"display_name": "Slow", "slug": "slow", "gpus": 2,'
+        ' "spawner_override": {"cmd": ["sh", "-c", "sleep 600", "--"]}},'
+        ' {"display_name": "GPU", "slug": "gpu", "gpus": 2}]'
+    )
+    hub = await hub_factory(GPUHUB_PROFILES=str(profiles))
+    await hub.create_user("hank")
+    r = await hub.spawn("hank", {"profile": "slow"})
+    assert r.status_code == 202, r.text
+    for _ in range(100):
+        if hub.containers(docker_client):
+            break
+        await asyncio.sleep(0.1)
+    assert hub.containers(docker_client), "the container was never created"
+    await hub.stop_server("hank")
+    for _ in range(50):
+        if not hub.containers(docker_client):
+            break
+        await asyncio.sleep(0.2)
+    assert hub.containers(docker_client) == []
+    r = await hub.spawn("hank", {"profile": "gpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("hank")
