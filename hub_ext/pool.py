@@ -184,6 +184,8 @@ class GPUPool(SingletonConfigurable):
         self._reading: asyncio.Future | None = None
         self._error: str = ""
         self._reconciler: asyncio.Task | None = None
+        self._version = 0  # bumped on every allocation change
+        self._free_cache: dict = {}
 
     def ensure_reconciler(self, client_factory, hub_id: str) -> None:
         """Start the periodic reconciliation (once per hub process; needs a running loop)."""
@@ -255,7 +257,17 @@ class GPUPool(SingletonConfigurable):
     def _held(self) -> dict[str, ServerKey]:
         return {uuid: a.owner for a in self.allocations.values() for uuid in a.uuids}
 
-    def _free_units(self, devices: Iterable[Device], mig_profile: str | None) -> list[Device]:
+    def _free_units(self, devices: list[Device], mig_profile: str | None) -> list[Device]:
+        # Cached per (inventory read, allocation change, slice): a rush of refusals
+        # costs one scan, not one each, so the event loop is never held for long.
+        key = (id(devices), self._version, mig_profile)
+        cached = self._free_cache.get(key)
+        if cached is None:
+            cached = self._scan_free_units(devices, mig_profile)
+            self._free_cache = {key: cached}
+        return list(cached)
+
+    def _scan_free_units(self, devices: list[Device], mig_profile: str | None) -> list[Device]:
         held = self._held()
         free = []
         for unit in allocatable_units(devices):
@@ -424,6 +436,7 @@ class GPUPool(SingletonConfigurable):
         return self._error
 
     def _update_metrics(self) -> None:
+        self._version += 1
         s = self.summary()
         metrics.GPUS.labels(state="total").set(s.total)
         metrics.GPUS.labels(state="free").set(s.free)
