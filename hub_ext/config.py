@@ -55,6 +55,9 @@ class Settings:
     GPUHUB_DOCKER_NETWORK        ``host`` or a Docker bridge network name        gpuhub
     GPUHUB_PROFILES              JSON file with a profile_list                   built-in
     GPUHUB_IMAGE                 image of profiles that name none                gpuhub/base
+    GPUHUB_WORKSPACE             named volume or host path, ``{username}``        see below
+    GPUHUB_DATASETS              JSON file: {name: {path, groups}}               none
+    GPUHUB_UID_MAP               JSON file: {user: {uid, gid}}                   none
     GPUHUB_MAX_GPUS_PER_USER     GPUs one member may hold (0: no limit)          0
     GPUHUB_CONTAINER_PREFIX      container names: ``<prefix>-<user>``            jupyter
     GPUHUB_HUB_ID                label that marks this hub's containers          gpuhub
@@ -71,6 +74,9 @@ class Settings:
     docker_network: str = "gpuhub"
     profiles_file: str = ""
     image: str = "gpuhub/base:latest"
+    workspace: str = "jupyterhub-user-{username}"
+    datasets_file: str = ""
+    uid_map_file: str = ""
     max_gpus_per_user: int = 0
     container_prefix: str = "jupyter"
     hub_id: str = "gpuhub"
@@ -89,6 +95,9 @@ class Settings:
         s.docker_network = _env("GPUHUB_DOCKER_NETWORK", s.docker_network)
         s.profiles_file = _env("GPUHUB_PROFILES")
         s.image = _env("GPUHUB_IMAGE", s.image)
+        s.workspace = _env("GPUHUB_WORKSPACE", s.workspace)
+        s.datasets_file = _env("GPUHUB_DATASETS")
+        s.uid_map_file = _env("GPUHUB_UID_MAP")
         s.max_gpus_per_user = _int("GPUHUB_MAX_GPUS_PER_USER", 0)
         s.container_prefix = _env("GPUHUB_CONTAINER_PREFIX", s.container_prefix)
         s.hub_id = _env("GPUHUB_HUB_ID", s.hub_id)
@@ -159,6 +168,13 @@ def apply_config(c, settings: Settings) -> None:
     c.GPUDockerSpawner.start_timeout = 120
     c.GPUDockerSpawner.http_timeout = 60
     c.GPUDockerSpawner.default_url = "/lab"
+    c.GPUDockerSpawner.workspace = settings.workspace
+    if settings.datasets_file:
+        import json
+
+        with open(settings.datasets_file) as f:
+            c.GPUDockerSpawner.datasets = json.load(f)
+    c.GPUDockerSpawner.uid_map_file = settings.uid_map_file
     if settings.docker_network == "host":
         # MACHINE.md: host networking needs these four together
         c.GPUDockerSpawner.host_network = True
@@ -180,6 +196,10 @@ def apply_config(c, settings: Settings) -> None:
             "'simulated:<path to a JSON device list>'"
         )
     c.GPUPool.max_gpus_per_user = settings.max_gpus_per_user
+
+    from .credits.hubconfig import apply_credits_config
+
+    apply_credits_config(c, settings)
 
     if settings.demo_login:
         if settings.ip not in ("127.0.0.1", "localhost", "::1"):

@@ -27,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import json
+import os
 import time
 
 from docker.errors import APIError, ImageNotFound, NotFound
@@ -34,7 +36,7 @@ from dockerspawner import DockerSpawner
 from jupyterhub.utils import random_port
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
-from traitlets import Any, Bool, Callable, Float, Int, List, Unicode, Union, default
+from traitlets import Any, Bool, Callable, Dict, Float, Int, List, Unicode, Union, default
 
 from . import metrics
 from .pool import AllocationRefused, GPUPool, ServerKey
@@ -120,13 +122,99 @@ class GPUDockerSpawner(DockerSpawner):
     before_container_hooks = List(
         Any(),
         config=True,
-        help="""Objects with ``async before_container(spawner)`` and
-        ``async undo(spawner)``, run after the GPUs are reserved and before the
-        container is created (the credits debit is one).  A hook raises
-        ``tornado.web.HTTPError`` to refuse the spawn; ``undo`` runs when a later step
-        fails and must be idempotent.
+        help="""Hooks run after the GPUs are reserved and before the container is
+        created (the credits debit is one): objects, or import strings of
+        ``SingletonConfigurable`` classes (one instance per hub, configured from the hub's
+        config).  A hook has
 
-            c.GPUDockerSpawner.before_container_hooks = [CreditsHook()]
+        - ``async before_container(spawner)``: raise ``tornado.web.HTTPError`` to refuse;
+        - ``async undo(spawner)``: a later step failed; idempotent;
+        - optionally ``async after_stop(spawner)``: the server stopped; idempotent;
+        - optionally ``restore(spawner)``: the hub restarted with this server running;
+          ``spawner.hook_state[hook.name]`` holds what the hook kept in spawner state.
+
+            c.GPUDockerSpawner.before_container_hooks = ["hub_ext.credits.hook.CreditsHook"]
+        """,
+    )
+
+    workspace = Unicode(
+        "jupyterhub-user-{username}",
+        config=True,
+        help="""The member's persistent workspace, mounted at ``workspace_mount``: a Docker
+        named volume, or an absolute host path (``{username}`` is replaced).  A stop, a new
+        image or another profile never loses it.  A host path is created, owned by the
+        member's uid, only under ``workspace_root``.
+
+            c.GPUDockerSpawner.workspace = "/srv/gpuhub/home/{username}"
+        """,
+    )
+
+    workspace_mount = Unicode(
+        "/home/jovyan/work",
+        config=True,
+        help="""Where the workspace appears in the container.
+
+            c.GPUDockerSpawner.workspace_mount = "/home/jovyan/work"
+        """,
+    )
+
+    datasets = Dict(
+        config=True,
+        help="""Shared datasets, mounted read-only at ``/datasets/<name>``: name ->
+        {"path": host path, "groups": [JupyterHub groups; empty or missing = everyone]}.
+        A missing host path is a spawn error, never created.
+
+            c.GPUDockerSpawner.datasets = {"imagenet": {"path": "/data/imagenet",
+                                                        "groups": ["vision"]}}
+        """,
+    )
+
+    uid_map_file = Unicode(
+        "",
+        config=True,
+        help="""JSON file mapping usernames to their own uid and gid,
+        ``{"alice": {"uid": 1234, "gid": 1234}}``, so files on shared storage are theirs.
+        ``auth_state`` keys ``uid``/``gid`` (from the authenticator) win over the file.
+
+            c.GPUDockerSpawner.uid_map_file = "/etc/gpuhub/uids.json"
+        """,
+    )
+
+    require_uid_mapping = Bool(
+        False,
+        config=True,
+        help="""Refuse to start a member with no uid mapping (instead of running them as
+        jovyan, uid 1000).
+
+            c.GPUDockerSpawner.require_uid_mapping = True
+        """,
+    )
+
+    pids_limit = Int(
+        4096,
+        config=True,
+        help="""The most processes a server may run (docker run --pids-limit).
+
+            c.GPUDockerSpawner.pids_limit = 4096
+        """,
+    )
+
+    shm_size = Unicode(
+        "2g",
+        config=True,
+        help="""Size of /dev/shm; PyTorch data loaders share tensors through it and the
+        Docker default of 64 MB makes them crash (PyTorch docs, "Docker image").
+
+            c.GPUDockerSpawner.shm_size = "8g"
+        """,
+    )
+
+    log_max_size = Unicode(
+        "50m",
+        config=True,
+        help="""Container log rotation: the json-file driver keeps 3 files of this size.
+
+            c.GPUDockerSpawner.log_max_size = "50m"
         """,
     )
 
@@ -135,6 +223,7 @@ class GPUDockerSpawner(DockerSpawner):
     _overridable = (
         "image", "mem_limit", "cpu_limit", "environment", "volumes", "extra_host_config",
         "extra_create_kwargs", "gpus", "credits_per_hour", "cmd", "default_url",
+        "pids_limit", "shm_size",
     )
 
     @default("name_template")
@@ -159,7 +248,20 @@ class GPUDockerSpawner(DockerSpawner):
                             for name in self._overridable}
         self._events: list[dict] = []
         self._events_changed = asyncio.Event()
+        self.hook_state: dict[str, dict] = {}
         self.pool.ensure_reconciler(lambda: self.client, self.hub_id)
+
+    @property
+    def hooks(self) -> list:
+        """``before_container_hooks`` with import strings resolved to their instances."""
+        resolved = []
+        for hook in self.before_container_hooks:
+            if isinstance(hook, str):
+                from traitlets.utils.importstring import import_item
+
+                hook = import_item(hook).instance(config=self.config)
+            resolved.append(hook)
+        return resolved
 
     @property
     def server_key(self) -> ServerKey:
@@ -278,6 +380,7 @@ class GPUDockerSpawner(DockerSpawner):
     async def start(self):
         self._events = []
         await self.load_profile()
+        container = await self.container_settings()
         count, mig = gpu_request(self.gpus)
         self.allocation = None
         if count:
@@ -295,10 +398,11 @@ class GPUDockerSpawner(DockerSpawner):
                           ",".join(self.allocation.uuids))
         done_hooks = []
         try:
-            for hook in self.before_container_hooks:
+            for hook in self.hooks:
                 await hook.before_container(self)
                 done_hooks.append(hook)
-            self._prepare_container()
+            await self._prepare_workspace(container)
+            self._prepare_container(container)
             self.emit(50, f"Starting container {self.object_name} from {self.image}")
             try:
                 ip, port = await super().start()
@@ -333,8 +437,103 @@ class GPUDockerSpawner(DockerSpawner):
                 self.log.exception("Undo of %r failed for %s", hook, self._log_name)
         self.release_gpus("start failed")
 
-    def _prepare_container(self) -> None:
-        """Device request, labels and (host network) port for this start."""
+    # -- the container a member lives in ----------------------------------------------
+
+    async def member_ids(self) -> tuple[int, int] | None:
+        """(uid, gid) the member's server runs as, or None for the image's jovyan (1000).
+
+        From ``auth_state`` (``uid``, ``gid``), else ``uid_map_file``.  Raises
+        ``HTTPError(403)`` when ``require_uid_mapping`` is set and there is none.
+        """
+        ids = None
+        auth_state = await self.user.get_auth_state() if self.user else None
+        if auth_state and "uid" in auth_state:
+            ids = (int(auth_state["uid"]), int(auth_state.get("gid", auth_state["uid"])))
+        elif self.uid_map_file:
+            try:
+                with open(self.uid_map_file) as f:
+                    entry = json.load(f).get(self.user.name)
+            except (OSError, ValueError) as e:
+                self.log.error("uid_map_file %s unreadable: %s", self.uid_map_file, e)
+                raise web.HTTPError(500, "The uid mapping of this hub cannot be read. "
+                                    "Ask an admin to check the hub log.") from e
+            if entry is not None:
+                ids = (int(entry["uid"]), int(entry.get("gid", entry["uid"])))
+        if ids is None and self.require_uid_mapping:
+            metrics.SPAWNS_REFUSED.labels(reason="no_uid_mapping").inc()
+            raise web.HTTPError(
+                403, f"No uid is mapped for {self.user.name}, and this hub runs every "
+                "member under their own uid. Ask an admin to add you to the uid mapping."
+            )
+        if ids is not None and ids[0] == 0:
+            raise web.HTTPError(403, f"The uid mapping gives {self.user.name} uid 0 (root); "
+                                "servers never run as root. Ask an admin to fix it.")
+        return ids
+
+    def member_datasets(self) -> dict[str, str]:
+        """Dataset name -> host path, for the member's groups (admins: all)."""
+        groups = {g.name for g in getattr(self.user, "groups", [])}
+        admin = bool(getattr(self.user, "admin", False))
+        chosen = {}
+        for name, spec in self.datasets.items():
+            allowed = spec.get("groups") or []
+            if not allowed or admin or groups & set(allowed):
+                chosen[name] = spec["path"]
+        return chosen
+
+    async def container_settings(self) -> dict:
+        """Check what the container will mount and run as, before anything is reserved.
+
+        Raises ``HTTPError`` with a plain sentence for a missing dataset path or a missing
+        uid mapping; creates nothing.
+        """
+        datasets = self.member_datasets()
+        for name, path in datasets.items():
+            if not os.path.isdir(path):
+                self.log.error("Dataset %s of %s: host path %s does not exist",
+                               name, self._log_name, path)
+                raise web.HTTPError(
+                    500, f"The dataset {name!r} is not available on this node right now. "
+                    "Ask an admin to check the datasets configuration."
+                )
+        return {"ids": await self.member_ids(), "datasets": datasets,
+                "workspace": self._render_templates(self.workspace)}
+
+    async def _prepare_workspace(self, container: dict) -> None:
+        """Make sure the workspace exists, owned by the member's uid."""
+        workspace = container["workspace"]
+        uid, gid = container["ids"] or (1000, 100)
+        if workspace.startswith("/"):
+            if not os.path.isdir(workspace):
+                os.makedirs(workspace, mode=0o700)
+                os.chown(workspace, uid, gid)
+                self.log.info("Created workspace %s for %s (uid %s)", workspace,
+                              self._log_name, uid)
+            return
+        try:
+            await self.docker("inspect_volume", workspace)
+            return
+        except NotFound:
+            pass
+        await self.docker("create_volume", workspace, labels={LABEL_PREFIX + "user":
+                                                              self.user.name})
+        if container["ids"] is not None:
+            # a new named volume is filled from the image (owned by jovyan): give it to
+            # the member's own uid once, with a short root container
+            helper = await self.docker(
+                "create_container", self.image, user="0", entrypoint=["chown"],
+                command=[f"{uid}:{gid}", "/w"],
+                host_config=self.client.create_host_config(
+                    binds={workspace: {"bind": "/w", "mode": "rw"}}, network_mode="none"),
+            )
+            try:
+                await self.docker("start", helper["Id"])
+                await self.docker("wait", helper["Id"], timeout=60)
+            finally:
+                await self.docker("remove_container", helper["Id"], force=True)
+
+    def _prepare_container(self, container: dict) -> None:
+        """Device request, labels, mounts, limits and (host network) port for this start."""
         labels = {
             LABEL_PREFIX + "hub": self.hub_id,
             LABEL_PREFIX + "user": self.user.name,
@@ -346,7 +545,11 @@ class GPUDockerSpawner(DockerSpawner):
         create = copy.deepcopy(self.extra_create_kwargs) if isinstance(
             self.extra_create_kwargs, dict) else {}
         create.setdefault("labels", {}).update(labels)
+        if container["ids"] is not None:
+            create["user"] = "{}:{}".format(*container["ids"])
         self.extra_create_kwargs = create
+        self.volumes = {**{k: v for k, v in (self.volumes or {}).items()},
+                        container["workspace"]: self.workspace_mount}
         host = copy.deepcopy(self.extra_host_config) if isinstance(
             self.extra_host_config, dict) else {}
         if self.allocation:
@@ -359,6 +562,18 @@ class GPUDockerSpawner(DockerSpawner):
             }]
         else:
             host.pop("device_requests", None)
+        host.setdefault("shm_size", self.shm_size)
+        host.setdefault("pids_limit", self.pids_limit)
+        host.setdefault("security_opt", ["no-new-privileges"])
+        host.setdefault("cap_drop", ["ALL"])
+        host.setdefault("log_config", {"Type": "json-file",
+                                       "Config": {"max-size": self.log_max_size,
+                                                  "max-file": "3"}})
+        host["mounts"] = [
+            {"Type": "bind", "Source": path, "Target": f"/datasets/{name}",
+             "ReadOnly": True}
+            for name, path in sorted(container["datasets"].items())
+        ]
         self.extra_host_config = host
         if self.host_network:
             self.port = random_port()
@@ -436,7 +651,7 @@ class GPUDockerSpawner(DockerSpawner):
                 if getattr(e, "status_code", None) not in (404, 409):
                     raise
                 self.log.info("Container of %s already gone: %s", self._log_name, e)
-            for hook in reversed(self.before_container_hooks):
+            for hook in reversed(self.hooks):
                 stopped = getattr(hook, "after_stop", None)
                 if stopped is not None:
                     await stopped(self)
@@ -457,6 +672,8 @@ class GPUDockerSpawner(DockerSpawner):
         state = super().get_state()
         if self.allocation is not None:
             state["gpuhub"] = {**self.allocation.to_state(), "version": STATE_VERSION}
+        if self.hook_state:
+            state["gpuhub_hooks"] = {"version": STATE_VERSION, "hooks": self.hook_state}
         return state
 
     def load_state(self, state):
@@ -468,7 +685,15 @@ class GPUDockerSpawner(DockerSpawner):
                 self.server_key, saved["uuids"], saved.get("since", time.time()),
                 profile=self.profile_slug,
             )
+        hooks = state.get("gpuhub_hooks") if state else None
+        if hooks and hooks.get("version") == STATE_VERSION:
+            self.hook_state = dict(hooks.get("hooks") or {})
+            for hook in self.hooks:
+                restore = getattr(hook, "restore", None)
+                if restore is not None and getattr(hook, "name", None) in self.hook_state:
+                    restore(self)
 
     def clear_state(self):
         super().clear_state()
         self.release_gpus("state cleared")
+        self.hook_state = {}
