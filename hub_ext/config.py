@@ -63,6 +63,12 @@ class Settings:
     GPUHUB_HUB_ID                label that marks this hub's containers          gpuhub
     GPUHUB_DEMO_LOGIN            ``1``: demo-only login, any password (loopback)  off
     GPUHUB_PROXY_COMMAND         configurable-http-proxy executable              node_modules
+    GPUHUB_CREDITS               ``off``: no credits at all                      on
+    GPUHUB_CREDITS_URL           the organisation's Credits API                  managed service
+    GPUHUB_CREDITS_TOKEN         its API token (with GPUHUB_CREDITS_URL)         -
+    GPUHUB_CREDITS_PORT          port of the managed reference service           8123
+    GPUHUB_CREDITS_FAIL_OPEN     ``1``: start servers when the API is down       off
+    GPUHUB_CREDITS_INTERVAL      seconds of one metering interval                900
     ===========================  ==============================================  =========
     """
 
@@ -82,6 +88,12 @@ class Settings:
     hub_id: str = "gpuhub"
     demo_login: bool = False
     proxy_command: str = ""
+    credits: bool = True
+    credits_url: str = ""
+    credits_token: str = ""
+    credits_port: int = 8123
+    credits_fail_open: bool = False
+    credits_interval: int = 900
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -103,6 +115,15 @@ class Settings:
         s.hub_id = _env("GPUHUB_HUB_ID", s.hub_id)
         s.demo_login = _env("GPUHUB_DEMO_LOGIN") == "1"
         s.proxy_command = _env("GPUHUB_PROXY_COMMAND")
+        credits = _env("GPUHUB_CREDITS", "on").lower()
+        if credits not in ("on", "off"):
+            raise ValueError(f"GPUHUB_CREDITS={credits!r}: use 'on' or 'off'")
+        s.credits = credits == "on"
+        s.credits_url = _env("GPUHUB_CREDITS_URL")
+        s.credits_token = _env("GPUHUB_CREDITS_TOKEN")
+        s.credits_port = _int("GPUHUB_CREDITS_PORT", s.credits_port)
+        s.credits_fail_open = _env("GPUHUB_CREDITS_FAIL_OPEN") == "1"
+        s.credits_interval = _int("GPUHUB_CREDITS_INTERVAL", s.credits_interval)
         return s
 
 
@@ -156,6 +177,9 @@ def apply_config(c, settings: Settings) -> None:
     c.ConfigurableHTTPProxy.command = proxy_command(settings)
     c.JupyterHub.allow_named_servers = True
     c.JupyterHub.template_paths = [str(REPO / "share" / "gpuhub" / "templates")]
+    from .handlers import handlers
+
+    c.JupyterHub.extra_handlers = handlers
 
     # The spawner and its pool
     c.JupyterHub.spawner_class = "hub_ext.spawner.GPUDockerSpawner"

@@ -323,33 +323,65 @@ class GPUDockerSpawner(DockerSpawner):
         visible, _ = await self.get_profiles()
         if not visible:
             return ""
-        try:
-            await self.pool.devices()
-        except Exception as e:  # the page still renders; spawns are refused with a reason
-            self.log.warning("GPU inventory unavailable for the spawn page: %s", e)
-        return render("options_form.html", profiles=self.profile_cards(visible))
+        cards = await self.profile_cards(visible)
+        return render("options_form.html", profiles=cards,
+                      availability_url=self.hub.base_url + "api/gpuhub/availability")
 
-    def profile_cards(self, profiles: list[dict]) -> list[dict]:
-        """What the spawn page shows per profile: GPUs asked, free now, and whether it fits."""
+    async def profile_cards(self, profiles: list[dict]) -> list[dict]:
+        """What the spawn page shows per profile: the image's contents, GPUs asked, free
+        now, cost, and whether it can start now (with the reason when it cannot)."""
+        try:
+            devices = await self.pool.devices()
+        except Exception as e:  # noqa: BLE001 - the page still renders; spawns say why
+            self.log.warning("GPU inventory unavailable for the spawn page: %s", e)
+            devices = []
         cards = []
         for profile in profiles:
             overrides = profile_overrides(select_profile([profile], {"profile": profile["slug"]}))
             count, mig = gpu_request(overrides.get("gpus", self._configured["gpus"]))
-            summary = self.pool.summary(mig_profile=mig)
+            summary = self.pool.summary(devices, mig_profile=mig)
             available = count == 0 or summary.free >= count
+            image = overrides.get("image", self._configured["image"])
             cards.append({
+                "slug": profile["slug"],
                 "profile": profile,
+                "image": image,
+                "facts": await self.image_facts(image),
                 "gpus": count,
                 "mig_profile": mig,
                 "free": summary.free,
                 "total": summary.total,
                 "simulated": summary.kind == "simulated",
                 "available": available,
-                "why_not": "" if available else self.pool.refusal_message(
-                    self.pool._devices, count, mig),
-                "credits_per_hour": overrides.get("credits_per_hour", 0),
+                "why_not": "" if available else self.pool.refusal_message(devices, count, mig),
+                "credits_per_hour": float(overrides.get("credits_per_hour", 0) or 0),
             })
         return cards
+
+    _image_facts: dict[str, dict] = {}
+
+    async def image_facts(self, image: str) -> dict:
+        """What an image contains, from its labels (read once per image id).
+
+        Returns {"python", "framework", "framework_version", "cuda", "description"};
+        ``{}`` when the image is not on this node.
+        """
+        try:
+            info = await self.docker("inspect_image", image)
+        except (NotFound, APIError):
+            return {}
+        cached = self._image_facts.get(info["Id"])
+        if cached is None:
+            labels = (info.get("Config") or {}).get("Labels") or {}
+            cached = {
+                "python": labels.get(LABEL_PREFIX + "python.version", ""),
+                "framework": labels.get(LABEL_PREFIX + "framework", ""),
+                "framework_version": labels.get(LABEL_PREFIX + "framework.version", ""),
+                "cuda": labels.get(LABEL_PREFIX + "cuda.version", ""),
+                "description": labels.get("org.opencontainers.image.description", ""),
+            }
+            self._image_facts[info["Id"]] = cached
+        return cached
 
     # -- progress ----------------------------------------------------------------------
 

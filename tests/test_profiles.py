@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hub_ext.profiles import (
     ProfileError,
@@ -115,3 +117,34 @@ def test_overrides_merge_dicts():
                                              ("1g.5gb", (1, "1g.5gb"))])
 def test_gpu_request(value, expected):
     assert gpu_request(value) == expected
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(st.text(max_size=8), children, max_size=3),
+    max_leaves=8,
+)
+forms = st.dictionaries(
+    st.sampled_from(["profile", "gpus", "image", "cmd", "environment"]) | st.text(max_size=10),
+    st.sampled_from(["cpu-only", "pytorch", "course", "1", "2", "3"]) | json_values,
+    max_size=4,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(options=forms)
+def test_arbitrary_forms_are_refused_cleanly_or_give_a_valid_choice(options):
+    profiles = init_profiles(PROFILES)
+    visible = visible_profiles(profiles, [], admin=False)
+    try:
+        selection = select_profile(visible, options, profiles)
+    except ProfileError as e:
+        assert str(e)  # a sentence, never an empty or internal error
+        return
+    assert selection.profile in visible
+    assert set(options) <= {"profile", *selection.profile.get("profile_options", {})}
+    overrides = profile_overrides(selection)
+    assert set(overrides) <= {"image", "environment", "gpus", "credits_per_hour"}
+    if "image" in overrides:
+        assert overrides["image"] in {"gpuhub/base:latest", "gpuhub/pytorch:latest"}

@@ -1,0 +1,132 @@
+"""The profile list in a running hub: the spawn page, the availability endpoint, the API."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytestmark = [pytest.mark.docker, pytest.mark.hub]
+
+PROFILES = [
+    {"display_name": "CPU only", "slug": "cpu", "default": True, "credits_per_hour": 0,
+     "description": "No GPU, for <b>small</b> work"},
+    {"display_name": "PyTorch", "slug": "pytorch", "gpus": 1, "credits_per_hour": 2,
+     "spawner_override": {"image": "gpuhub/pytorch:latest"},
+     "profile_options": {"gpus": {"display_name": "GPUs", "choices": {
+         "1": {"display_name": "1 GPU", "spawner_override": {"gpus": 1}},
+         "2": {"display_name": "2 GPUs", "spawner_override": {"gpus": 2}}}}}},
+    {"display_name": "Course", "slug": "course", "gpus": 1, "allowed_groups": ["ml101"]},
+]
+
+
+@pytest.fixture
+async def hub(hub_factory, tmp_path, docker_client):
+    try:
+        docker_client.inspect_image("gpuhub/pytorch:latest")
+    except Exception:  # noqa: BLE001
+        pytest.skip("gpuhub/pytorch:latest is not built")
+    path = tmp_path / "profiles.json"
+    path.write_text(json.dumps(PROFILES))
+    return await hub_factory(GPUHUB_PROFILES=str(path), GPUHUB_CREDITS="off")
+
+
+def cards(html: str) -> dict[str, str]:
+    return dict(re.findall(r'<label class="gpuhub-card[^"]*"\s+for="profile-([a-z0-9-]+)"'
+                           r'[^>]*>(.*?)</label>', html, re.S))
+
+
+async def test_spawn_page_shows_cards_with_contents_cost_and_free_gpus(hub):
+    browser = await hub.login("alice")
+    html = (await browser.get("/hub/spawn")).text
+    shown = cards(html)
+    assert set(shown) == {"cpu", "pytorch"}  # "course" is for ml101 only
+    assert "2 of 2 free now" in shown["pytorch"]
+    assert "(simulated GPUs)" in shown["pytorch"]
+    assert "2.00 credits per hour" in shown["pytorch"]
+    assert re.search(r"<dt>Pytorch</dt><dd>2\.\d+", shown["pytorch"])
+    assert "<dt>Python</dt><dd>3.11" in shown["pytorch"]
+    assert "&lt;b&gt;small&lt;/b&gt;" in shown["cpu"]  # autoescaped, never raw HTML
+    assert "disabled" not in shown["pytorch"].split(">")[1]
+
+
+async def test_admin_sees_every_profile(hub):
+    await hub.create_user("root-admin", admin=True)
+    browser = await hub.login("root-admin")
+    assert set(cards((await browser.get("/hub/spawn")).text)) == {"cpu", "pytorch", "course"}
+
+
+async def test_full_pool_disables_the_gpu_profile_before_the_click(hub, docker_client):
+    for user in ("bob", "carol"):
+        await hub.create_user(user)
+        r = await hub.spawn(user, {"profile": "pytorch"})
+        assert r.status_code in (201, 202), r.text
+    browser = await hub.login("alice")
+    html = cards((await browser.get("/hub/spawn")).text)["pytorch"]
+    assert re.search(r'value="pytorch"[^>]*disabled', html)
+    assert "No GPU free: all 2 GPUs are in use" in html
+
+    r = await browser.get("/hub/api/gpuhub/availability")
+    assert r.status_code == 200
+    model = r.json()
+    assert (model["free"], model["total"], model["inventory"]) == (0, 2, "simulated")
+    assert model["profiles"]["pytorch"]["available"] is False
+    assert model["profiles"]["cpu"]["available"] is True
+
+    await hub.stop_server("bob")
+    model = (await browser.get("/hub/api/gpuhub/availability")).json()
+    assert model["free"] == 1 and model["profiles"]["pytorch"]["available"] is True
+
+
+async def test_availability_needs_login(hub):
+    r = await hub.client.get("/hub/api/gpuhub/availability")
+    assert r.status_code == 403
+    assert "free" not in r.json()
+
+
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        pytest.param({"profile": "gpu-x"}, "No such profile: 'gpu-x'. Options include: cpu, "
+                     "pytorch", id="unknown-slug"),
+        pytest.param({"profile": "course"}, "not open to your groups", id="group-forbidden"),
+        pytest.param({"profile": "pytorch", "gpus": "3"}, "Choices: 1, 2", id="bad-choice"),
+        pytest.param({"profile": "pytorch", "colour": "red"}, "Unexpected field",
+                     id="extra-field"),
+        pytest.param({"profile": "pytorch", "image": "evil/miner:latest"}, "Unexpected field",
+                     id="forged-image"),
+        pytest.param({"profile": "pytorch", "gpus": "8"}, "Choices: 1, 2",
+                     id="more-gpus-than-the-profile"),
+    ],
+)
+async def test_bad_user_options_get_400_with_the_choices_and_reserve_nothing(
+        hub, docker_client, options, expected):
+    await hub.create_user("mallory")
+    r = await hub.spawn("mallory", options)
+    assert r.status_code == 400, r.text
+    assert expected in r.json()["message"]
+    assert hub.containers(docker_client) == []
+    model = (await hub.api("GET", "/gpuhub/availability")).json()
+    assert model["free"] == 2
+
+
+async def test_kubespawner_style_options_pick_profile_and_choice(hub, docker_client):
+    await hub.create_user("alice")
+    r = await hub.spawn("alice", {"profile": "pytorch", "gpus": "2"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("alice")
+    [c] = hub.containers(docker_client)
+    assert len(c["Labels"]["io.gpuhub.devices"].split(",")) == 2
+    assert c["Labels"]["io.gpuhub.profile"] == "pytorch"
+    assert c["Image"] == "gpuhub/pytorch:latest"
+
+
+async def test_empty_options_give_the_default_profile(hub, docker_client):
+    await hub.create_user("alice")
+    r = await hub.spawn("alice", {})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("alice")
+    [c] = hub.containers(docker_client)
+    assert c["Labels"]["io.gpuhub.profile"] == "cpu"
+    assert c["Labels"]["io.gpuhub.devices"] == ""
