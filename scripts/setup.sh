@@ -8,11 +8,16 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
-packages=(docker.io mmdebstrap gcc nodejs npm postgresql chromium)
+# Debian packages, each only when what it provides is missing. Node and npm are judged by
+# their commands: a machine with NodeSource's nodejs (which bundles npm) cannot also take
+# Debian's npm package ("held broken packages").
+packages=(docker.io mmdebstrap gcc postgresql chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ "${#missing[@]}" -gt 0 ]; then
   step "apt: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

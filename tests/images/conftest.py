@@ -1,0 +1,226 @@
+"""Fixtures for the image tests: the real Docker engine, the built images, a stand-in hub API.
+
+Every container runs with host networking (see shared/MACHINE.md): servers listen on
+127.0.0.1 and reach the stand-in hub there.
+"""
+
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import docker
+import docker.errors
+import httpx
+import jupyterhub
+import pytest
+
+IMAGES = {
+    "base": "gpuhub/base:latest",
+    "pytorch": "gpuhub/pytorch:latest",
+    "tensorflow": "gpuhub/tensorflow:latest",
+}
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    """A docker-py client of the local engine; skips the test when no engine answers."""
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as e:
+        pytest.skip(f"no Docker engine answers ({e}); start one with scripts/start-dockerd.sh")
+    yield client
+    client.close()
+
+
+@dataclass
+class BuiltImage:
+    """A built gpuhub image and one long-running container of it for quick `exec` checks."""
+
+    short: str
+    name: str
+    labels: dict
+    container: object = field(repr=False)
+
+    def exec(self, *cmd, env=None):
+        """Run `cmd` in the container as the image's user; return stdout, fail on non-zero exit."""
+        code, (out, err) = self.container.exec_run(list(cmd), environment=env, demux=True)
+        out = (out or b"").decode()
+        err = (err or b"").decode()
+        assert code == 0, f"{' '.join(cmd)} exited {code} in {self.name}:\n{out}{err}"
+        return out.strip()
+
+    def python(self, code):
+        """Run Python source with the image's own interpreter (the one on its PATH)."""
+        return self.exec("python", "-c", code)
+
+
+def _image(docker_client, short):
+    name = IMAGES[short]
+    try:
+        image = docker_client.images.get(name)
+    except docker.errors.ImageNotFound:
+        pytest.skip(f"{name} is not built; run scripts/build-images.sh {short}")
+    # tini (the entrypoint) runs sleep as PID 1's child; the container goes when the tests do.
+    container = docker_client.containers.run(
+        name, ["sleep", "infinity"], detach=True, network_mode="host"
+    )
+    try:
+        yield BuiltImage(short, name, image.labels or {}, container)
+    finally:
+        container.remove(force=True)
+
+
+@pytest.fixture(scope="module", params=list(IMAGES))
+def image(request, docker_client):
+    """Each built image in turn (a missing one is skipped with the command that builds it)."""
+    yield from _image(docker_client, request.param)
+
+
+@pytest.fixture(scope="module", params=["pytorch", "tensorflow"])
+def framework_image(request, docker_client):
+    """Each image that adds a framework to the base."""
+    yield from _image(docker_client, request.param)
+
+
+@pytest.fixture(scope="module")
+def base_image(docker_client):
+    yield from _image(docker_client, "base")
+
+
+@pytest.fixture(scope="module")
+def pytorch_image(docker_client):
+    yield from _image(docker_client, "pytorch")
+
+
+@pytest.fixture(scope="module")
+def tensorflow_image(docker_client):
+    yield from _image(docker_client, "tensorflow")
+
+
+@pytest.fixture(scope="session")
+def hub_version():
+    """The version of JupyterHub this project's hub runs."""
+    return jupyterhub.__version__
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class HubThatKnowsOnlyAlice:
+    """A stand-in for the hub's REST API, enough for jupyterhub-singleuser to start and to
+    authenticate requests: `GET /hub/api/` answers the hub's version (the single-user server
+    checks it at start and waits for it), `GET /hub/api/user` answers alice's model for
+    `ALICE_TOKEN` and 403 for anything else (fails closed)."""
+
+    ALICE_TOKEN = "alice-api-token"
+    ALICE = {
+        "kind": "user",
+        "name": "alice",
+        "admin": False,
+        "groups": [],
+        "server": "/user/alice/",
+        "scopes": ["access:servers!server=alice/"],
+    }
+
+    def __init__(self, version):
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                hub.requests.append(self.path)
+                if self.path.rstrip("/") == "/hub/api":
+                    self.reply(200, {"version": version})
+                elif self.path.startswith("/hub/api/user"):
+                    if self.headers.get("Authorization") == f"token {hub.ALICE_TOKEN}":
+                        self.reply(200, hub.ALICE)
+                    else:
+                        self.reply(403, {"status": 403, "message": "not alice"})
+                else:
+                    self.reply(404, {"status": 404, "message": "not in this stand-in"})
+
+            def reply(self, status, body):
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("X-JupyterHub-Version", version)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.requests = []
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.api_url = f"http://127.0.0.1:{self.server.server_address[1]}/hub/api"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def alice_hub(hub_version):
+    hub = HubThatKnowsOnlyAlice(hub_version)
+    yield hub
+    hub.close()
+
+
+@dataclass
+class SingleUserServer:
+    """alice's server: the image's own command (jupyterhub-singleuser) in a container."""
+
+    url: str
+    container: object = field(repr=False)
+
+    def logs(self):
+        return self.container.logs().decode(errors="replace")[-4000:]
+
+
+@pytest.fixture
+def alice_server(docker_client, base_image, alice_hub):
+    """Start gpuhub/base the way DockerSpawner does (its CMD, the hub's environment variables,
+    host networking) and wait until the server answers, at most 60 s."""
+    port = free_port()
+    env = {
+        "JUPYTERHUB_API_TOKEN": "server-api-token",
+        "JUPYTERHUB_API_URL": alice_hub.api_url,
+        "JUPYTERHUB_CLIENT_ID": "jupyterhub-user-alice",
+        "JUPYTERHUB_USER": "alice",
+        "JUPYTERHUB_BASE_URL": "/",
+        "JUPYTERHUB_SERVICE_PREFIX": "/user/alice/",
+        "JUPYTERHUB_SERVICE_URL": f"http://127.0.0.1:{port}/user/alice/",
+        "JUPYTERHUB_OAUTH_CALLBACK_URL": "/user/alice/oauth_callback",
+        "JUPYTERHUB_OAUTH_SCOPES": json.dumps(["access:servers!server=alice/"]),
+        "JUPYTERHUB_OAUTH_ACCESS_SCOPES": json.dumps(
+            ["access:servers!server=alice/", "access:servers!user=alice"]
+        ),
+    }
+    container = docker_client.containers.run(
+        base_image.name, detach=True, network_mode="host", environment=env
+    )
+    server = SingleUserServer(f"http://127.0.0.1:{port}/user/alice", container)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{server.url}/api", timeout=2)
+                break
+            except httpx.TransportError:
+                container.reload()
+                if container.status == "exited" or time.monotonic() > deadline:
+                    pytest.fail(
+                        f"alice's server did not answer ({container.status}):\n{server.logs()}"
+                    )
+                time.sleep(0.1)
+        yield server
+    finally:
+        container.remove(force=True)

@@ -1,0 +1,216 @@
+"""The single-user images (images/, built by scripts/build-images.sh) are what the hub expects.
+
+jovyan with uid 1000 in group 100, a jupyterhub-singleuser that speaks the hub's API, bash and
+git for the terminal, and labels that tell the truth about what is inside: the spawn page
+shows them to students choosing a profile. The checks run real containers of the built images;
+an image that is not built is skipped with the command that builds it.
+"""
+
+import asyncio
+import json
+import re
+from datetime import datetime
+
+import httpx
+import pytest
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import websocket_connect
+
+pytestmark = pytest.mark.docker
+
+REQUIRED_LABELS = [
+    "org.opencontainers.image.title",
+    "org.opencontainers.image.description",
+    "org.opencontainers.image.source",
+    "org.opencontainers.image.version",
+    "org.opencontainers.image.created",
+    "io.gpuhub.python.version",
+    "io.gpuhub.jupyterhub.version",
+    "io.gpuhub.framework",
+    "io.gpuhub.framework.version",
+    "io.gpuhub.cuda.version",
+]
+
+FRAMEWORK_OF = {"base": "none", "pytorch": "pytorch", "tensorflow": "tensorflow"}
+
+# Python printing, on two lines, the framework's version and the CUDA (major.minor or "none")
+# that it was built for; for the base, "none" and the CUDA runtime of the image.
+INSTALLED = {
+    "none": (
+        "import os; v = os.environ.get('CUDA_VERSION'); print('none'); "
+        "print('.'.join(v.split('.')[:2]) if v else 'none')"
+    ),
+    "pytorch": (
+        "import torch; v = torch.version.cuda; print(torch.__version__); "
+        "print('.'.join(v.split('.')[:2]) if v else 'none')"
+    ),
+    "tensorflow": (
+        "import os; os.environ['TF_CPP_MIN_LOG_LEVEL'] = '2'; import tensorflow as tf; "
+        "v = tf.sysconfig.get_build_info().get('cuda_version'); print(tf.__version__); "
+        "print('.'.join(v.split('.')[:2]) if v else 'none')"
+    ),
+}
+
+
+def major_minor(version):
+    return tuple(version.split(".")[:2])
+
+
+# --- the user ------------------------------------------------------------------------------------
+
+
+def test_runs_as_jovyan_uid_1000_gid_100(image):
+    assert image.exec("id", "-u") == "1000"
+    assert image.exec("id", "-un") == "jovyan"
+    assert image.exec("id", "-g") == "100"
+
+
+def test_starts_in_home_with_a_work_dir_jovyan_owns(image):
+    assert image.exec("pwd") == "/home/jovyan"
+    owner = image.exec("sh", "-c", "touch ~/work/probe && rm ~/work/probe && stat -c %u:%g ~/work")
+    assert owner == "1000:100"
+
+
+def test_jovyan_can_pip_install_into_the_environment(image):
+    site = image.python("import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    assert site.startswith("/opt/venv/")
+    image.exec("test", "-w", site)
+
+
+# --- what the hub and the terminal need ----------------------------------------------------------
+
+
+def test_singleuser_speaks_the_hubs_major_minor(image, hub_version):
+    version = image.exec("jupyterhub-singleuser", "--version")
+    assert major_minor(version) == major_minor(hub_version), (
+        f"{image.name} has jupyterhub-singleuser {version}, the hub runs {hub_version}"
+    )
+    assert image.labels["io.gpuhub.jupyterhub.version"] == version
+
+
+def test_bash_and_git_are_on_the_path(image):
+    assert re.match(r"\d+\.\d+", image.exec("bash", "-c", "echo $BASH_VERSION"))
+    assert image.exec("git", "--version").startswith("git version ")
+
+
+def test_environment_suits_nvidia_runtime_and_terminals(image):
+    env = dict(line.split("=", 1) for line in image.exec("env").splitlines() if "=" in line)
+    assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    assert env["SHELL"] == "/bin/bash"
+    assert env["LANG"] == "C.UTF-8"
+    assert env["PATH"].split(":")[0] == "/opt/venv/bin"
+
+
+def test_jupyterlab_and_terminals_are_installed_and_enabled(image):
+    assert re.fullmatch(r"4\.\d+\.\d+", image.exec("jupyter", "lab", "--version"))
+    image.python("import jupyter_server_terminals, terminado")
+    listing = image.exec("sh", "-c", "jupyter server extension list 2>&1")
+    listing = re.sub(r"\x1b\[[0-9;]*m", "", listing)  # it colours "enabled" and "OK"
+    for extension in ("jupyterlab", "jupyter_server_terminals"):
+        assert re.search(rf"^\s*{extension} enabled$", listing, re.M), listing
+        assert re.search(rf"^\s*{extension} \S+ OK$", listing, re.M), listing
+
+
+# --- labels --------------------------------------------------------------------------------------
+
+
+def test_has_every_label_the_spawn_page_reads(image):
+    missing = [key for key in REQUIRED_LABELS if not image.labels.get(key)]
+    assert not missing, f"{image.name} lacks labels {missing}"
+    assert image.labels["org.opencontainers.image.title"] == image.name.split(":")[0]
+    datetime.fromisoformat(image.labels["org.opencontainers.image.created"].replace("Z", "+00:00"))
+
+
+def test_python_label_is_the_interpreters_version(image):
+    actual = image.python("import platform; print(platform.python_version())")
+    assert image.labels["io.gpuhub.python.version"] == actual
+
+
+def test_framework_label_names_the_images_framework(image):
+    assert image.labels["io.gpuhub.framework"] == FRAMEWORK_OF[image.short]
+
+
+def test_framework_and_cuda_labels_match_what_is_installed(image):
+    framework = image.labels["io.gpuhub.framework"]
+    version, cuda = image.python(INSTALLED[framework]).splitlines()[-2:]
+    assert image.labels["io.gpuhub.framework.version"] == version
+    assert image.labels["io.gpuhub.cuda.version"] == cuda
+
+
+def test_base_has_no_framework(base_image):
+    found = base_image.python(
+        "import importlib.util as u; print([m for m in ('torch', 'tensorflow') if u.find_spec(m)])"
+    )
+    assert found == "[]"
+
+
+def test_framework_image_keeps_the_base_packages_at_their_versions(framework_image, base_image):
+    base_packages = set(base_image.exec("pip", "freeze", "--all").splitlines())
+    packages = set(framework_image.exec("pip", "freeze", "--all").splitlines())
+    assert base_packages <= packages, sorted(base_packages - packages)
+
+
+# --- frameworks work -----------------------------------------------------------------------------
+
+
+def test_torch_multiplies_matrices(pytorch_image):
+    product = pytorch_image.python(
+        "import torch; x = torch.arange(6.0).reshape(2, 3); print((x @ x.T).tolist())"
+    )
+    assert product == "[[5.0, 14.0], [14.0, 50.0]]"
+
+
+def test_tensorflow_multiplies_matrices(tensorflow_image):
+    product = tensorflow_image.python(
+        "import os; os.environ['TF_CPP_MIN_LOG_LEVEL'] = '2'; import tensorflow as tf; "
+        "x = tf.reshape(tf.range(6.0), (2, 3)); "
+        "print(tf.matmul(x, x, transpose_b=True).numpy().tolist())"
+    )
+    assert product.splitlines()[-1] == "[[5.0, 14.0], [14.0, 50.0]]"
+
+
+# --- the single-user server ----------------------------------------------------------------------
+
+
+def test_singleuser_server_starts_and_asks_the_hub_its_version(alice_server, alice_hub):
+    response = httpx.get(f"{alice_server.url}/api")
+    assert response.status_code == 200, alice_server.logs()
+    assert "version" in response.json()
+    assert any(path.rstrip("/") == "/hub/api" for path in alice_hub.requests)
+
+
+def test_singleuser_server_sends_strangers_to_the_hubs_login(alice_server):
+    response = httpx.get(f"{alice_server.url}/lab")
+    assert response.status_code == 302, alice_server.logs()
+    assert response.headers["location"].startswith(
+        "/hub/api/oauth2/authorize?client_id=jupyterhub-user-alice"
+    )
+
+
+def test_singleuser_server_accepts_alices_token_and_no_other(alice_server, alice_hub):
+    alice = {"Authorization": f"token {alice_hub.ALICE_TOKEN}"}
+    assert httpx.get(f"{alice_server.url}/api/status", headers=alice).status_code == 200
+    stranger = {"Authorization": "token not-alices"}
+    assert httpx.get(f"{alice_server.url}/api/status", headers=stranger).status_code == 403
+
+
+async def test_terminal_opens_bash_as_jovyan(alice_server, alice_hub):
+    alice = {"Authorization": f"token {alice_hub.ALICE_TOKEN}"}
+    async with httpx.AsyncClient(headers=alice) as client:
+        created = await client.post(f"{alice_server.url}/api/terminals")
+    assert created.status_code == 200, alice_server.logs()
+    name = created.json()["name"]
+    ws_url = alice_server.url.replace("http://", "ws://") + f"/terminals/websocket/{name}"
+    ws = await websocket_connect(HTTPRequest(ws_url, headers=alice))
+    try:
+        ws.write_message(json.dumps(["stdin", "echo shell=$0 user=$(id -un) bash=$BASH_VERSION\r"]))
+        output = ""
+        # The terminal echoes the typed line too; only the expanded answer matches.
+        while not re.search(r"shell=\S*bash user=jovyan bash=\d", output):
+            message = await asyncio.wait_for(ws.read_message(), timeout=20)
+            assert message is not None, f"terminal closed; it said:\n{output}"
+            kind, *content = json.loads(message)
+            if kind == "stdout":
+                output += content[0]
+    finally:
+        ws.close()
