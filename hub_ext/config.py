@@ -61,7 +61,7 @@ class Settings:
     GPUHUB_MAX_GPUS_PER_USER     GPUs one member may hold (0: no limit)          0
     GPUHUB_CONTAINER_PREFIX      container names: ``<prefix>-<user>``            jupyter
     GPUHUB_HUB_ID                label that marks this hub's containers          gpuhub
-    GPUHUB_DEMO_LOGIN            ``1``: demo-only login, any password (loopback)  off
+    GPUHUB_DEMO_LOGIN            ``1``: the demo's OIDC provider (loopback only)  off
     GPUHUB_PROXY_COMMAND         configurable-http-proxy executable              node_modules
     GPUHUB_CREDITS               ``off``: no credits at all                      on
     GPUHUB_CREDITS_URL           the organisation's Credits API                  managed service
@@ -69,6 +69,22 @@ class Settings:
     GPUHUB_CREDITS_PORT          port of the managed reference service           8123
     GPUHUB_CREDITS_FAIL_OPEN     ``1``: start servers when the API is down       off
     GPUHUB_CREDITS_INTERVAL      seconds of one metering interval                900
+    GPUHUB_CREDITS_ADMIN_TOKEN   admin token for GPUHUB_CREDITS_URL (grants)     -
+    GPUHUB_OIDC_ISSUER           the OIDC provider's issuer URL (required)       -
+    GPUHUB_OIDC_CLIENT_ID        client id registered with the provider          -
+    GPUHUB_OIDC_CLIENT_SECRET    its client secret                               -
+    GPUHUB_OIDC_AUTHORIZE_URL    explicit endpoints; unset: from the issuer's    discovered
+    GPUHUB_OIDC_TOKEN_URL          ``.well-known/openid-configuration``
+    GPUHUB_OIDC_USERINFO_URL
+    GPUHUB_OIDC_JWKS_URL
+    GPUHUB_OIDC_CALLBACK_URL     ``https://<host>/hub/oauth_callback``           guessed
+    GPUHUB_OIDC_SCOPES           scopes to request (openid profile email)        those three
+    GPUHUB_OIDC_USERNAME_CLAIM   claim that is the JupyterHub username           preferred_username
+    GPUHUB_OIDC_GROUPS_CLAIM     claim that lists the member's groups            groups
+    GPUHUB_ALLOWED_GROUPS        groups whose members may log in (comma list)    none
+    GPUHUB_ADMIN_GROUPS          groups whose members are hub admins             none
+    GPUHUB_ADMIN_CONTACT         whom refused people should ask                  -
+    GPUHUB_INITIAL_CREDITS       credits granted once at a member's first login  none
     ===========================  ==============================================  =========
     """
 
@@ -94,6 +110,22 @@ class Settings:
     credits_port: int = 8123
     credits_fail_open: bool = False
     credits_interval: int = 900
+    credits_admin_token: str = ""
+    oidc_issuer: str = ""
+    oidc_client_id: str = ""
+    oidc_client_secret: str = ""
+    oidc_authorize_url: str = ""
+    oidc_token_url: str = ""
+    oidc_userinfo_url: str = ""
+    oidc_jwks_url: str = ""
+    oidc_callback_url: str = ""
+    oidc_scopes: str = ""
+    oidc_username_claim: str = ""
+    oidc_groups_claim: str = ""
+    allowed_groups: str = ""
+    admin_groups: str = ""
+    admin_contact: str = ""
+    initial_credits: str = ""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -124,6 +156,22 @@ class Settings:
         s.credits_port = _int("GPUHUB_CREDITS_PORT", s.credits_port)
         s.credits_fail_open = _env("GPUHUB_CREDITS_FAIL_OPEN") == "1"
         s.credits_interval = _int("GPUHUB_CREDITS_INTERVAL", s.credits_interval)
+        s.credits_admin_token = _env("GPUHUB_CREDITS_ADMIN_TOKEN")
+        s.oidc_issuer = _env("GPUHUB_OIDC_ISSUER")
+        s.oidc_client_id = _env("GPUHUB_OIDC_CLIENT_ID")
+        s.oidc_client_secret = _env("GPUHUB_OIDC_CLIENT_SECRET")
+        s.oidc_authorize_url = _env("GPUHUB_OIDC_AUTHORIZE_URL")
+        s.oidc_token_url = _env("GPUHUB_OIDC_TOKEN_URL")
+        s.oidc_userinfo_url = _env("GPUHUB_OIDC_USERINFO_URL")
+        s.oidc_jwks_url = _env("GPUHUB_OIDC_JWKS_URL")
+        s.oidc_callback_url = _env("GPUHUB_OIDC_CALLBACK_URL")
+        s.oidc_scopes = _env("GPUHUB_OIDC_SCOPES")
+        s.oidc_username_claim = _env("GPUHUB_OIDC_USERNAME_CLAIM")
+        s.oidc_groups_claim = _env("GPUHUB_OIDC_GROUPS_CLAIM")
+        s.allowed_groups = _env("GPUHUB_ALLOWED_GROUPS")
+        s.admin_groups = _env("GPUHUB_ADMIN_GROUPS")
+        s.admin_contact = _env("GPUHUB_ADMIN_CONTACT")
+        s.initial_credits = _env("GPUHUB_INITIAL_CREDITS")
         return s
 
 
@@ -225,11 +273,6 @@ def apply_config(c, settings: Settings) -> None:
 
     apply_credits_config(c, settings)
 
-    if settings.demo_login:
-        if settings.ip not in ("127.0.0.1", "localhost", "::1"):
-            raise ValueError(
-                "GPUHUB_DEMO_LOGIN=1 accepts any password and only runs on loopback; "
-                f"GPUHUB_IP is {settings.ip!r}"
-            )
-        c.JupyterHub.authenticator_class = "hub_ext.auth.DemoAuthenticator"
-        c.Authenticator.admin_users = {"admin"}
+    from .auth_config import apply_auth_config
+
+    apply_auth_config(c, settings)

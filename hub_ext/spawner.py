@@ -458,6 +458,9 @@ class GPUDockerSpawner(DockerSpawner):
         try:
             obj = await self.get_object()
             if obj is not None:
+                if not obj["State"]["Running"]:
+                    self.log.error("Last lines of %s's container: %s", self._log_name,
+                                   await self._container_logs())
                 await self.docker("remove_container", obj["Id"], force=True)
             self.object_id = ""
         except Exception:
@@ -550,13 +553,19 @@ class GPUDockerSpawner(DockerSpawner):
         await self.docker("create_volume", workspace, labels={LABEL_PREFIX + "user":
                                                               self.user.name})
         if container["ids"] is not None:
-            # a new named volume is filled from the image (owned by jovyan): give it to
-            # the member's own uid once, with a short root container
+            # a new named volume is filled from the image (owned by jovyan) the first time
+            # it is mounted: do that here, at the same path, then give it to the member's
+            # own uid, with a short root container that has no network
+            # (an empty volume is filled again at every mount, owner included: the marker
+            # file keeps it non-empty so the chown sticks)
+            marker = f"{self.workspace_mount}/.gpuhub-workspace"
             helper = await self.docker(
-                "create_container", self.image, user="0", entrypoint=["chown"],
-                command=[f"{uid}:{gid}", "/w"],
+                "create_container", self.image, user="0", entrypoint=["sh", "-c"],
+                command=[f"touch {marker} && chown {uid}:{gid} {self.workspace_mount} "
+                         f"{marker}"],
                 host_config=self.client.create_host_config(
-                    binds={workspace: {"bind": "/w", "mode": "rw"}}, network_mode="none"),
+                    binds={workspace: {"bind": self.workspace_mount, "mode": "rw"}},
+                    network_mode="none"),
             )
             try:
                 await self.docker("start", helper["Id"])
@@ -579,6 +588,8 @@ class GPUDockerSpawner(DockerSpawner):
         create.setdefault("labels", {}).update(labels)
         if container["ids"] is not None:
             create["user"] = "{}:{}".format(*container["ids"])
+            # a uid with no passwd entry in the image gets HOME=/ from Docker
+            self.environment = {**self.environment, "HOME": "/home/jovyan"}
         self.extra_create_kwargs = create
         self.volumes = {**{k: v for k, v in (self.volumes or {}).items()},
                         container["workspace"]: self.workspace_mount}
@@ -594,6 +605,12 @@ class GPUDockerSpawner(DockerSpawner):
             }]
         else:
             host.pop("device_requests", None)
+            # CUDA base images set NVIDIA_VISIBLE_DEVICES=all: with nvidia as the default
+            # runtime a CPU server would see every GPU (NVIDIA container toolkit docs)
+            self.environment = {**self.environment, "NVIDIA_VISIBLE_DEVICES": "void"}
+        # removed by stop() or a failed start, not by the engine the moment it exits:
+        # the logs of a server that dies while starting are what an admin needs
+        host["auto_remove"] = False
         host.setdefault("shm_size", self.shm_size)
         host.setdefault("pids_limit", self.pids_limit)
         host.setdefault("security_opt", ["no-new-privileges"])
@@ -639,7 +656,7 @@ class GPUDockerSpawner(DockerSpawner):
                     self.log.error("Container of %s exited during start (%s): %s",
                                    self._log_name, status, logs)
                     raise web.HTTPError(
-                        500, f"The server's container stopped while starting ({status}). "
+                        500, "The server's container stopped while starting. "
                         "Ask an admin to look at the hub log."
                     )
             await asyncio.sleep(self.ready_poll_interval)
@@ -676,6 +693,7 @@ class GPUDockerSpawner(DockerSpawner):
         return status
 
     async def stop(self, now=False):
+        hook_state = copy.deepcopy(self.hook_state)  # DockerSpawner.stop() clears state
         try:
             try:
                 await super().stop(now=now)
@@ -683,11 +701,13 @@ class GPUDockerSpawner(DockerSpawner):
                 if getattr(e, "status_code", None) not in (404, 409):
                     raise
                 self.log.info("Container of %s already gone: %s", self._log_name, e)
+            self.hook_state = hook_state
             for hook in reversed(self.hooks):
                 stopped = getattr(hook, "after_stop", None)
                 if stopped is not None:
                     await stopped(self)
         finally:
+            self.hook_state = {}
             self.release_gpus("stopped")
 
     def release_gpus(self, why: str) -> None:
@@ -705,7 +725,8 @@ class GPUDockerSpawner(DockerSpawner):
         if self.allocation is not None:
             state["gpuhub"] = {**self.allocation.to_state(), "version": STATE_VERSION}
         if self.hook_state:
-            state["gpuhub_hooks"] = {"version": STATE_VERSION, "hooks": self.hook_state}
+            state["gpuhub_hooks"] = {"version": STATE_VERSION,
+                                     "hooks": copy.deepcopy(self.hook_state)}
         return state
 
     def load_state(self, state):

@@ -2,6 +2,8 @@
 # The demo: set up what is missing, then serve the hub at http://127.0.0.1:8000 on
 # embedded defaults: SQLite under ./var, the machine's GPUs through NVML, or - where NVML
 # finds no driver - a simulated two-GPU node, labelled as simulated on every page.
+# People log in through the same OIDC authenticator as in production, against a local
+# OpenID provider (oidc-provider-mock on 127.0.0.1:9400) where you pick who you are.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
@@ -15,5 +17,45 @@ if [ -z "${GPUHUB_GPUS:-}" ]; then
 fi
 export GPUHUB_DEMO_LOGIN="${GPUHUB_DEMO_LOGIN:-1}"
 export GPUHUB_DOCKER_NETWORK="${GPUHUB_DOCKER_NETWORK:-host}"
-echo "demo: open http://127.0.0.1:${GPUHUB_PORT:-8000} (any username; 'admin' is an admin)"
-exec .venv/bin/jupyterhub -f jupyterhub_config.py
+state="${GPUHUB_STATE_DIR:-var}"
+mkdir -p "$state"
+
+# auth_state (the member's groups and credit balance) is encrypted with this key
+if [ -z "${JUPYTERHUB_CRYPT_KEY:-}" ]; then
+  if [ ! -s "$state/jupyterhub-crypt-key" ]; then
+    (umask 077; .venv/bin/python -c "import secrets; print(secrets.token_hex(32))" \
+      > "$state/jupyterhub-crypt-key")
+  fi
+  JUPYTERHUB_CRYPT_KEY="$(cat "$state/jupyterhub-crypt-key")"
+  export JUPYTERHUB_CRYPT_KEY
+fi
+
+# the demo's OpenID provider: anyone can pick any identity, so loopback only
+oidc_port="${GPUHUB_DEMO_OIDC_PORT:-9400}"
+export GPUHUB_OIDC_ISSUER="${GPUHUB_OIDC_ISSUER:-http://127.0.0.1:$oidc_port}"
+export GPUHUB_OIDC_CLIENT_ID="${GPUHUB_OIDC_CLIENT_ID:-gpuhub-demo}"
+export GPUHUB_OIDC_CLIENT_SECRET="${GPUHUB_OIDC_CLIENT_SECRET:-demo-secret}"
+export GPUHUB_ALLOWED_GROUPS="${GPUHUB_ALLOWED_GROUPS:-gpu-members}"
+export GPUHUB_ADMIN_GROUPS="${GPUHUB_ADMIN_GROUPS:-hub-admins}"
+export GPUHUB_ADMIN_CONTACT="${GPUHUB_ADMIN_CONTACT:-the demo's admin (log in as 'admin')}"
+export GPUHUB_INITIAL_CREDITS="${GPUHUB_INITIAL_CREDITS:-10}"
+user() { printf '{"sub":"%s","preferred_username":"%s","email":"%s@example.org","groups":%s}' \
+  "$1" "$1" "$1" "$2"; }
+.venv/bin/python -m oidc_provider_mock --host 127.0.0.1 --port "$oidc_port" \
+  --user-claims "$(user admin '["hub-admins","gpu-members"]')" \
+  --user-claims "$(user alice '["gpu-members"]')" \
+  --user-claims "$(user bob '["gpu-members","ml101"]')" \
+  --user-claims "$(user mallory '[]')" \
+  > "$state/oidc-provider.log" 2>&1 &
+oidc_pid=$!
+trap 'kill "$oidc_pid" 2>/dev/null || true' EXIT
+for _ in $(seq 100); do
+  curl -fs "http://127.0.0.1:$oidc_port/.well-known/openid-configuration" >/dev/null && break
+  kill -0 "$oidc_pid" 2>/dev/null || { cat "$state/oidc-provider.log"; exit 1; }
+  sleep 0.1
+done
+
+echo "demo: open http://127.0.0.1:${GPUHUB_PORT:-8000} and sign in at the demo provider as"
+echo "      admin (an admin), alice or bob (members, $GPUHUB_INITIAL_CREDITS credits to start)"
+echo "      or mallory (not a member: refused)"
+.venv/bin/jupyterhub -f jupyterhub_config.py

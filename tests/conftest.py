@@ -3,5 +3,6 @@
 pytest_plugins = [
     "tests.fixtures.nvml",
     "tests.fixtures.credits",
+    "tests.fixtures.oidc",
     "tests.fixtures.hub",
 ]

@@ -27,7 +27,7 @@ def test_defaults_are_production_shaped(tmp_path, monkeypatch):
     assert c.GPUDockerSpawner.network_name == "gpuhub"  # a bridge network
     assert "host_network" not in c.GPUDockerSpawner
     assert c.JupyterHub.db_url == f"sqlite:///{tmp_path / 'jupyterhub.sqlite'}"
-    assert "authenticator_class" not in c.JupyterHub  # no demo login by default
+    assert c.JupyterHub.authenticator_class == "hub_ext.auth.CreditAuthenticator"
 
 
 def test_host_network_sets_what_docker_needs(tmp_path, monkeypatch):
@@ -50,17 +50,95 @@ def test_unknown_gpu_source_is_an_error(tmp_path, monkeypatch):
 
 def test_demo_login_only_on_loopback(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_DEMO_LOGIN="1")
-    assert c.JupyterHub.authenticator_class == "hub_ext.auth.DemoAuthenticator"
+    assert c.JupyterHub.authenticator_class == "hub_ext.auth.CreditAuthenticator"
+    assert "not for production" in c.CreditAuthenticator.login_service
     with pytest.raises(ValueError, match="only runs on loopback"):
         configure(tmp_path, monkeypatch, GPUHUB_DEMO_LOGIN="1", GPUHUB_IP="0.0.0.0")
 
 
-def test_demo_authenticator_refuses_to_load_without_the_switch(monkeypatch):
-    from hub_ext.auth import DemoAuthenticator
+OIDC = {
+    "GPUHUB_OIDC_ISSUER": "https://login.example.org/realms/club",
+    "GPUHUB_OIDC_CLIENT_ID": "gpuhub",
+    "GPUHUB_OIDC_CLIENT_SECRET": "s3cret",
+}
 
-    monkeypatch.delenv("GPUHUB_DEMO_LOGIN", raising=False)
-    with pytest.raises(RuntimeError, match="demos only"):
-        DemoAuthenticator()
+
+def test_oidc_settings_reach_the_authenticator(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch, **OIDC,
+                  GPUHUB_ALLOWED_GROUPS="gpu-members, ml101",
+                  GPUHUB_ADMIN_GROUPS="hub-admins",
+                  GPUHUB_OIDC_GROUPS_CLAIM="roles",
+                  GPUHUB_OIDC_USERNAME_CLAIM="email",
+                  GPUHUB_OIDC_SCOPES="openid profile roles",
+                  GPUHUB_OIDC_TOKEN_URL="https://login.example.org/token",
+                  GPUHUB_ADMIN_CONTACT="hub-admins@example.org")
+    a = c.CreditAuthenticator
+    assert (a.issuer, a.client_id, a.client_secret) == (
+        "https://login.example.org/realms/club", "gpuhub", "s3cret")
+    assert a.allowed_groups == {"gpu-members", "ml101"}
+    assert a.admin_groups == {"hub-admins"}
+    assert a.auth_state_groups_key == "oauth_user.roles"
+    assert a.username_claim == "email"
+    assert a.scope == ["openid", "profile", "roles"]
+    assert a.token_url == "https://login.example.org/token"
+    assert "authorize_url" not in a  # discovered from the issuer
+    assert a.admin_contact == "hub-admins@example.org"
+    assert a.credits_enabled is True
+
+    from hub_ext.auth import CreditAuthenticator
+
+    authenticator = CreditAuthenticator(config=c)
+    assert authenticator.manage_groups and authenticator.enable_auth_state
+    assert authenticator.refresh_pre_spawn  # groups and credits are fresh at each spawn
+    assert authenticator.token_url == "https://login.example.org/token"
+    assert authenticator.authorize_url == ""  # until the discovery document is read
+
+
+def test_authenticator_refuses_to_start_without_issuer_or_client(tmp_path, monkeypatch):
+    from hub_ext.auth import CreditAuthenticator
+
+    c = configure(tmp_path, monkeypatch)
+    with pytest.raises(ValueError, match="GPUHUB_OIDC_ISSUER"):
+        CreditAuthenticator(config=c)
+    c = configure(tmp_path, monkeypatch, GPUHUB_OIDC_ISSUER=OIDC["GPUHUB_OIDC_ISSUER"])
+    with pytest.raises(ValueError, match="GPUHUB_OIDC_CLIENT_ID"):
+        CreditAuthenticator(config=c)
+
+
+def test_initial_grant_uses_the_managed_services_admin_token(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch, **OIDC, GPUHUB_INITIAL_CREDITS="10")
+    a = c.CreditAuthenticator
+    assert a.initial_credits == "10"
+    assert a.credits_admin_token == (tmp_path / "credits-admin-token").read_text().strip()
+    assert "gpuhub_member" in c.JupyterHub.template_vars
+
+
+def test_initial_grant_with_an_external_api_needs_its_admin_token(tmp_path, monkeypatch):
+    external = {"GPUHUB_CREDITS_URL": "https://credits.example.org",
+                "GPUHUB_CREDITS_TOKEN": "hub-token", "GPUHUB_INITIAL_CREDITS": "10"}
+    with pytest.raises(ValueError, match="GPUHUB_CREDITS_ADMIN_TOKEN"):
+        configure(tmp_path, monkeypatch, **OIDC, **external)
+    c = configure(tmp_path, monkeypatch, **OIDC, **external,
+                  GPUHUB_CREDITS_ADMIN_TOKEN="admin-token")
+    assert c.CreditAuthenticator.credits_admin_token == "admin-token"
+
+
+@pytest.mark.parametrize("amount", ["ten", "1.234", "-5", "1e3"])
+def test_malformed_initial_credits_name_the_trait(tmp_path, monkeypatch, amount):
+    from hub_ext.auth import CreditAuthenticator
+
+    c = configure(tmp_path, monkeypatch, **OIDC, GPUHUB_INITIAL_CREDITS=amount)
+    with pytest.raises(ValueError, match="initial_credits must be an amount"):
+        CreditAuthenticator(config=c)
+
+
+def test_credits_off_reads_no_accounts_and_shows_no_balance(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch, **OIDC, GPUHUB_CREDITS="off",
+                  GPUHUB_INITIAL_CREDITS="10")
+    assert c.CreditAuthenticator.credits_enabled is False
+    assert "initial_credits" not in c.CreditAuthenticator
+    assert "gpuhub_member" not in (c.JupyterHub.template_vars if "template_vars" in c.JupyterHub
+                                   else {})
 
 
 def test_malformed_number_names_the_variable(tmp_path, monkeypatch):

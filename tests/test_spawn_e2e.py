@@ -91,7 +91,7 @@ async def test_cpu_profile_has_no_device_request(hub_factory, docker_client, two
     [container] = hub.containers(docker_client)
     assert device_requests(docker_client, container["Id"]) == []
     devices, uid = await probe(hub, "dave", token)
-    assert devices == ""
+    assert devices == "void"  # even a runtime that defaults to all GPUs shows none
     assert uid != 0
 
 

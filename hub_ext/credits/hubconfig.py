@@ -1,5 +1,124 @@
-"""How the hub is wired to the credit API (credits are off until the hook lands)."""
+"""How the hub is wired to a Credits API: ``apply_credits_config(c, settings)``.
+
+Three ways, from :class:`hub_ext.config.Settings`:
+
+- default: the reference service (``python -m hub_ext.credits.service``) runs as a
+  JupyterHub-managed service named ``credits`` on 127.0.0.1:``GPUHUB_CREDITS_PORT``, its
+  SQLite ledger and two tokens in the state directory (``credits-hub-token``,
+  ``credits-admin-token``, mode 0600, made once).  The hub talks to it with the hub token;
+  operators grant with the admin token (``gpuhub credits grant``).
+- ``GPUHUB_CREDITS_URL`` + ``GPUHUB_CREDITS_TOKEN``: the organisation's own Credits API.
+- ``GPUHUB_CREDITS=off``: no hook, no service; every profile is free.
+
+Either way :class:`hub_ext.credits.hook.CreditsHook` runs before each container and the
+home page shows its messages (``c.JupyterHub.template_vars``, template ``home.html``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+
+HOOK = "hub_ext.credits.hook.CreditsHook"
+SERVICE_NAME = "credits"
+HUB_TOKEN_FILE = "credits-hub-token"
+ADMIN_TOKEN_FILE = "credits-admin-token"
+
+
+def token_file(path: Path) -> str:
+    """The token kept in ``path``, made (64 hex characters, mode 0600) when missing.
+
+    An existing file with looser permissions is narrowed to 0600.  Raises ValueError for an
+    empty file.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if path.stat().st_mode & 0o077:
+            path.chmod(0o600)
+        token = path.read_text().strip()
+        if not token:
+            raise ValueError(f"{path} is empty; delete it to make a new token") from None
+        return token
+    token = secrets.token_hex(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
+
+
+def service_url(settings) -> str:
+    """Where the managed service listens, as its ``url`` in ``c.JupyterHub.services``."""
+    return f"http://127.0.0.1:{settings.credits_port}"
+
+
+def managed_service(settings) -> dict:
+    """The ``c.JupyterHub.services`` entry that runs the reference service.
+
+    Its routes live under JupyterHub's service prefix (``/services/credits/``), so the
+    proxy can route to it too; the tokens travel in its environment, never on its
+    command line (which ``ps`` shows).
+    """
+    state = Path(settings.state_dir)
+    return {
+        "name": SERVICE_NAME,
+        "url": service_url(settings),
+        "display": False,
+        "cwd": str(state),
+        "command": [
+            sys.executable, "-m", "hub_ext.credits.service",
+            "--ip", "127.0.0.1", "--port", str(settings.credits_port),
+            "--db-url", f"sqlite:///{state / 'credits.sqlite'}",
+        ],
+        "environment": {
+            "GPUHUB_CREDITS_HUB_TOKEN": token_file(state / HUB_TOKEN_FILE),
+            "GPUHUB_CREDITS_ADMIN_TOKEN": token_file(state / ADMIN_TOKEN_FILE),
+        },
+    }
 
 
 def apply_credits_config(c, settings) -> None:
-    """Add the credits hook and the credits service to the hub config (none yet)."""
+    """Add the credits hook and, by default, the reference service as a managed service.
+
+    Raises ValueError when GPUHUB_CREDITS_URL is set without GPUHUB_CREDITS_TOKEN or is
+    not an http(s) URL.
+    """
+    if not settings.credits:
+        return
+    if settings.credits_interval < 1:
+        raise ValueError(
+            f"GPUHUB_CREDITS_INTERVAL={settings.credits_interval}: an interval is at least "
+            "1 second (900 is 15 minutes)"
+        )
+    if settings.credits_url:
+        if not settings.credits_url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"GPUHUB_CREDITS_URL={settings.credits_url!r} must start with http:// or "
+                "https://"
+            )
+        if not settings.credits_token:
+            raise ValueError("GPUHUB_CREDITS_URL is set but GPUHUB_CREDITS_TOKEN is empty")
+        c.CreditsClient.url = settings.credits_url
+        c.CreditsClient.token = settings.credits_token
+    else:
+        service = managed_service(settings)
+        services = list(c.JupyterHub.services) if "services" in c.JupyterHub else []
+        services = [s for s in services if s.get("name") != SERVICE_NAME] + [service]
+        c.JupyterHub.services = services
+        c.CreditsClient.url = service["url"] + f"/services/{SERVICE_NAME}/"
+        c.CreditsClient.token = service["environment"]["GPUHUB_CREDITS_HUB_TOKEN"]
+
+    hooks = list(c.GPUDockerSpawner.before_container_hooks) if (
+        "before_container_hooks" in c.GPUDockerSpawner) else []
+    if HOOK not in hooks:
+        hooks.append(HOOK)
+    c.GPUDockerSpawner.before_container_hooks = hooks
+    c.CreditsHook.interval = settings.credits_interval
+    c.CreditsHook.fail_open = settings.credits_fail_open
+
+    from .hook import home_notices
+
+    template_vars = dict(c.JupyterHub.template_vars) if "template_vars" in c.JupyterHub else {}
+    template_vars["gpuhub_credits_notices"] = home_notices
+    c.JupyterHub.template_vars = template_vars
