@@ -44,6 +44,7 @@ __all__ = [
     "credits_off",
     "initial_grant_key",
     "read_credit_account",
+    "remember_balance",
     "unknown",
 ]
 
@@ -133,7 +134,14 @@ class MemberAccount:
     template calls, so ``{% set account = gpuhub_member.credits(user) %}`` reads the
     (encrypted) auth_state of ``user`` (a JupyterHub ``User``).  Not callable on purpose:
     JupyterHub would call a callable template var with the user itself.
+
+    An account read more than ``max_age`` seconds ago is read again through the hub's
+    authenticator (its ``credit_account``) and saved, so a grant made outside the hub shows
+    within a minute, not only at the next login refresh.
     """
+
+    def __init__(self, max_age: float = 60.0):
+        self.max_age = max_age
 
     async def credits(self, user) -> dict:
         """``status`` and ``balance`` (a string of credits, or None) of ``user``."""
@@ -144,7 +152,35 @@ class MemberAccount:
         except Exception:  # noqa: BLE001 - a page must render even with a rotated key
             logging.getLogger(__name__).warning("auth_state of %s cannot be read", user.name)
             auth_state = None
-        account = ((auth_state or {}).get(STATE_KEY) or {}).get("credits")
+        ours = (auth_state or {}).get(STATE_KEY)
+        account = (ours or {}).get("credits")
         if not isinstance(account, dict):
             return {"status": "unknown", "balance": None}
+        reader = getattr(getattr(user, "authenticator", None), "credit_account", None)
+        if reader is not None and account.get("status") != "off" and self._stale(account):
+            account = await reader(user.name)
+            ours["credits"] = account
+            await user.save_auth_state(auth_state)
         return {"status": account.get("status", "unknown"), "balance": account.get("balance")}
+
+    def _stale(self, account: dict) -> bool:
+        try:
+            checked_at = datetime.fromisoformat(account["checked_at"])
+        except (KeyError, TypeError, ValueError):
+            return True
+        return (utcnow() - checked_at).total_seconds() > self.max_age
+
+
+async def remember_balance(user, balance: Decimal, log: logging.Logger) -> None:
+    """Keep in ``user``'s auth_state the balance the Credits API just answered a debit or
+    refund with, so the hub's pages show it at once.  Never raises."""
+    if not hasattr(user, "save_auth_state"):
+        return
+    try:
+        auth_state = await user.get_auth_state()
+        if not auth_state or not isinstance(auth_state.get(STATE_KEY), dict):
+            return
+        auth_state[STATE_KEY]["credits"] = _state("ok", balance)
+        await user.save_auth_state(auth_state)
+    except Exception as e:  # noqa: BLE001 - only a display; the ledger is the truth
+        log.warning("Could not keep the new balance of %s in auth_state: %s", user.name, e)

@@ -131,7 +131,10 @@ class GPUDockerSpawner(DockerSpawner):
         - ``async undo(spawner)``: a later step failed; idempotent;
         - optionally ``async after_stop(spawner)``: the server stopped; idempotent;
         - optionally ``restore(spawner)``: the hub restarted with this server running;
-          ``spawner.hook_state[hook.name]`` holds what the hook kept in spawner state.
+          ``spawner.hook_state[hook.name]`` holds what the hook kept in spawner state;
+        - optionally ``async why_not(spawner, credits_per_hour)``: a sentence saying why a
+          profile of that price cannot start for this member now, or ``""``; the spawn
+          page disables such a profile and shows the sentence.
 
             c.GPUDockerSpawner.before_container_hooks = ["hub_ext.credits.hook.CreditsHook"]
         """,
@@ -329,7 +332,8 @@ class GPUDockerSpawner(DockerSpawner):
 
     async def profile_cards(self, profiles: list[dict]) -> list[dict]:
         """What the spawn page shows per profile: the image's contents, GPUs asked, free
-        now, cost, and whether it can start now (with the reason when it cannot)."""
+        now, cost, and whether it can start now (with the reason when it cannot: too few
+        free GPUs, or a hook's ``why_not``, such as a balance that cannot pay)."""
         try:
             devices = await self.pool.devices()
         except Exception as e:  # noqa: BLE001 - the page still renders; spawns say why
@@ -340,7 +344,11 @@ class GPUDockerSpawner(DockerSpawner):
             overrides = profile_overrides(select_profile([profile], {"profile": profile["slug"]}))
             count, mig = gpu_request(overrides.get("gpus", self._configured["gpus"]))
             summary = self.pool.summary(devices, mig_profile=mig)
-            available = count == 0 or summary.free >= count
+            price = float(overrides.get("credits_per_hour", 0) or 0)
+            why_not = "" if count == 0 or summary.free >= count else (
+                self.pool.refusal_message(devices, count, mig))
+            if not why_not:
+                why_not = await self._hooks_why_not(price)
             image = overrides.get("image", self._configured["image"])
             cards.append({
                 "slug": profile["slug"],
@@ -352,11 +360,20 @@ class GPUDockerSpawner(DockerSpawner):
                 "free": summary.free,
                 "total": summary.total,
                 "simulated": summary.kind == "simulated",
-                "available": available,
-                "why_not": "" if available else self.pool.refusal_message(devices, count, mig),
-                "credits_per_hour": float(overrides.get("credits_per_hour", 0) or 0),
+                "available": not why_not,
+                "why_not": why_not,
+                "credits_per_hour": price,
             })
         return cards
+
+    async def _hooks_why_not(self, credits_per_hour: float) -> str:
+        """The first hook's reason why a profile of this price cannot start now, or ``""``."""
+        for hook in self.hooks:
+            ask = getattr(hook, "why_not", None)
+            why_not = await ask(self, credits_per_hour) if ask is not None else ""
+            if why_not:
+                return why_not
+        return ""
 
     _image_facts: dict[str, dict] = {}
 
@@ -410,13 +427,29 @@ class GPUDockerSpawner(DockerSpawner):
     # -- start / stop ------------------------------------------------------------------
 
     async def start(self):
+        """Start the server (the steps in the module doc); returns ``(ip, port)``.
+
+        Raises ``tornado.web.HTTPError`` with a sentence for the member; its
+        ``jupyterhub_message`` is that sentence, which the progress page shows when the
+        refusal comes after the spawn page moved on (JupyterHub ``format_exception``).
+        """
+        try:
+            return await self._start()
+        except web.HTTPError as e:
+            if e.log_message and not hasattr(e, "jupyterhub_message"):
+                e.jupyterhub_message = e.log_message
+            raise
+
+    async def _start(self):
         self._events = []
         await self.load_profile()
         container = await self.container_settings()
         count, mig = gpu_request(self.gpus)
         self.allocation = None
         if count:
-            self.emit(10, f"Reserving {mig + ' slice' if mig else str(count) + ' GPU(s)'}")
+            unit = f"{mig} GPU slice" if mig else "GPU"
+            what = f"{count} {unit}{'s' if count > 1 else ''}"
+            self.emit(10, f"Reserving {what}")
             try:
                 self.allocation = await self.pool.allocate(
                     self.server_key, count, mig_profile=mig, profile=self.profile_slug
@@ -428,6 +461,7 @@ class GPUDockerSpawner(DockerSpawner):
                 raise web.HTTPError(409, e.message) from e
             self.log.info("%s holds GPU(s) %s", self._log_name,
                           ",".join(self.allocation.uuids))
+            self.emit(20, f"Reserved {what} for you alone: {', '.join(self.allocation.uuids)}")
         done_hooks = []
         try:
             for hook in self.hooks:

@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.fixtures.credits",
     "tests.fixtures.oidc",
     "tests.fixtures.hub",
+    "tests.fixtures.browser",
 ]

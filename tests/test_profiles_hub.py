@@ -42,10 +42,10 @@ async def test_spawn_page_shows_cards_with_contents_cost_and_free_gpus(hub):
     html = (await browser.get("/hub/spawn")).text
     shown = cards(html)
     assert set(shown) == {"cpu", "pytorch"}  # "course" is for ml101 only
-    assert "2 of 2 free now" in shown["pytorch"]
+    assert "2 of 2 GPUs free now" in shown["pytorch"]
     assert "(simulated GPUs)" in shown["pytorch"]
     assert "2.00 credits per hour" in shown["pytorch"]
-    assert re.search(r"<dt>Pytorch</dt><dd>2\.\d+", shown["pytorch"])
+    assert re.search(r"<dt>PyTorch</dt><dd>2\.\d+", shown["pytorch"])
     assert "<dt>Python</dt><dd>3.11" in shown["pytorch"]
     assert "&lt;b&gt;small&lt;/b&gt;" in shown["cpu"]  # autoescaped, never raw HTML
     assert "disabled" not in shown["pytorch"].split(">")[1]

@@ -46,6 +46,7 @@ from traitlets import Bool, Callable, Float, Instance, default, validate
 from traitlets.config import SingletonConfigurable
 
 from .. import metrics
+from ..auth_credits import MemberAccount, remember_balance
 from .client import CreditsClient
 from .errors import (
     AccountNotFound,
@@ -60,12 +61,13 @@ from .metering import (
     MeterRecord,
     as_decimal,
     debit_key,
+    interval_amount,
     interval_index,
     refund_amount,
     refund_key,
 )
 
-__all__ = ["CreditsHook", "home_notices", "utcnow"]
+__all__ = ["CreditsHook", "home_notices", "too_little", "utcnow"]
 
 UNREACHABLE = (
     "The credit service cannot be reached, so no server can start now. "
@@ -83,6 +85,12 @@ def utcnow() -> datetime:
 
 def _money(value: Decimal | None) -> str:
     return f"{(value or Decimal(0)).quantize(CENT)}"
+
+
+def too_little(price: Decimal, balance: Decimal | None) -> str:
+    """The sentence a member reads when their balance cannot pay a profile."""
+    return (f"This profile costs {_money(price)} credits per hour; your balance is "
+            f"{_money(balance)}. Pick a free profile, or ask an admin for credits.")
 
 
 @dataclass
@@ -256,11 +264,7 @@ class CreditsHook(SingletonConfigurable):
             metrics.SPAWNS_REFUSED.labels(reason="insufficient_credits").inc()
             self.log.warning("Refusing spawn of %s: %s credits for interval 0 refused (%s)",
                              record.label, record.amount, e)
-            raise web.HTTPError(
-                402,
-                f"This profile costs {_money(price)} credits per hour; your balance is "
-                f"{_money(balance)}. Pick a free profile, or ask an admin for credits.",
-            ) from None
+            raise web.HTTPError(402, too_little(price, balance)) from None
         except (CreditsError, TimeoutError) as e:
             why = "timed out" if isinstance(e, TimeoutError) else str(e)
             if isinstance(e, CreditsAuthError):
@@ -284,6 +288,25 @@ class CreditsHook(SingletonConfigurable):
         record.debits[0] = entry.transaction_id
         self._track(spawner, record)
         spawner.emit(40, f"Debited {record.amount} credits; your balance is {entry.balance}")
+        await remember_balance(spawner.user, entry.balance, self.log)
+
+    async def why_not(self, spawner, credits_per_hour: float) -> str:
+        """Why a profile of this price cannot start for this member now, or ``""``.
+
+        Only a balance known to be too low for the first interval is a reason: the spawn
+        page disables the profile and shows the sentence of the spawn-time refusal.  An
+        unknown balance is no reason here (the spawn itself decides, failing closed).
+        """
+        price = as_decimal(credits_per_hour)
+        if price <= 0:
+            return ""
+        account = await MemberAccount().credits(spawner.user)
+        if account["status"] != "ok" or account["balance"] is None:
+            return ""
+        balance = Decimal(account["balance"])
+        if balance >= interval_amount(price, self.interval):
+            return ""
+        return too_little(price, balance)
 
     async def undo(self, spawner) -> None:
         """The start failed after the debit: refund it in full.  Idempotent; never raises."""
@@ -431,6 +454,7 @@ class CreditsHook(SingletonConfigurable):
                                index, record.label, e)
                 return True
             record.debits[index] = entry.transaction_id
+            await remember_balance(metered.spawner.user, entry.balance, self.log)
             if record.refused_at is not None:
                 record.refused_at = record.refused_balance = None
                 self._notices.get(record.username, {}).pop(record.server_name, None)
@@ -468,6 +492,7 @@ class CreditsHook(SingletonConfigurable):
                     self.log.info("Refunded %s credits to %s for %s (interval %d, %s), "
                                   "balance %s", entry.amount, record.username, record.label,
                                   index, entry.transaction_id, entry.balance)
+                    await remember_balance(metered.spawner.user, entry.balance, self.log)
             record.refunds[index] = amount
         return True
 

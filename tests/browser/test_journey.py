@@ -1,0 +1,197 @@
+"""A person's whole path through the hub, in a real browser.
+
+Everything is real: Chromium (Playwright), the OIDC provider's sign-in page, JupyterHub and
+its proxy, the reference credits service the hub runs, Docker containers on a simulated
+two-GPU node, JupyterLab and its terminal.  Each step leaves a screenshot in
+``artifacts/browser/<test>/``; ``GPUHUB_DOCS_SCREENSHOTS=1`` also refreshes the ones the
+README shows (``docs/screenshots/``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+import pytest
+from playwright.async_api import expect
+
+from hub_ext.credits.client import CreditsClient
+from hub_ext.credits.hubconfig import ADMIN_TOKEN_FILE
+
+pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
+
+# 4 credits per hour: the first 15-minute interval costs 1.00
+PROFILES = [
+    {"display_name": "CPU only", "slug": "cpu", "default": True,
+     "description": "JupyterLab and the scientific Python stack, no GPU.",
+     "spawner_override": {"image": "gpuhub/base:latest"}},
+    {"display_name": "PyTorch, 1 GPU", "slug": "pytorch", "gpus": 1, "credits_per_hour": 4,
+     "description": "PyTorch on one exclusive GPU.",
+     "spawner_override": {"image": "gpuhub/pytorch:latest"}},
+]
+PROBE = "echo GPUHUB:$NVIDIA_VISIBLE_DEVICES:$(id -u):END"
+PROBE_RE = re.compile(r"GPUHUB:(GPU-[0-9a-f-]+):(\d+):END")
+# Records the lines of the spawn page's event log as they appear: the page reloads into
+# JupyterLab the moment the server is ready, taking the log with it.
+RECORD_PROGRESS = """
+new MutationObserver(function (mutations) {
+  for (const m of mutations) for (const node of m.addedNodes) {
+    if (node.classList && node.classList.contains("progress-log-event")) {
+      window.gpuhubProgress(node.textContent);
+    }
+  }
+}).observe(document, {childList: true, subtree: true});
+"""
+# xterm.js draws on a canvas; its screen-reader mode (a JupyterLab terminal setting) also
+# keeps the rows as text, which is what the test reads.
+SCREEN_READER = """
+async function (url) {
+  const xsrf = document.cookie.split("; ").find(c => c.startsWith("_xsrf="));
+  const r = await fetch(url, {
+    method: "PUT",
+    headers: {"Content-Type": "application/json",
+              "X-XSRFToken": xsrf ? decodeURIComponent(xsrf.slice(6)) : ""},
+    body: JSON.stringify({raw: JSON.stringify({screenReaderMode: true})}),
+  });
+  return r.status;
+}
+"""
+
+
+async def grant(hub, user: str, amount: str) -> None:
+    """Grant credits with the admin token of the reference service the hub runs."""
+    token = (hub.state_dir / ADMIN_TOKEN_FILE).read_text().strip()
+    url = f"http://127.0.0.1:{hub.env['GPUHUB_CREDITS_PORT']}/services/credits/"
+    async with CreditsClient(url=url, token=token) as client:
+        await client.grant(user, amount, key=f"journey-{uuid.uuid4().hex}")
+
+
+async def log_in(page, hub, name: str) -> None:
+    """Open the hub, follow its sign-in button to the provider, and sign in as ``name``."""
+    await page.goto(hub.url + "/hub/")
+    await page.get_by_text(re.compile("Sign in with")).click()
+    await page.get_by_placeholder("sub").fill(name)
+    await page.get_by_role("button", name="Authorize").click()
+    await page.wait_for_url(re.compile(rf"{re.escape(hub.url)}/hub/spawn"))
+
+
+def card(page, slug: str):
+    return page.locator(f".gpuhub-card[data-profile={slug}]")
+
+
+async def start_profile(page, slug: str) -> None:
+    await card(page, slug).click()
+    await page.get_by_role("button", name="Start").click()
+
+
+async def terminal_says(page, user: str, command: str) -> str:
+    """Open a Terminal from JupyterLab's launcher, type ``command``, read the answer."""
+    status = await page.evaluate(SCREEN_READER, f"/user/{user}/lab/api/settings/"
+                                 "@jupyterlab/terminal-extension:plugin")
+    assert status in (200, 204), status
+    await page.reload()  # JupyterLab reads its settings when it loads
+    await page.locator(".jp-LauncherCard[title*='terminal' i]").first.click()
+    terminal = page.locator(".jp-Terminal")
+    await expect(terminal.locator(".xterm-accessibility-tree")).to_contain_text("$")
+    await terminal.click()
+    await page.keyboard.type(command + "\n")
+    rows = terminal.locator(".xterm-accessibility-tree")
+    await expect(rows).to_contain_text(re.compile(r"GPUHUB:\S+:END"))
+    return await rows.inner_text()
+
+
+@pytest.fixture
+async def journey_hub(hub_factory, tmp_path, oidc_provider):
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text(json.dumps(PROFILES))
+    hub = await hub_factory(GPUHUB_PROFILES=str(profiles))
+    for name in ("alice", "bob", "carol", "dave"):
+        oidc_provider.member(name)
+    for name, amount in (("alice", "10"), ("bob", "10"), ("carol", "10"), ("dave", "0.50")):
+        await grant(hub, name, amount)
+    return hub
+
+
+async def test_a_members_journey(journey_hub, person, screenshots):
+    hub = journey_hub
+
+    # 1. alice opens the hub and signs in at the organisation's provider
+    alice = await person()
+    progress: list[str] = []
+    await alice.expose_function("gpuhubProgress", lambda line: progress.append(line))
+    await alice.add_init_script(RECORD_PROGRESS)
+    await log_in(alice, hub, "alice")
+
+    # 2. the spawn page: what each profile holds, costs, and how many GPUs are free
+    pytorch = card(alice, "pytorch")
+    await expect(pytorch).to_contain_text("2 of 2 GPUs free now")
+    await expect(pytorch).to_contain_text("4.00 credits per hour")
+    await expect(pytorch).to_contain_text(re.compile(r"PyTorch\s*2\.13"))
+    await expect(card(alice, "cpu")).to_contain_text("Free")
+    await expect(alice.locator(".gpuhub-balance")).to_have_text("10.00 credits")
+    await screenshots.take(alice, "02-spawn-page")
+
+    # bob has the spawn page open all along
+    bob = await person()
+    await log_in(bob, hub, "bob")
+    await expect(card(bob, "pytorch")).to_contain_text("2 of 2 GPUs free now")
+
+    # 3. alice starts PyTorch; the progress page shows the hub's own steps
+    await start_profile(alice, "pytorch")
+    await alice.wait_for_url(re.compile("/hub/spawn-pending/alice"))
+    await expect(alice.locator("#progress-details")).to_have_attribute("open", "")
+    await alice.locator(".progress-log-event").first.wait_for()
+    await screenshots.take(alice, "03-progress")
+    await alice.wait_for_url(re.compile("/user/alice/lab"), timeout=90_000)
+    steps = "\n".join(progress)
+    for step in ("Reserving 1 GPU", "Debiting 1.00 credits", "Starting container"):
+        assert step in steps, progress
+
+    # 4. JupyterLab; a terminal shows her GPU and that she is not root
+    await expect(alice.locator(".jp-Launcher")).to_be_visible(timeout=60_000)
+    answer = await terminal_says(alice, "alice", PROBE)
+    devices, uid = PROBE_RE.search(answer).groups()
+    assert int(uid) == 1000
+    await screenshots.take(alice, "04-terminal")
+
+    # 5. bob's page, never reloaded, now shows one GPU fewer; he takes the last one
+    await expect(card(bob, "pytorch")).to_contain_text("1 of 2 GPUs free now", timeout=15_000)
+    await screenshots.take(bob, "05-one-gpu-fewer")
+    await start_profile(bob, "pytorch")
+    await bob.wait_for_url(re.compile("/user/bob/lab"), timeout=90_000)
+
+    # the pool is empty: carol's GPU profile is disabled and says why, on a phone too
+    carol = await person(phone=True)
+    await log_in(carol, hub, "carol")
+    carols = card(carol, "pytorch")
+    await expect(carols).to_contain_text("No GPU free: all 2 GPUs are in use")
+    await expect(carols.locator("input[type=radio]")).to_be_disabled()
+    await screenshots.take(carol, "06-pool-empty")
+
+    # 6. alice stops her server from the hub's home page; carol's page frees up, live
+    await alice.goto(hub.url + "/hub/home")
+    await expect(alice.locator(".gpuhub-balance")).to_have_text("9.00 credits")
+    await alice.get_by_role("button", name=re.compile("Stop My Server")).click()
+    await expect(alice.get_by_role("button", name=re.compile("Start My Server"))).to_be_visible(
+        timeout=60_000)
+    await screenshots.take(alice, "08-home-stop")
+    await alice.reload()  # the unused part of the first interval came back
+    await expect(alice.locator(".gpuhub-balance")).to_have_text(re.compile(r"^9\.9\d credits$"))
+    await expect(carols).to_contain_text("1 of 2 GPUs free now", timeout=15_000)
+    await expect(carols.locator("input[type=radio]")).to_be_enabled()
+    await screenshots.take(carol, "09-gpu-free-again")
+
+    # a member whose balance cannot pay the first interval reads why before clicking,
+    # and a forged submit is refused at once with the same sentence
+    dave = await person()
+    await log_in(dave, hub, "dave")
+    daves = card(dave, "pytorch")
+    await expect(daves).to_contain_text(
+        "This profile costs 4.00 credits per hour; your balance is 0.50")
+    await expect(daves.locator("input[type=radio]")).to_be_disabled()
+    await screenshots.take(dave, "07-no-credits")
+    await daves.locator("input[type=radio]").evaluate("r => { r.disabled = false; }")
+    await start_profile(dave, "pytorch")
+    await expect(dave.locator("body")).to_contain_text("your balance is 0.50")
+    await screenshots.take(dave, "07-no-credits-refused")
