@@ -5,7 +5,10 @@
 plain: ``docker run`` of the image's JupyterLab until ``/api/status`` answers 200.
 hub:   ``POST /hub/api/users/<name>/server`` until the hub reports the server ready
        (its progress event stream sends ``ready``), through the real hub and proxy.
-Prints the medians of each and their ratio (target: hub/plain at most 1.25).
+refusal: with both GPUs of the simulated node held, a GPU spawn request until its 409.
+Prints the medians of each and their ratio (target: hub/plain at most 1.25), and the
+refusal's median and p99 (the answer "at once": well under JupyterHub's 10 s
+slow_spawn_timeout, after which a refusal would only show on the progress page).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from jupyterhub.utils import random_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.fixtures.hub import Hub  # noqa: E402
+from tests.fixtures.oidc import running_provider  # noqa: E402
 
 
 async def plain_run(image: str) -> float:
@@ -65,28 +69,50 @@ async def hub_spawn(hub: Hub, user: str) -> float:
     return time.perf_counter() - tic
 
 
+async def hub_refusal(hub: Hub, user: str) -> float:
+    """A GPU spawn on a node whose GPUs are all held: seconds until the refusal."""
+    tic = time.perf_counter()
+    r = await hub.spawn(user, {"profile": "gpu"})
+    elapsed = time.perf_counter() - tic
+    assert r.status_code == 409 and "No GPU free" in r.json()["message"], r.text
+    return elapsed
+
+
 async def main(runs: int, image: str) -> None:
     plain = [await plain_run(image) for _ in range(runs)]
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, \
+            running_provider(Path(tmp) / "oidc.log") as oidc:
         profiles = Path(tmp) / "profiles.json"
-        profiles.write_text(json.dumps([{"display_name": "cpu", "slug": "cpu",
-                                         "spawner_override": {"image": image}}]))
-        hub = Hub(Path(tmp), {"GPUHUB_PROFILES": str(profiles)})
+        profiles.write_text(json.dumps([
+            {"display_name": "cpu", "slug": "cpu", "spawner_override": {"image": image}},
+            {"display_name": "gpu", "slug": "gpu", "gpus": 1,
+             "spawner_override": {"image": image}},
+        ]))
+        hub = Hub(Path(tmp), {"GPUHUB_PROFILES": str(profiles)}, oidc=oidc)
         await hub.start()
         try:
-            await hub.create_user("bench")
+            for user in ("bench", "holder1", "holder2", "refused"):
+                await hub.create_user(user)
             spawns = []
             for _ in range(runs):
                 spawns.append(await hub_spawn(hub, "bench"))
                 await hub.stop_server("bench")
+            for holder in ("holder1", "holder2"):  # the simulated node's two GPUs
+                r = await hub.spawn(holder, {"profile": "gpu"})
+                assert r.status_code in (201, 202), r.text
+                await hub.wait_ready(holder)
+            refusals = sorted([await hub_refusal(hub, "refused") for _ in range(runs * 5)])
         finally:
             import docker
 
             await hub.close(docker.APIClient())
     p, h = statistics.median(plain), statistics.median(spawns)
+    p99 = refusals[min(len(refusals) - 1, round(0.99 * (len(refusals) - 1)))]
     print(f"plain docker run  : median {p:.3f} s  runs {[round(x, 3) for x in plain]}")
     print(f"hub spawn         : median {h:.3f} s  runs {[round(x, 3) for x in spawns]}")
     print(f"ratio hub/plain   : {h / p:.2f}  (target <= 1.25)")
+    print(f"hub GPU refusal   : median {statistics.median(refusals) * 1000:.1f} ms, "
+          f"p99 {p99 * 1000:.1f} ms over {len(refusals)} requests (POST until the 409)")
 
 
 if __name__ == "__main__":

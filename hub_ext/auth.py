@@ -184,6 +184,27 @@ class CreditAuthenticator(GenericOAuthenticator):
         """,
     )
 
+    uid_claim = Unicode(
+        "",
+        config=True,
+        help="""Claim holding the member's own uid (e.g. LDAP's ``uidNumber``), so their
+        server runs as them and files on shared storage are theirs; "" runs everyone as
+        jovyan (uid 1000) unless ``GPUDockerSpawner.uid_map_file`` maps them.
+
+            c.CreditAuthenticator.uid_claim = "uidNumber"
+        """,
+    )
+
+    gid_claim = Unicode(
+        "",
+        config=True,
+        help="""Claim holding the member's primary gid (e.g. ``gidNumber``); "" uses the
+        uid as the gid.
+
+            c.CreditAuthenticator.gid_claim = "gidNumber"
+        """,
+    )
+
     @default("login_service")
     def _login_service_default(self) -> str:
         return "your organisation account"
@@ -387,7 +408,8 @@ class CreditAuthenticator(GenericOAuthenticator):
         return name
 
     async def update_auth_model(self, auth_model):
-        """Add the member's groups and credit account to ``auth_state["gpuhub"]``.
+        """Add the member's groups, credit account and (with ``uid_claim``) uid and gid to
+        ``auth_state["gpuhub"]``.
 
         Called by OAuthenticator at login and at every refresh.  The Credits API is asked
         only about people who may log in; its failures never fail the login.
@@ -397,6 +419,10 @@ class CreditAuthenticator(GenericOAuthenticator):
         groups = set(await self.get_user_groups(auth_state)) if self.manage_groups else set()
         admin = bool(auth_model["admin"]) or bool(groups & self.admin_groups)
         ours = {"groups": sorted(groups)}
+        claims = auth_state.get(self.user_auth_state_key) or {}
+        for key, claim in (("uid", self.uid_claim), ("gid", self.gid_claim)):
+            if claim and claims.get(claim) is not None:
+                ours[key] = claims[claim]  # checked by the spawner (never root)
         if self.may_log_in(name, groups, admin):
             ours["credits"] = await self.credit_account(name)
         auth_state[STATE_KEY] = ours

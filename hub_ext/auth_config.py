@@ -49,6 +49,8 @@ def apply_auth_config(c, settings) -> None:
         ("jwks_url", settings.oidc_jwks_url),
         ("oauth_callback_url", settings.oidc_callback_url),
         ("username_claim", settings.oidc_username_claim),
+        ("uid_claim", settings.oidc_uid_claim),
+        ("gid_claim", settings.oidc_gid_claim),
         ("admin_contact", settings.admin_contact),
     ):
         if value:

@@ -49,6 +49,8 @@ class Settings:
     variable                     meaning                                         default
     ===========================  ==============================================  =========
     GPUHUB_IP / GPUHUB_PORT      where the proxy serves the hub                  127.0.0.1 / 8000
+    GPUHUB_HUB_PORT              the hub's own API port on 127.0.0.1             8081
+    GPUHUB_PROXY_API_PORT        the proxy's API port on 127.0.0.1               8001
     GPUHUB_STATE_DIR             database, cookie secret, logs                   ./var
     GPUHUB_DB_URL                the hub database (SQLAlchemy URL)               sqlite in state dir
     GPUHUB_GPUS                  ``nvml``, ``simulated:N`` or ``simulated:F``    nvml
@@ -56,6 +58,7 @@ class Settings:
     GPUHUB_PROFILES              JSON file with a profile_list                   built-in
     GPUHUB_IMAGE                 image of profiles that name none                gpuhub/base
     GPUHUB_WORKSPACE             named volume or host path, ``{username}``        see below
+    GPUHUB_WORKSPACE_ROOT        host folder that host-path workspaces lie under  none
     GPUHUB_DATASETS              JSON file: {name: {path, groups}}               none
     GPUHUB_UID_MAP               JSON file: {user: {uid, gid}}                   none
     GPUHUB_MAX_GPUS_PER_USER     GPUs one member may hold (0: no limit)          0
@@ -81,6 +84,8 @@ class Settings:
     GPUHUB_OIDC_SCOPES           scopes to request (openid profile email)        those three
     GPUHUB_OIDC_USERNAME_CLAIM   claim that is the JupyterHub username           preferred_username
     GPUHUB_OIDC_GROUPS_CLAIM     claim that lists the member's groups            groups
+    GPUHUB_OIDC_UID_CLAIM        claims with the member's own uid / gid, so      off
+    GPUHUB_OIDC_GID_CLAIM          servers run as them (e.g. uidNumber)
     GPUHUB_ALLOWED_GROUPS        groups whose members may log in (comma list)    none
     GPUHUB_ADMIN_GROUPS          groups whose members are hub admins             none
     GPUHUB_ADMIN_CONTACT         whom refused people should ask                  -
@@ -96,7 +101,10 @@ class Settings:
     docker_network: str = "gpuhub"
     profiles_file: str = ""
     image: str = "gpuhub/base:latest"
+    hub_port: int = 8081
+    proxy_api_port: int = 8001
     workspace: str = "jupyterhub-user-{username}"
+    workspace_root: str = ""
     datasets_file: str = ""
     uid_map_file: str = ""
     max_gpus_per_user: int = 0
@@ -122,6 +130,8 @@ class Settings:
     oidc_scopes: str = ""
     oidc_username_claim: str = ""
     oidc_groups_claim: str = ""
+    oidc_uid_claim: str = ""
+    oidc_gid_claim: str = ""
     allowed_groups: str = ""
     admin_groups: str = ""
     admin_contact: str = ""
@@ -139,7 +149,10 @@ class Settings:
         s.docker_network = _env("GPUHUB_DOCKER_NETWORK", s.docker_network)
         s.profiles_file = _env("GPUHUB_PROFILES")
         s.image = _env("GPUHUB_IMAGE", s.image)
+        s.hub_port = _int("GPUHUB_HUB_PORT", s.hub_port)
+        s.proxy_api_port = _int("GPUHUB_PROXY_API_PORT", s.proxy_api_port)
         s.workspace = _env("GPUHUB_WORKSPACE", s.workspace)
+        s.workspace_root = _env("GPUHUB_WORKSPACE_ROOT")
         s.datasets_file = _env("GPUHUB_DATASETS")
         s.uid_map_file = _env("GPUHUB_UID_MAP")
         s.max_gpus_per_user = _int("GPUHUB_MAX_GPUS_PER_USER", 0)
@@ -168,6 +181,8 @@ class Settings:
         s.oidc_scopes = _env("GPUHUB_OIDC_SCOPES")
         s.oidc_username_claim = _env("GPUHUB_OIDC_USERNAME_CLAIM")
         s.oidc_groups_claim = _env("GPUHUB_OIDC_GROUPS_CLAIM")
+        s.oidc_uid_claim = _env("GPUHUB_OIDC_UID_CLAIM")
+        s.oidc_gid_claim = _env("GPUHUB_OIDC_GID_CLAIM")
         s.allowed_groups = _env("GPUHUB_ALLOWED_GROUPS")
         s.admin_groups = _env("GPUHUB_ADMIN_GROUPS")
         s.admin_contact = _env("GPUHUB_ADMIN_CONTACT")
@@ -218,12 +233,17 @@ def apply_config(c, settings: Settings) -> None:
     c.JupyterHub.ip = settings.ip
     c.JupyterHub.port = settings.port
     c.JupyterHub.hub_ip = "127.0.0.1"
+    c.JupyterHub.hub_port = settings.hub_port
+    c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{settings.proxy_api_port}"
     c.JupyterHub.db_url = settings.db_url or f"sqlite:///{state / 'jupyterhub.sqlite'}"
     c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
     c.JupyterHub.pid_file = str(state / "jupyterhub.pid")
     c.ConfigurableHTTPProxy.pid_file = str(state / "jupyterhub-proxy.pid")
     c.ConfigurableHTTPProxy.command = proxy_command(settings)
     c.JupyterHub.allow_named_servers = True
+    # servers (and the GPUs they hold) outlive a hub restart or upgrade; the hub finds
+    # them again from its database, spawner state and container labels
+    c.JupyterHub.cleanup_servers = False
     c.JupyterHub.template_paths = [str(REPO / "share" / "gpuhub" / "templates")]
     from .handlers import handlers
 
@@ -241,6 +261,12 @@ def apply_config(c, settings: Settings) -> None:
     c.GPUDockerSpawner.http_timeout = 60
     c.GPUDockerSpawner.default_url = "/lab"
     c.GPUDockerSpawner.workspace = settings.workspace
+    if settings.workspace.startswith("/") and not settings.workspace_root:
+        raise ValueError(
+            f"GPUHUB_WORKSPACE={settings.workspace!r} is a host path: set "
+            "GPUHUB_WORKSPACE_ROOT to the folder the workspaces lie under"
+        )
+    c.GPUDockerSpawner.workspace_root = settings.workspace_root
     if settings.datasets_file:
         import json
 

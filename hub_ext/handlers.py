@@ -25,7 +25,9 @@ class AvailabilityHandler(APIHandler):
         user = self.current_user
         if user is None:
             raise web.HTTPError(403, "Log in to see which GPUs are free.")
-        pool = GPUPool.instance()
+        # the hub's own config: whichever of this handler and the spawners makes the
+        # pool first, it is made the same way
+        pool = GPUPool.instance(config=self.settings["config"])
         try:
             await pool.devices()
         except Exception:  # noqa: BLE001 - answer with what is known; spawns say why
@@ -40,7 +42,8 @@ class AvailabilityHandler(APIHandler):
             for card in await spawner.profile_cards(visible):
                 model["profiles"][card["slug"]] = {
                     key: card[key] for key in ("gpus", "mig_profile", "free", "total",
-                                               "available", "why_not", "credits_per_hour")
+                                               "available", "why_not", "credits_per_hour",
+                                               "choices")
                 }
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")

@@ -312,6 +312,9 @@ class GPUPool(SingletonConfigurable):
         existing = self.allocations.get(owner)
         if existing is not None:
             if len(existing.uuids) == count:
+                # a retried start, or a start after a stop that left the old container
+                # behind: the new container replaces it (same name) and takes its devices
+                existing.known, existing.starting = True, True
                 return existing
             self.release(owner)
         if self.max_gpus_per_user:
@@ -364,6 +367,16 @@ class GPUPool(SingletonConfigurable):
         allocation = self.allocations.pop(owner, None)
         if allocation is not None:
             self._update_metrics()
+        return allocation
+
+    def disown(self, owner: ServerKey) -> Allocation | None:
+        """Keep ``owner``'s devices busy as held by a container the hub no longer runs
+        (a stop that Docker failed): reconciliation frees them once the container is
+        gone.  Returns the allocation, or None when ``owner`` held nothing."""
+        allocation = self.allocations.get(owner)
+        if allocation is not None:
+            allocation.known = False
+            allocation.starting = False
         return allocation
 
     def restore(self, owner: ServerKey, uuids: Iterable[str], since: float,

@@ -53,14 +53,22 @@ def containers_by_owner(client, hub_id: str) -> dict[ServerKey, dict]:
 
 async def reconcile_once(pool: GPUPool, client, hub_id: str,
                          log: logging.Logger | None = None) -> dict:
-    """One pass.  Returns {"freed": [owner...], "unknown": [owner...]}."""
+    """One pass.  Returns {"freed": [owner...], "unknown": [owner...]}.
+
+    Only allocations that were settled (not starting) before Docker was asked are
+    candidates for freeing: a server whose container appeared after the container list
+    was read is never freed by this pass.
+    """
     log = log or pool.log
+    settled = {owner: a for owner, a in pool.allocations.items() if not a.starting}
     loop = asyncio.get_running_loop()
     live = await loop.run_in_executor(None, containers_by_owner, client, hub_id)
     freed, unknown = [], []
-    for owner, allocation in list(pool.allocations.items()):
-        if allocation.starting or owner in live:
+    for owner, allocation in settled.items():
+        if owner in live or pool.allocations.get(owner) is not allocation:
             continue
+        if allocation.starting:
+            continue  # started again while Docker was being asked
         pool.release(owner)
         freed.append(owner)
         log.warning("Freed GPU(s) %s of %s: its container is gone",
@@ -91,4 +99,9 @@ async def reconcile_forever(pool: GPUPool, client_factory, hub_id: str, interval
             await reconcile_once(pool, client_factory(), hub_id, log)
         except Exception:
             log.exception("GPU reconciliation pass failed; trying again in %ss", interval)
+        try:
+            # also keeps the gpuhub_gpus metrics at most one interval old
+            await pool.devices()
+        except Exception as e:  # noqa: BLE001 - logged by the pool; spawns say why
+            log.debug("GPU inventory read in the reconciliation pass failed: %s", e)
         await asyncio.sleep(interval)

@@ -145,10 +145,21 @@ class GPUDockerSpawner(DockerSpawner):
         config=True,
         help="""The member's persistent workspace, mounted at ``workspace_mount``: a Docker
         named volume, or an absolute host path (``{username}`` is replaced).  A stop, a new
-        image or another profile never loses it.  A host path is created, owned by the
-        member's uid, only under ``workspace_root``.
+        image or another profile never loses it.  A host path must lie under
+        ``workspace_root``; a missing one is created there, owned by the member's uid.
 
             c.GPUDockerSpawner.workspace = "/srv/gpuhub/home/{username}"
+        """,
+    )
+
+    workspace_root = Unicode(
+        "",
+        config=True,
+        help="""The host folder that host-path workspaces must lie under (after
+        ``{username}`` is filled in and the path normalised); the hub creates nothing
+        outside it.  Required when ``workspace`` is a host path.
+
+            c.GPUDockerSpawner.workspace_root = "/srv/gpuhub/home"
         """,
     )
 
@@ -252,6 +263,8 @@ class GPUDockerSpawner(DockerSpawner):
         self._events: list[dict] = []
         self._events_changed = asyncio.Event()
         self.hook_state: dict[str, dict] = {}
+        self._container_may_live = False  # a failed stop left the container behind
+        self._labels_read = False  # poll() looked at the container's labels
         self.pool.ensure_reconciler(lambda: self.client, self.hub_id)
 
     @property
@@ -307,8 +320,26 @@ class GPUDockerSpawner(DockerSpawner):
             raise web.HTTPError(400, str(e)) from e
         apply_overrides(self, profile_overrides(selection))
         self.profile_slug = selection.slug
+        self._record_choice({"profile": selection.slug, **selection.choices})
         self.log.info("%s uses profile %s %s", self._log_name, selection.slug,
                       selection.choices or "")
+
+    def _record_choice(self, chosen: dict) -> None:
+        """Keep the full choice (``{}`` becomes the default profile's slug) as this
+        server's ``user_options``: the admin panel shows it, and JupyterHub uses it as the
+        default of the next start (JupyterHub ``User.spawn``)."""
+        if self.user_options == chosen:
+            return
+        self.user_options = chosen
+        orm_spawner = getattr(self, "orm_spawner", None)
+        if orm_spawner is None:
+            return
+        from sqlalchemy import inspect as sa_inspect
+
+        orm_spawner.user_options = chosen
+        session = sa_inspect(orm_spawner).session
+        if session is not None:
+            session.commit()
 
     def options_from_form(self, formdata):
         """Form fields -> ``user_options``: ``profile`` and ``<profile>--<option>`` fields."""
@@ -333,7 +364,13 @@ class GPUDockerSpawner(DockerSpawner):
     async def profile_cards(self, profiles: list[dict]) -> list[dict]:
         """What the spawn page shows per profile: the image's contents, GPUs asked, free
         now, cost, and whether it can start now (with the reason when it cannot: too few
-        free GPUs, or a hook's ``why_not``, such as a balance that cannot pay)."""
+        free GPUs, or a hook's ``why_not``, such as a balance that cannot pay).
+
+        Each choice of a ``profile_options`` entry is judged too (the others at their
+        defaults): ``choices[option][key]`` is ``""`` or why that choice cannot start, so
+        a "2 GPUs" choice is disabled when one GPU is free.  A profile is available when
+        its default, or any one of its choices, can start.
+        """
         try:
             devices = await self.pool.devices()
         except Exception as e:  # noqa: BLE001 - the page still renders; spawns say why
@@ -341,30 +378,56 @@ class GPUDockerSpawner(DockerSpawner):
             devices = []
         cards = []
         for profile in profiles:
-            overrides = profile_overrides(select_profile([profile], {"profile": profile["slug"]}))
-            count, mig = gpu_request(overrides.get("gpus", self._configured["gpus"]))
-            summary = self.pool.summary(devices, mig_profile=mig)
-            price = float(overrides.get("credits_per_hour", 0) or 0)
-            why_not = "" if count == 0 or summary.free >= count else (
-                self.pool.refusal_message(devices, count, mig))
-            if not why_not:
-                why_not = await self._hooks_why_not(price)
-            image = overrides.get("image", self._configured["image"])
+            slug = profile["slug"]
+            card = await self._assess({"profile": slug}, profile, devices)
+            choices = {
+                name: {key: (await self._assess({"profile": slug, name: key}, profile,
+                                                devices))["why_not"]
+                       for key in option["choices"]}
+                for name, option in (profile.get("profile_options") or {}).items()
+            }
+            available = not card["why_not"] or any(
+                not why for option in choices.values() for why in option.values())
+            # preselected: each option's default, or else its first choice that can start
+            chosen = {}
+            for name, option in (profile.get("profile_options") or {}).items():
+                default = next(k for k, c in option["choices"].items() if c["default"])
+                startable = [k for k, why in choices[name].items() if not why]
+                chosen[name] = startable[0] if choices[name][default] and startable else default
+            image = card["overrides"].get("image", self._configured["image"])
             cards.append({
-                "slug": profile["slug"],
+                "slug": slug,
                 "profile": profile,
                 "image": image,
                 "facts": await self.image_facts(image),
-                "gpus": count,
-                "mig_profile": mig,
-                "free": summary.free,
-                "total": summary.total,
-                "simulated": summary.kind == "simulated",
-                "available": not why_not,
-                "why_not": why_not,
-                "credits_per_hour": price,
+                "gpus": card["gpus"],
+                "mig_profile": card["mig_profile"],
+                "free": card["free"],
+                "total": card["total"],
+                "simulated": card["simulated"],
+                "available": available,
+                "why_not": "" if available else card["why_not"],
+                "credits_per_hour": card["credits_per_hour"],
+                "choices": choices,
+                "chosen": chosen,
             })
         return cards
+
+    async def _assess(self, options: dict, profile: dict, devices: list) -> dict:
+        """Can ``options`` (trusted: built by the page itself) start now?  The overrides,
+        the GPU request, the free count and ``why_not`` (``""`` when it can)."""
+        overrides = profile_overrides(select_profile([profile], options))
+        count, mig = gpu_request(overrides.get("gpus", self._configured["gpus"]))
+        summary = self.pool.summary(devices, mig_profile=mig)
+        price = float(overrides.get("credits_per_hour", 0) or 0)
+        why_not = "" if count == 0 or summary.free >= count else (
+            self.pool.refusal_message(devices, count, mig))
+        if not why_not:
+            why_not = await self._hooks_why_not(price)
+        return {"overrides": overrides, "gpus": count, "mig_profile": mig,
+                "free": summary.free, "total": summary.total,
+                "simulated": summary.kind == "simulated", "credits_per_hour": price,
+                "why_not": why_not}
 
     async def _hooks_why_not(self, credits_per_hour: float) -> str:
         """The first hook's reason why a profile of this price cannot start now, or ``""``."""
@@ -375,30 +438,36 @@ class GPUDockerSpawner(DockerSpawner):
                 return why_not
         return ""
 
-    _image_facts: dict[str, dict] = {}
+    #: image name -> (time.monotonic() of the read, facts); shared by every spawner
+    _image_facts: dict[str, tuple[float, dict]] = {}
+    #: seconds an image's facts are reused before Docker is asked again (a rebuilt tag)
+    image_facts_max_age = 60.0
 
     async def image_facts(self, image: str) -> dict:
-        """What an image contains, from its labels (read once per image id).
+        """What an image contains, from its labels, read at most once a minute per image
+        (the spawn page polls; Docker is not asked for every card of every poll).
 
         Returns {"python", "framework", "framework_version", "cuda", "description"};
         ``{}`` when the image is not on this node.
         """
+        cached = self._image_facts.get(image)
+        if cached is not None and time.monotonic() - cached[0] < self.image_facts_max_age:
+            return cached[1]
         try:
             info = await self.docker("inspect_image", image)
         except (NotFound, APIError):
-            return {}
-        cached = self._image_facts.get(info["Id"])
-        if cached is None:
+            facts = {}
+        else:
             labels = (info.get("Config") or {}).get("Labels") or {}
-            cached = {
+            facts = {
                 "python": labels.get(LABEL_PREFIX + "python.version", ""),
                 "framework": labels.get(LABEL_PREFIX + "framework", ""),
                 "framework_version": labels.get(LABEL_PREFIX + "framework.version", ""),
                 "cuda": labels.get(LABEL_PREFIX + "cuda.version", ""),
                 "description": labels.get("org.opencontainers.image.description", ""),
             }
-            self._image_facts[info["Id"]] = cached
-        return cached
+        self._image_facts[image] = (time.monotonic(), facts)
+        return facts
 
     # -- progress ----------------------------------------------------------------------
 
@@ -442,6 +511,7 @@ class GPUDockerSpawner(DockerSpawner):
 
     async def _start(self):
         self._events = []
+        self._labels_read = True  # this start writes state and labels alike
         await self.load_profile()
         container = await self.container_settings()
         count, mig = gpu_request(self.gpus)
@@ -478,8 +548,10 @@ class GPUDockerSpawner(DockerSpawner):
                     "Ask an admin to build it."
                 ) from e
             self.emit(80, "Waiting for JupyterLab to answer")
-            await self._wait_until_ready(ip, port)
-            self.emit(95, "Server is up")
+            if await self._wait_until_ready(ip, port):
+                self.emit(95, "Server is up")
+            else:
+                self.emit(90, "JupyterLab is slow to answer; still waiting")
             if self.allocation is not None:
                 self.allocation.starting = False
             return ip, port
@@ -511,33 +583,47 @@ class GPUDockerSpawner(DockerSpawner):
     async def member_ids(self) -> tuple[int, int] | None:
         """(uid, gid) the member's server runs as, or None for the image's jovyan (1000).
 
-        From ``auth_state`` (``uid``, ``gid``), else ``uid_map_file``.  Raises
-        ``HTTPError(403)`` when ``require_uid_mapping`` is set and there is none.
+        From ``auth_state["gpuhub"]`` (``uid``, ``gid``: the authenticator copies them
+        from the provider's claims), else ``uid_map_file``.  Raises ``HTTPError(403)``
+        when ``require_uid_mapping`` is set and there is none, or when a mapping is not
+        two positive whole numbers (never root, never the root group), and
+        ``HTTPError(500)`` when the mapping file cannot be read.
         """
-        ids = None
+        entry, source = None, ""
         auth_state = await self.user.get_auth_state() if self.user else None
-        if auth_state and "uid" in auth_state:
-            ids = (int(auth_state["uid"]), int(auth_state.get("gid", auth_state["uid"])))
+        ours = (auth_state or {}).get("gpuhub") or {}
+        if ours.get("uid") is not None:
+            entry, source = ours, "the login service's account data"
         elif self.uid_map_file:
             try:
                 with open(self.uid_map_file) as f:
                     entry = json.load(f).get(self.user.name)
-            except (OSError, ValueError) as e:
+            except (OSError, ValueError, AttributeError) as e:
                 self.log.error("uid_map_file %s unreadable: %s", self.uid_map_file, e)
                 raise web.HTTPError(500, "The uid mapping of this hub cannot be read. "
                                     "Ask an admin to check the hub log.") from e
-            if entry is not None:
-                ids = (int(entry["uid"]), int(entry.get("gid", entry["uid"])))
-        if ids is None and self.require_uid_mapping:
-            metrics.SPAWNS_REFUSED.labels(reason="no_uid_mapping").inc()
+            source = f"the uid mapping ({self.uid_map_file})"
+        if entry is None:
+            if self.require_uid_mapping:
+                metrics.SPAWNS_REFUSED.labels(reason="no_uid_mapping").inc()
+                raise web.HTTPError(
+                    403, f"No uid is mapped for {self.user.name}, and this hub runs every "
+                    "member under their own uid. Ask an admin to add you to the uid mapping."
+                )
+            return None
+        try:
+            uid = int(entry["uid"])
+            gid = int(entry.get("gid", uid))
+        except (KeyError, TypeError, ValueError):
+            uid = gid = -1
+        if uid <= 0 or gid <= 0:
+            metrics.SPAWNS_REFUSED.labels(reason="bad_uid_mapping").inc()
+            self.log.error("Refusing spawn of %s: %s gives %r", self._log_name, source, entry)
             raise web.HTTPError(
-                403, f"No uid is mapped for {self.user.name}, and this hub runs every "
-                "member under their own uid. Ask an admin to add you to the uid mapping."
+                403, f"The uid mapping of {self.user.name} is not a valid non-root uid and "
+                "gid; servers never run as root. Ask an admin to fix it."
             )
-        if ids is not None and ids[0] == 0:
-            raise web.HTTPError(403, f"The uid mapping gives {self.user.name} uid 0 (root); "
-                                "servers never run as root. Ask an admin to fix it.")
-        return ids
+        return uid, gid
 
     def member_datasets(self) -> dict[str, str]:
         """Dataset name -> host path, for the member's groups (admins: all)."""
@@ -566,7 +652,24 @@ class GPUDockerSpawner(DockerSpawner):
                     "Ask an admin to check the datasets configuration."
                 )
         return {"ids": await self.member_ids(), "datasets": datasets,
-                "workspace": self._render_templates(self.workspace)}
+                "workspace": self.member_workspace()}
+
+    def member_workspace(self) -> str:
+        """The workspace of this member: a volume name, or a host path under
+        ``workspace_root``.  Raises ``HTTPError(500)`` for a host path outside it."""
+        workspace = self._render_templates(self.workspace)
+        if not workspace.startswith("/"):
+            return workspace
+        path = os.path.normpath(workspace)
+        root = os.path.normpath(self.workspace_root) if self.workspace_root else ""
+        if not root or os.path.commonpath([root, path]) != root or path == root:
+            self.log.error("Workspace %s of %s is not under workspace_root %r", path,
+                           self._log_name, self.workspace_root)
+            raise web.HTTPError(
+                500, "Your workspace is not configured correctly on this hub. Ask an admin "
+                "to check the workspace settings."
+            )
+        return path
 
     async def _prepare_workspace(self, container: dict) -> None:
         """Make sure the workspace exists, owned by the member's uid."""
@@ -617,6 +720,10 @@ class GPUDockerSpawner(DockerSpawner):
             LABEL_PREFIX + "devices": ",".join(self.allocation.uuids) if self.allocation else "",
             LABEL_PREFIX + "since": str(self.allocation.since if self.allocation else time.time()),
         }
+        if self.hook_state:
+            # what the hooks recorded (the credits paid), for a hub killed before it saved
+            # spawner state (see poll)
+            labels[LABEL_PREFIX + "hook-state"] = json.dumps(self.hook_state, sort_keys=True)
         create = copy.deepcopy(self.extra_create_kwargs) if isinstance(
             self.extra_create_kwargs, dict) else {}
         create.setdefault("labels", {}).update(labels)
@@ -666,8 +773,10 @@ class GPUDockerSpawner(DockerSpawner):
             return self.ip, self.port
         return await super().get_ip_and_port()
 
-    async def _wait_until_ready(self, ip, port) -> None:
-        """Poll the server until it answers (any status below 500) or its container dies.
+    async def _wait_until_ready(self, ip, port) -> bool:
+        """Poll the server until it answers HTTP at all, or its container dies, for at
+        most ``http_timeout`` seconds.  Returns False when it has not answered by then
+        (JupyterHub's own wait, ``Spawner.http_timeout``, then decides).
 
         Fails fast with HTTP 500 and the container's last log lines when it exits.
         """
@@ -679,7 +788,7 @@ class GPUDockerSpawner(DockerSpawner):
             try:
                 await client.fetch(url, request_timeout=2, follow_redirects=False,
                                    raise_error=False)
-                return
+                return True
             except (ConnectionError, OSError, HTTPClientError):
                 pass
             checks += 1
@@ -694,7 +803,7 @@ class GPUDockerSpawner(DockerSpawner):
                         "Ask an admin to look at the hub log."
                     )
             await asyncio.sleep(self.ready_poll_interval)
-        # let the hub's own wait report the time-out as usual
+        return False  # the hub's own wait reports the time-out as usual
 
     async def _container_logs(self) -> str:
         try:
@@ -704,18 +813,22 @@ class GPUDockerSpawner(DockerSpawner):
             return "(no logs)"
 
     async def poll(self):
-        """DockerSpawner's poll, and re-adoption of a running container's devices.
+        """DockerSpawner's poll, and re-adoption of a running container's devices and
+        hook state (the credits meter).
 
         A hub killed between creating the container and saving state comes back with the
-        container running and no allocation in state: the labels say which devices it
-        holds, and this server owns them again.
+        container running and nothing of ours in state: the container's labels say which
+        devices it holds and what the hooks had recorded (the paid interval), so this
+        server owns its devices again and stays metered.
         """
         status = await super().poll()
-        if status is None and self.allocation is None:
+        if status is None and not self._labels_read and (
+                self.allocation is None or not self.hook_state):
+            self._labels_read = True  # once per container, not at every poll
             obj = await self.get_object()
             labels = (obj or {}).get("Config", {}).get("Labels") or {}
             uuids = [u for u in labels.get(LABEL_PREFIX + "devices", "").split(",") if u]
-            if uuids:
+            if uuids and self.allocation is None:
                 self.profile_slug = labels.get(LABEL_PREFIX + "profile", "")
                 self.allocation = self.pool.restore(
                     self.server_key, uuids,
@@ -724,9 +837,27 @@ class GPUDockerSpawner(DockerSpawner):
                 )
                 self.log.info("%s re-adopted GPU(s) %s from its container's labels",
                               self._log_name, ",".join(uuids))
+            hook_state = labels.get(LABEL_PREFIX + "hook-state")
+            if hook_state and not self.hook_state:
+                try:
+                    self.hook_state = dict(json.loads(hook_state))
+                except (TypeError, ValueError):
+                    self.log.error("%s: unreadable hook state label %r", self._log_name,
+                                   hook_state)
+                else:
+                    self.log.info("%s re-adopted its hook state (%s) from its container's "
+                                  "labels", self._log_name, ", ".join(self.hook_state))
+                    self._restore_hooks()
         return status
 
     async def stop(self, now=False):
+        """Stop and remove the container, run the hooks' ``after_stop``, free the GPUs.
+
+        When Docker fails to stop or remove the container (other than "already gone"),
+        the error is raised and the GPUs are *not* freed while the container may still
+        run: the pool keeps them as held by a container the hub no longer runs, and
+        reconciliation frees them once Docker says the container is gone.
+        """
         hook_state = copy.deepcopy(self.hook_state)  # DockerSpawner.stop() clears state
         try:
             try:
@@ -740,16 +871,37 @@ class GPUDockerSpawner(DockerSpawner):
                 stopped = getattr(hook, "after_stop", None)
                 if stopped is not None:
                     await stopped(self)
+        except Exception:
+            self._container_may_live = await self._container_exists()
+            raise
         finally:
             self.hook_state = {}
             self.release_gpus("stopped")
 
+    async def _container_exists(self) -> bool:
+        """Whether Docker still has this server's container (True when it cannot tell)."""
+        try:
+            return await self.get_object() is not None
+        except Exception:  # noqa: BLE001 - unsure: keep the devices busy
+            return True
+
     def release_gpus(self, why: str) -> None:
-        """Give this server's GPUs back to the pool.  Idempotent."""
-        released = self.pool.release(self.server_key)
-        if released is not None:
-            self.log.info("%s released GPU(s) %s (%s)", self._log_name,
-                          ",".join(released.uuids), why)
+        """Give this server's GPUs back to the pool.  Idempotent.
+
+        After a stop that left the container behind, the devices stay busy, handed to
+        reconciliation (:meth:`hub_ext.pool.GPUPool.disown`) instead.
+        """
+        if self._container_may_live:
+            disowned = self.pool.disown(self.server_key)
+            if disowned is not None:
+                self.log.error("%s: the container may still run; GPU(s) %s stay busy until "
+                               "Docker removes it", self._log_name, ",".join(disowned.uuids))
+            self._container_may_live = False
+        else:
+            released = self.pool.release(self.server_key)
+            if released is not None:
+                self.log.info("%s released GPU(s) %s (%s)", self._log_name,
+                              ",".join(released.uuids), why)
         self.allocation = None
 
     # -- state -------------------------------------------------------------------------
@@ -775,10 +927,14 @@ class GPUDockerSpawner(DockerSpawner):
         hooks = state.get("gpuhub_hooks") if state else None
         if hooks and hooks.get("version") == STATE_VERSION:
             self.hook_state = dict(hooks.get("hooks") or {})
-            for hook in self.hooks:
-                restore = getattr(hook, "restore", None)
-                if restore is not None and getattr(hook, "name", None) in self.hook_state:
-                    restore(self)
+            self._restore_hooks()
+
+    def _restore_hooks(self) -> None:
+        """Hand each hook its part of ``hook_state`` after a hub restart."""
+        for hook in self.hooks:
+            restore = getattr(hook, "restore", None)
+            if restore is not None and getattr(hook, "name", None) in self.hook_state:
+                restore(self)
 
     def clear_state(self):
         super().clear_state()

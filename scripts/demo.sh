@@ -8,12 +8,28 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 if [ -z "${GPUHUB_GPUS:-}" ]; then
-  if .venv/bin/python -c "import pynvml; pynvml.nvmlInit()" 2>/dev/null; then
-    export GPUHUB_GPUS=nvml
-  else
-    echo "demo: NVML finds no GPU driver here; using a SIMULATED node of 2 GPUs"
-    export GPUHUB_GPUS=simulated:2
-  fi
+  # only a missing driver library means "no GPU here"; any other NVML failure on a GPU
+  # server is a problem to fix, never papered over with simulated GPUs
+  nvml="$(.venv/bin/python -c '
+import pynvml
+try:
+    pynvml.nvmlInit()
+    print("ok")
+except pynvml.NVMLError_LibraryNotFound:
+    print("absent")
+except Exception as e:
+    print(e)
+' 2>&1 || true)"
+  case "$nvml" in
+    ok) export GPUHUB_GPUS=nvml ;;
+    absent)
+      echo "demo: no NVIDIA driver here (NVML library not found); using a SIMULATED node of 2 GPUs"
+      export GPUHUB_GPUS=simulated:2 ;;
+    *)
+      echo "demo: NVML is installed but fails: $nvml" >&2
+      echo "demo: fix the driver, or set GPUHUB_GPUS=simulated:2 to run on simulated GPUs" >&2
+      exit 1 ;;
+  esac
 fi
 export GPUHUB_DEMO_LOGIN="${GPUHUB_DEMO_LOGIN:-1}"
 export GPUHUB_DOCKER_NETWORK="${GPUHUB_DOCKER_NETWORK:-host}"
@@ -37,7 +53,7 @@ export GPUHUB_OIDC_CLIENT_ID="${GPUHUB_OIDC_CLIENT_ID:-gpuhub-demo}"
 export GPUHUB_OIDC_CLIENT_SECRET="${GPUHUB_OIDC_CLIENT_SECRET:-demo-secret}"
 export GPUHUB_ALLOWED_GROUPS="${GPUHUB_ALLOWED_GROUPS:-gpu-members}"
 export GPUHUB_ADMIN_GROUPS="${GPUHUB_ADMIN_GROUPS:-hub-admins}"
-export GPUHUB_ADMIN_CONTACT="${GPUHUB_ADMIN_CONTACT:-the demo's admin (log in as 'admin')}"
+export GPUHUB_ADMIN_CONTACT="${GPUHUB_ADMIN_CONTACT:-the demo admin (sign in as admin)}"
 export GPUHUB_INITIAL_CREDITS="${GPUHUB_INITIAL_CREDITS:-10}"
 user() { printf '{"sub":"%s","preferred_username":"%s","email":"%s@example.org","groups":%s}' \
   "$1" "$1" "$1" "$2"; }

@@ -28,6 +28,8 @@ def test_defaults_are_production_shaped(tmp_path, monkeypatch):
     assert "host_network" not in c.GPUDockerSpawner
     assert c.JupyterHub.db_url == f"sqlite:///{tmp_path / 'jupyterhub.sqlite'}"
     assert c.JupyterHub.authenticator_class == "hub_ext.auth.CreditAuthenticator"
+    # servers and their GPUs outlive a hub restart (JupyterHub's default stops them all)
+    assert c.JupyterHub.cleanup_servers is False
 
 
 def test_host_network_sets_what_docker_needs(tmp_path, monkeypatch):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -64,8 +65,41 @@ async def test_workspace_survives_stop_profile_change_and_hub_restart(
     cid = await started(hub, docker_client, "bob", "gpu")
     assert exec_in(docker_client, cid, "cat", "/home/jovyan/work/notes.txt") == (0, "kept\n")
     await hub.restart(signal.SIGKILL)
-    [c] = hub.containers(docker_client)
-    assert exec_in(docker_client, c["Id"], "cat", "/home/jovyan/work/notes.txt") == (0, "kept\n")
+    await hub.stop_server("bob")  # a new container after the restart, the same workspace
+    cid = await started(hub, docker_client, "bob", "cpu")
+    assert exec_in(docker_client, cid, "cat", "/home/jovyan/work/notes.txt") == (0, "kept\n")
+
+
+async def test_host_path_workspace_lives_under_its_root_owned_by_the_member(
+        hub_factory, docker_client, site):
+    root = site / "home"
+    root.mkdir()
+    hub = await hub_factory(extra_config=config(site),
+                            GPUHUB_PROFILES=str(site / "profiles.json"),
+                            GPUHUB_WORKSPACE=str(root / "{username}"),
+                            GPUHUB_WORKSPACE_ROOT=str(root))
+    await hub.create_user("alice")
+    cid = await started(hub, docker_client, "alice")
+    assert exec_in(docker_client, cid, "sh", "-c", "echo mine > ~/work/notes.txt")[0] == 0
+    await hub.stop_server("alice")
+    assert (root / "alice" / "notes.txt").read_text() == "mine\n"
+    st = (root / "alice").stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (1234, 1234, 0o700)
+
+
+async def test_host_path_workspace_outside_its_root_is_refused_and_creates_nothing(
+        hub_factory, docker_client, site):
+    root = site / "home"
+    hub = await hub_factory(extra_config=config(site, workspace="/srv/elsewhere/{username}"),
+                            GPUHUB_PROFILES=str(site / "profiles.json"),
+                            GPUHUB_WORKSPACE=str(root / "{username}"),
+                            GPUHUB_WORKSPACE_ROOT=str(root))
+    await hub.create_user("bob")
+    r = await hub.spawn("bob", {"profile": "gpu"})
+    assert r.status_code == 500, r.text
+    assert "workspace is not configured correctly" in r.json()["message"]
+    assert not root.exists() and not Path("/srv/elsewhere").exists()
+    assert hub.containers(docker_client) == []
 
 
 async def test_datasets_are_read_only_and_per_group(hub_factory, docker_client, site):
@@ -142,6 +176,38 @@ async def test_missing_dataset_path_is_a_clear_error_and_creates_nothing(
     assert not missing.exists()
     assert hub.containers(docker_client) == []
     assert not docker_client.volumes(filters={"name": hub.workspace("bob")})["Volumes"]
+
+
+@pytest.mark.parametrize("entry", [
+    pytest.param({"gid": 1234}, id="no-uid"),
+    pytest.param({"uid": "alice"}, id="not-a-number"),
+    pytest.param({"uid": 0}, id="root"),
+    pytest.param({"uid": 1234, "gid": 0}, id="root-group"),
+])
+async def test_bad_uid_mapping_is_a_clear_error_and_creates_nothing(
+        hub_factory, docker_client, site, entry):
+    (site / "uids.json").write_text(json.dumps({"bob": entry}))
+    hub = await hub_factory(extra_config=config(site),
+                            GPUHUB_PROFILES=str(site / "profiles.json"))
+    await hub.create_user("bob")
+    r = await hub.spawn("bob", {"profile": "gpu"})
+    assert r.status_code == 403, r.text
+    assert "not a valid non-root uid and gid" in r.json()["message"]
+    assert hub.containers(docker_client) == []
+    assert not docker_client.volumes(filters={"name": hub.workspace("bob")})["Volumes"]
+
+
+async def test_uid_and_gid_can_come_from_the_login_service(hub_factory, docker_client, site):
+    hub = await hub_factory(GPUHUB_PROFILES=str(site / "profiles.json"),
+                            GPUHUB_OIDC_UID_CLAIM="uidNumber",
+                            GPUHUB_OIDC_GID_CLAIM="gidNumber")
+    browser = await hub.login("carol", uidNumber=4242, gidNumber=4343)
+    r = await hub.browser_api(browser, "POST", "/users/carol/server", json={"profile": "cpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("carol")
+    [c] = hub.containers(docker_client)
+    assert exec_in(docker_client, c["Id"], "id", "-u")[1].strip() == "4242"
+    assert exec_in(docker_client, c["Id"], "id", "-g")[1].strip() == "4343"
 
 
 async def test_unknown_uid_mapping_is_a_clear_error_and_creates_nothing(

@@ -36,6 +36,8 @@ PROFILES = json.dumps([
     {"display_name": "Two GPUs", "slug": "gpu2", "gpus": 2, "credits_per_hour": 4},
     {"display_name": "Broken", "slug": "broken", "gpus": 1, "credits_per_hour": 4,
      "spawner_override": {"image": "gpuhub/no-such-image:latest"}},
+    {"display_name": "Hangs", "slug": "hangs", "gpus": 1, "credits_per_hour": 4,
+     "spawner_override": {"cmd": ["sh", "-c", "sleep 600", "--"]}},
 ])
 
 # Quick failure detection, so that a refusal is the answer to the spawn request itself.
@@ -197,13 +199,10 @@ async def test_member_with_too_little_balance_is_refused_at_once(credits_hub, ad
     hub = await credits_hub()
     await hub.create_user(member)
     await grant(admin, member, "0.50")
-    tic = time.monotonic()
     r = await hub.spawn(member, {"profile": "gpu"})
-    elapsed = time.monotonic() - tic
-    assert r.status_code == 402, r.text
+    assert r.status_code == 402, r.text  # the answer to the request itself
     assert r.json()["message"].startswith(
         "This profile costs 4.00 credits per hour; your balance is 0.50.")
-    assert elapsed < 2.0, f"refusal took {elapsed:.2f}s"
     assert hub.containers(docker_client) == []
     assert await ledger(admin, member) == [("grant", "0.50")]
 
@@ -243,12 +242,11 @@ async def test_unreachable_api_refuses_the_spawn_and_keeps_nothing(
     hub = await credits_hub(url=faults.url)
     await hub.create_user(member)
     await grant(admin, member, "10.00")
-    tic = time.monotonic()
     r = await hub.spawn(member, {"profile": "gpu2"})
-    elapsed = time.monotonic() - tic
+    # the answer to the request itself: the hook gives up within its spawn_timeout,
+    # before JupyterHub's slow_spawn_timeout would turn the answer into a 202
     assert r.status_code == 503, r.text
     assert r.json()["message"] == UNREACHABLE
-    assert elapsed < 9, f"refusal took {elapsed:.2f}s (past slow_spawn_timeout)"
     assert credits_service.hub_token not in r.text
     assert "Traceback" not in r.text
     assert hub.containers(docker_client) == []
@@ -347,6 +345,32 @@ async def test_three_intervals_across_a_hub_restart_then_a_pro_rata_refund(
     assert [t.metadata["interval"] for t in await entries(admin, member)
             if t.kind == "debit"] == ["0", "1", "2"]
     assert await balance(admin, member) == Decimal("7.75")
+
+
+async def test_hub_killed_mid_spawn_after_the_debit_keeps_no_credit(
+        credits_hub, clock, admin, member, docker_client):
+    # the debit is made, the container exists, and the hub dies before it saves any state
+    hub = await credits_hub(extra_config="c.GPUDockerSpawner.http_timeout = 5\n")
+    await hub.create_user(member)
+    await grant(admin, member, "10.00")
+    spawn = asyncio.create_task(hub.spawn(member, {"profile": "hangs"}))
+
+    async def container_exists():
+        return hub.containers(docker_client)
+
+    await eventually(container_exists, what="the container")
+    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00")], hub, seconds=0)
+    assert not spawn.done()  # Spawner.start has not returned: no state saved yet
+    hub.kill(signal.SIGKILL)
+    spawn.cancel()  # its answer died with the hub
+    clock.at(300)  # a third of the paid interval passes while the hub is down
+    await hub.start()
+    # the restarted hub finds the server that never answered and stops it: what its
+    # container's labels say was paid is settled, two thirds of the interval come back
+    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "0.66")],
+                  hub)
+    assert hub.containers(docker_client) == []
+    assert "re-adopted its hook state (credits)" in hub.log()
 
 
 async def test_admin_stop_refunds_the_unused_credits(credits_hub, clock, admin, member):

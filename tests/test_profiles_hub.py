@@ -48,7 +48,8 @@ async def test_spawn_page_shows_cards_with_contents_cost_and_free_gpus(hub):
     assert re.search(r"<dt>PyTorch</dt><dd>2\.\d+", shown["pytorch"])
     assert "<dt>Python</dt><dd>3.11" in shown["pytorch"]
     assert "&lt;b&gt;small&lt;/b&gt;" in shown["cpu"]  # autoescaped, never raw HTML
-    assert "disabled" not in shown["pytorch"].split(">")[1]
+    [radio] = re.findall(r"<input[^>]*>", shown["pytorch"])
+    assert 'value="pytorch"' in radio and "disabled" not in radio
 
 
 async def test_admin_sees_every_profile(hub):
@@ -77,6 +78,24 @@ async def test_full_pool_disables_the_gpu_profile_before_the_click(hub, docker_c
     await hub.stop_server("bob")
     model = (await browser.get("/hub/api/gpuhub/availability")).json()
     assert model["free"] == 1 and model["profiles"]["pytorch"]["available"] is True
+
+
+async def test_a_choice_that_cannot_start_is_disabled_before_the_click(hub):
+    await hub.create_user("bob")
+    r = await hub.spawn("bob", {"profile": "pytorch", "gpus": "1"})
+    assert r.status_code in (201, 202), r.text
+    browser = await hub.login("alice")
+    html = cards((await browser.get("/hub/spawn")).text)["pytorch"]
+    two = re.search(r'<option value="2"[^>]*>[^<]*', html).group(0)
+    assert "disabled" in two and "(cannot start now)" in two
+    assert "only 1 of 2 are free" in two  # the reason, in its title
+    one = re.search(r'<option value="1"[^>]*>', html).group(0)
+    assert "selected" in one and "disabled" not in one
+
+    model = (await browser.get("/hub/api/gpuhub/availability")).json()["profiles"]["pytorch"]
+    assert model["available"] is True
+    assert model["choices"]["gpus"]["1"] == ""
+    assert "only 1 of 2 are free" in model["choices"]["gpus"]["2"]
 
 
 async def test_availability_needs_login(hub):
@@ -130,3 +149,6 @@ async def test_empty_options_give_the_default_profile(hub, docker_client):
     [c] = hub.containers(docker_client)
     assert c["Labels"]["io.gpuhub.profile"] == "cpu"
     assert c["Labels"]["io.gpuhub.devices"] == ""
+    # the admin panel (and the REST API it reads) shows which profile {} meant
+    server = (await hub.api("GET", "/users/alice")).json()["servers"][""]
+    assert server["user_options"] == {"profile": "cpu"}

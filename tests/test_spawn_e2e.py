@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 
 import pytest
 
@@ -63,14 +62,13 @@ async def test_two_users_get_different_gpus_and_a_third_is_refused(hub_factory, 
         seen[user] = devices
     assert seen["alice"] != seen["bob"]
 
-    # the third GPU spawn is refused at once, with the cause, and leaves nothing behind
+    # the third GPU spawn is refused as the answer to its request (not a 202 and a
+    # failure later: the refusal latency is measured by benchmarks/spawn_latency.py),
+    # with the cause, and leaves nothing behind
     before = {c["Id"] for c in hub.containers(docker_client)}
-    tic = time.monotonic()
     r = await hub.spawn("carol", {"profile": "gpu"})
-    elapsed = time.monotonic() - tic
     assert 400 <= r.status_code < 600, r.text
     assert "No GPU free" in r.json()["message"]
-    assert elapsed < 1.0, f"refusal took {elapsed:.2f}s"
     assert {c["Id"] for c in hub.containers(docker_client)} == before
 
     # one stops; the third can start and gets the freed device
