@@ -11,6 +11,13 @@ one event loop, the way the hub runs concurrent spawns, and reports:
 
 With ``--nvml`` the inventory is read through the real pynvml bindings from the NVML
 stand-in (tests/nvml_standin, built with gcc), with a 2 s refresh interval as in the hub.
+
+With ``--hub`` the same rush goes through a real hub instead: ``--requests`` concurrent
+``POST /hub/api/users/<name>/server`` of a one-GPU profile against a simulated node of
+``--gpus`` GPUs (real proxy, real containers for the winners, credits off), reporting the
+requests that got a server, double bookings (from the containers' labels), and the HTTP
+latency of the refusals as a client sees it -- JupyterHub's own request handling (tokens,
+database commits) included, which the pool-only figures leave out.
 """
 
 from __future__ import annotations
@@ -81,12 +88,76 @@ async def run(requests: int, gpus: int, inventory) -> dict:
     }
 
 
+async def run_hub(requests: int, gpus: int) -> dict:
+    import docker
+    import httpx
+
+    from tests.fixtures.hub import NOTEBOOK_IMAGE, Hub
+    from tests.fixtures.oidc import running_provider
+
+    with tempfile.TemporaryDirectory() as tmp, \
+            running_provider(Path(tmp) / "oidc.log") as oidc:
+        profiles = Path(tmp) / "profiles.json"
+        profiles.write_text(json.dumps([{"display_name": "gpu", "slug": "gpu", "gpus": 1,
+                                         "spawner_override": {"image": NOTEBOOK_IMAGE}}]))
+        hub = Hub(Path(tmp), {"GPUHUB_PROFILES": str(profiles), "GPUHUB_CREDITS": "off",
+                              "GPUHUB_GPUS": f"simulated:{gpus}"}, oidc=oidc)
+        await hub.start()
+        client = docker.APIClient()
+        try:
+            users = [f"user{i}" for i in range(requests)]
+            r = await hub.api("POST", "/users", json={"usernames": users})
+            assert r.status_code == 201, r.text
+            limits = httpx.Limits(max_connections=requests, max_keepalive_connections=requests)
+            async with httpx.AsyncClient(base_url=hub.url, limits=limits, timeout=120) as http:
+                headers = {"Authorization": f"token {hub.admin_token}"}
+
+                async def spawn(user: str):
+                    tic = time.perf_counter()
+                    r = await http.post(f"/hub/api/users/{user}/server", headers=headers,
+                                        json={"profile": "gpu"})
+                    return r.status_code, time.perf_counter() - tic
+
+                answers = await asyncio.gather(*(spawn(u) for u in users))
+            started = [u for u, (code, _) in zip(users, answers, strict=True)
+                       if code in (201, 202)]
+            for user in started:
+                await hub.wait_ready(user)
+            held = [u for c in hub.containers(client)
+                    for u in c["Labels"]["io.gpuhub.devices"].split(",") if u]
+            refusals = sorted(t for code, t in answers if code == 409)
+            other = [code for code, _ in answers if code not in (201, 202, 409)]
+        finally:
+            await hub.close(client)
+    return {
+        "granted": len(started),
+        "double_booked": len(held) - len(set(held)),
+        "refused": len(refusals),
+        "other": other,
+        "refusal_p50_ms": 1000 * statistics.median(refusals),
+        "refusal_p99_ms": 1000 * refusals[int(0.99 * (len(refusals) - 1))],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--nvml", action="store_true")
+    parser.add_argument("--hub", action="store_true",
+                        help="through a real hub and proxy (HTTP latency of the refusals)")
     args = parser.parse_args()
+    if args.hub:
+        result = asyncio.run(run_hub(args.requests, args.gpus))
+        print(f"through a real hub   : {args.requests} concurrent spawn requests, "
+              f"{args.gpus} simulated GPUs")
+        print(f"granted              : {result['granted']}  (double-booked: "
+              f"{result['double_booked']}; other answers: {result['other'] or 'none'})")
+        print(f"refusal HTTP latency : p50 {result['refusal_p50_ms']:.1f} ms, "
+              f"p99 {result['refusal_p99_ms']:.1f} ms  ({result['refused']} refused)")
+        if result["granted"] != args.gpus or result["double_booked"] or result["other"]:
+            sys.exit("FAIL: wrong number of grants, a double booking or another answer")
+        return
     doc = {"devices": [{"uuid": f"GPU-bench-{i:04d}", "memory_total_mib": 16384}
                        for i in range(args.gpus)]}
     with tempfile.TemporaryDirectory() as tmp:

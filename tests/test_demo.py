@@ -13,6 +13,7 @@ import secrets
 import signal
 import subprocess
 import time
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -56,7 +57,7 @@ async def demo(tmp_path, docker_client, notebook_image):
                     pass
                 assert time.monotonic() < deadline, (tmp_path / "demo.log").read_text()[-3000:]
                 await asyncio.sleep(0.5)
-        yield url, (tmp_path / "demo.log")
+        yield SimpleNamespace(url=url, log=tmp_path / "demo.log", env=env)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -72,7 +73,7 @@ async def demo(tmp_path, docker_client, notebook_image):
 
 
 async def test_the_readme_demo_serves_a_hub_members_sign_in_to(demo):
-    url, log = demo
+    url, log = demo.url, demo.log
     async with httpx.AsyncClient(timeout=30) as alice:
         r = await oidc_login(alice, url, "alice")
         assert r.status_code == 302, r.text
@@ -85,3 +86,17 @@ async def test_the_readme_demo_serves_a_hub_members_sign_in_to(demo):
         assert r.status_code == 403
         assert "Not a member of this hub" in r.text
     assert "SIMULATED node of 2 GPUs" in log.read_text()
+
+
+async def test_gpuhub_credits_finds_the_demos_own_credits_service(demo):
+    async with httpx.AsyncClient(timeout=30) as bob:
+        assert (await oidc_login(bob, demo.url, "bob")).status_code == 302  # 10 credits
+    # an operator on the hub's machine, with the hub's settings and nothing else
+    env = {**demo.env, "GPUHUB_CREDITS_URL": ""}
+    gpuhub = [str(REPO / ".venv" / "bin" / "gpuhub"), "credits"]
+    out = subprocess.run([*gpuhub, "grant", "bob", "5"], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert "Granted 5.00 credits to bob. Balance: 15.00" in out
+    out = subprocess.run([*gpuhub, "balance", "bob"], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "bob: 15.00 credits"

@@ -12,6 +12,11 @@ environment: ``GPUHUB_CREDITS_ADMIN_TOKEN`` for grants (then ``GPUHUB_CREDITS_TO
 ``GPUHUB_CREDITS_TOKEN`` for reads (then the admin token).  Prefer the environment: a
 ``--token`` shows in ``ps``.
 
+Without ``GPUHUB_CREDITS_URL`` it talks to the reference service the hub runs itself
+(``hub_ext.credits.hubconfig``), found the way the hub finds it: on 127.0.0.1 at
+``GPUHUB_CREDITS_PORT`` (8123), with the token files in ``GPUHUB_STATE_DIR`` (``./var``),
+so on the hub's machine ``gpuhub credits grant alice 100`` needs nothing else.
+
 Exit status: 0 done, 1 the API refused or could not be reached, 2 a usage error.
 """
 
@@ -23,6 +28,7 @@ import os
 import sys
 import uuid
 from decimal import Decimal, InvalidOperation
+from pathlib import Path
 
 from .amounts import format_amount
 from .client import CreditsClient, Transaction
@@ -69,6 +75,23 @@ def _token(args: argparse.Namespace) -> str | None:
     if args.command == "grant":
         names.reverse()
     return next((os.environ[n] for n in names if os.environ.get(n)), None)
+
+
+def _managed_service(args: argparse.Namespace) -> tuple[str, str | None] | None:
+    """(URL, token) of the reference service the hub runs, when its token files are in
+    the hub's state directory; None otherwise."""
+    from .hubconfig import ADMIN_TOKEN_FILE, HUB_TOKEN_FILE, SERVICE_NAME
+
+    state = Path(os.environ.get("GPUHUB_STATE_DIR") or "var")
+    files = [state / HUB_TOKEN_FILE, state / ADMIN_TOKEN_FILE]
+    if args.command == "grant":
+        files.reverse()
+    found = [f for f in files if f.is_file()]
+    if not found:
+        return None
+    port = os.environ.get("GPUHUB_CREDITS_PORT") or "8123"
+    token = args.token or found[0].read_text().strip() or None
+    return f"http://127.0.0.1:{port}/services/{SERVICE_NAME}/", token
 
 
 def _row(entry: Transaction) -> str:
@@ -128,8 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     url = args.url or os.environ.get("GPUHUB_CREDITS_URL")
     token = _token(args)
     if not url:
-        print("credits: no API URL; set GPUHUB_CREDITS_URL or pass --url", file=sys.stderr)
-        return 2
+        managed = _managed_service(args)
+        if managed is None:
+            print("credits: no API URL; set GPUHUB_CREDITS_URL or pass --url (or run this "
+                  "where the hub's GPUHUB_STATE_DIR holds its credits token files)",
+                  file=sys.stderr)
+            return 2
+        url, token = managed[0], token or managed[1]
     if not token:
         needed = "GPUHUB_CREDITS_ADMIN_TOKEN" if args.command == "grant" else "GPUHUB_CREDITS_TOKEN"
         print(f"credits: no API token; set {needed} or pass --token", file=sys.stderr)

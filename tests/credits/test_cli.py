@@ -75,8 +75,9 @@ def test_bad_amount_is_a_usage_error(cli_env, credits_username, capsys, amount):
     assert "not an amount of credits" in capsys.readouterr().err
 
 
-def test_missing_url_is_a_usage_error(monkeypatch, capsys):
+def test_missing_url_is_a_usage_error(monkeypatch, capsys, tmp_path):
     monkeypatch.delenv("GPUHUB_CREDITS_URL", raising=False)
+    monkeypatch.setenv("GPUHUB_STATE_DIR", str(tmp_path))  # no hub's token files here
     assert main(["balance", "alice"]) == 2
     assert "GPUHUB_CREDITS_URL" in capsys.readouterr().err
 
