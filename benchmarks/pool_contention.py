@@ -126,13 +126,16 @@ async def run_hub(requests: int, gpus: int) -> dict:
             held = [u for c in hub.containers(client)
                     for u in c["Labels"]["io.gpuhub.devices"].split(",") if u]
             refusals = sorted(t for code, t in answers if code == 409)
-            other = [code for code, _ in answers if code not in (201, 202, 409)]
+            # JupyterHub's own refusal past c.JupyterHub.concurrent_spawn_limit (100)
+            too_many = [t for code, t in answers if code == 429]
+            other = [code for code, _ in answers if code not in (201, 202, 409, 429)]
         finally:
             await hub.close(client)
     return {
         "granted": len(started),
         "double_booked": len(held) - len(set(held)),
         "refused": len(refusals),
+        "too_many": len(too_many),
         "other": other,
         "refusal_p50_ms": 1000 * statistics.median(refusals),
         "refusal_p99_ms": 1000 * refusals[int(0.99 * (len(refusals) - 1))],
@@ -154,7 +157,8 @@ def main() -> None:
         print(f"granted              : {result['granted']}  (double-booked: "
               f"{result['double_booked']}; other answers: {result['other'] or 'none'})")
         print(f"refusal HTTP latency : p50 {result['refusal_p50_ms']:.1f} ms, "
-              f"p99 {result['refusal_p99_ms']:.1f} ms  ({result['refused']} refused)")
+              f"p99 {result['refusal_p99_ms']:.1f} ms  ({result['refused']} refused by the "
+              f"pool; {result['too_many']} by JupyterHub's concurrent_spawn_limit, 429)")
         if result["granted"] != args.gpus or result["double_booked"] or result["other"]:
             sys.exit("FAIL: wrong number of grants, a double booking or another answer")
         return

@@ -21,8 +21,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
+import docker
 import httpx
 from jupyterhub.utils import random_port
 
@@ -56,8 +58,9 @@ async def plain_run(image: str) -> float:
         subprocess.run(["docker", "rm", "-f", name], stdout=subprocess.DEVNULL)
 
 
-async def hub_spawn(hub: Hub, user: str) -> float:
-    tic = time.perf_counter()
+async def hub_spawn(hub: Hub, user: str) -> tuple[float, dict]:
+    """One spawn until ready: its seconds, and where they went (see :func:`breakdown`)."""
+    wall, tic = time.time(), time.perf_counter()
     r = await hub.spawn(user, {"profile": "cpu"})
     assert r.status_code in (201, 202), r.text
     headers = {"Authorization": f"token {hub.admin_token}"}
@@ -66,7 +69,33 @@ async def hub_spawn(hub: Hub, user: str) -> float:
         async for line in stream.aiter_lines():
             if line.startswith("data:") and json.loads(line[5:]).get("ready"):
                 break
-    return time.perf_counter() - tic
+    total = time.perf_counter() - tic
+    return total, breakdown(hub, user, wall, total)
+
+
+def _docker_time(text: str) -> float:
+    """Docker's RFC 3339 timestamp (nanoseconds, Z) as seconds since the epoch."""
+    day, _, rest = text.rstrip("Z").partition("T")
+    clock, _, fraction = rest.partition(".")
+    whole = datetime.fromisoformat(f"{day}T{clock}+00:00").timestamp()
+    return whole + float("0." + (fraction or "0"))
+
+
+def breakdown(hub: Hub, user: str, requested: float, total: float) -> dict:
+    """Where a spawn's seconds went, from Docker's own timestamps of its container:
+    ``hub``: the hub's own work (request to ``docker create``, and first answer to ready);
+    ``docker``: create to started; ``server``: started until jupyterhub-singleuser answers
+    its first HTTP request (its own start-up, inside the container)."""
+    [container] = [c for c in docker.APIClient().containers(
+        filters={"label": [f"io.gpuhub.hub={hub.id}", f"io.gpuhub.user={user}"]})]
+    info = docker.APIClient().inspect_container(container["Id"])
+    created, started = _docker_time(info["Created"]), _docker_time(info["State"]["StartedAt"])
+    logs = subprocess.run(["docker", "logs", "-t", container["Id"]], capture_output=True,
+                          text=True).stderr.splitlines()
+    answered = next(_docker_time(line.split()[0]) for line in logs
+                    if f"GET /user/{user}/api " in line)
+    return {"hub": total - (answered - created), "docker": started - created,
+            "server": answered - started}
 
 
 async def hub_refusal(hub: Hub, user: str) -> float:
@@ -93,9 +122,11 @@ async def main(runs: int, image: str) -> None:
         try:
             for user in ("bench", "holder1", "holder2", "refused"):
                 await hub.create_user(user)
-            spawns = []
+            spawns, parts = [], []
             for _ in range(runs):
-                spawns.append(await hub_spawn(hub, "bench"))
+                seconds, where = await hub_spawn(hub, "bench")
+                spawns.append(seconds)
+                parts.append(where)
                 await hub.stop_server("bench")
             for holder in ("holder1", "holder2"):  # the simulated node's two GPUs
                 r = await hub.spawn(holder, {"profile": "gpu"})
@@ -103,14 +134,16 @@ async def main(runs: int, image: str) -> None:
                 await hub.wait_ready(holder)
             refusals = sorted([await hub_refusal(hub, "refused") for _ in range(runs * 5)])
         finally:
-            import docker
-
             await hub.close(docker.APIClient())
     p, h = statistics.median(plain), statistics.median(spawns)
     p99 = refusals[min(len(refusals) - 1, round(0.99 * (len(refusals) - 1)))]
     print(f"plain docker run  : median {p:.3f} s  runs {[round(x, 3) for x in plain]}")
     print(f"hub spawn         : median {h:.3f} s  runs {[round(x, 3) for x in spawns]}")
     print(f"ratio hub/plain   : {h / p:.2f}  (target <= 1.25)")
+    for part, what in (("hub", "the hub's own work"), ("docker", "docker create to started"),
+                       ("server", "jupyterhub-singleuser's start-up in the container")):
+        print(f"  {part:<7}: median {statistics.median(x[part] for x in parts):.3f} s  "
+              f"({what})")
     print(f"hub GPU refusal   : median {statistics.median(refusals) * 1000:.1f} ms, "
           f"p99 {p99 * 1000:.1f} ms over {len(refusals)} requests (POST until the 409)")
 
