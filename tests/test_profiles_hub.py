@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from tests.fixtures.hub import _need
+
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
 PROFILES = [
@@ -26,7 +28,7 @@ async def hub(hub_factory, tmp_path, docker_client):
     try:
         docker_client.inspect_image("gpuhub/pytorch:latest")
     except Exception:  # noqa: BLE001
-        pytest.skip("gpuhub/pytorch:latest is not built")
+        _need(False, "gpuhub/pytorch:latest is not built; run scripts/build-images.sh pytorch")
     path = tmp_path / "profiles.json"
     path.write_text(json.dumps(PROFILES))
     return await hub_factory(GPUHUB_PROFILES=str(path), GPUHUB_CREDITS="off")
