@@ -179,9 +179,11 @@ def upgrade_hub_db(url: str, log: logging.Logger) -> str:
     before = _revision(url)
     dbutil.upgrade_if_needed(url, log=log)
     after = _revision(url)
+    if before is None:
+        return f"new: stamped revision {after} (the hub makes its tables at first start)"
     if before == after:
         return f"up to date (revision {after})"
-    return f"migrated from {before or 'an empty schema'} to {after}"
+    return f"migrated from {before} to {after}"
 
 
 def upgrade_credits_db(url: str) -> str:
@@ -219,8 +221,8 @@ def upgrade(settings: Settings, log: logging.Logger) -> list[Step]:
     """Migrate the hub database, then the credits ledger (when this deployment has one).
 
     Raises whatever the migration raises (an unreachable database, a refused password);
-    a step that failed leaves its database as it was (each migration is one transaction
-    on PostgreSQL).
+    the CLI prints it as one line.  Back up first (README.md "Production"): a migration
+    that fails half-way is rolled back only where the database has transactional DDL.
     """
     steps = []
     url = hub_db_url(settings)
