@@ -286,7 +286,8 @@ def apply_config(c, settings: Settings) -> None:
     """Fill the JupyterHub config object ``c`` from ``settings``.
 
     Raises ValueError for a setting that cannot work (e.g. the demo login on a
-    non-loopback address).
+    non-loopback address, plain HTTP off loopback without ``GPUHUB_ALLOW_HTTP=1``, a
+    secret file that others may read: :mod:`hub_ext.serving`).
     """
     state = settings.state_dir
     state.mkdir(parents=True, exist_ok=True)
