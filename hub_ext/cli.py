@@ -2,6 +2,10 @@
 
     gpuhub gpus [--json]            devices, owners, utilization, health (like nvidia-smi)
     gpuhub credits grant|balance|history ...   the credit ledger (hub_ext.credits.cli)
+    gpuhub init [--env-file .env] [--force]    a deployment's .env with fresh secrets
+    gpuhub upgrade                  migrate the hub database and the credits ledger
+
+``init`` and ``upgrade`` are in :mod:`hub_ext.deploy`; README.md "Production" uses them.
 
 ``gpuhub gpus`` needs no running hub: it reads the inventory the hub is configured with
 (GPUHUB_GPUS) and the owners from the labels on the hub's containers (GPUHUB_HUB_ID).
@@ -13,6 +17,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from .config import Settings
 from .inventory import SimulatedInventory, allocatable_units
@@ -88,6 +93,41 @@ def gpus(args) -> int:
     return 0
 
 
+def init(args) -> int:
+    """Write a new .env (mode 0600) with fresh secrets; exit 1 when one exists."""
+    from .deploy import EnvFileExists, write_env
+
+    try:
+        path = write_env(Path(args.env_file), force=args.force, socket=args.docker_socket)
+    except EnvFileExists:
+        print(f"gpuhub init: {args.env_file} exists. Its secrets are in use once the hub ran "
+              "(the crypt key, the database passwords); `gpuhub init --force` replaces it "
+              "with new ones (README.md \"Production\": changing a secret)", file=sys.stderr)
+        return 1
+    print(f"gpuhub init: wrote {path} (mode 600) with fresh secrets. Fill in the login "
+          "settings (GPUHUB_OIDC_*), put the TLS certificate and key in ./tls, then follow "
+          "README.md \"Production\".")
+    return 0
+
+
+def upgrade(args) -> int:
+    """Migrate both databases; exit 1 (with the cause, never a password) when one fails."""
+    import logging
+
+    from .deploy import upgrade as run_upgrade
+
+    logging.basicConfig(level=logging.INFO, format="gpuhub upgrade: %(message)s")
+    log = logging.getLogger("gpuhub.upgrade")
+    try:
+        steps = run_upgrade(Settings.from_env(), log)
+    except Exception as e:  # noqa: BLE001 - the operator needs the cause, not a traceback
+        print(f"gpuhub upgrade: failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    for step in steps:
+        print(f"gpuhub upgrade: {step.name} {step.url}: {step.outcome}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="gpuhub", description="GPU Cluster Hub operations")
@@ -95,6 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("gpus", help="devices, owners, utilization and health")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=gpus)
+    p = sub.add_parser("init", help="write a deployment's .env with fresh secrets (mode 600)")
+    p.add_argument("--env-file", default=".env", help="where to write it (default: .env)")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing file, and its secrets, with new ones")
+    p.add_argument("--docker-socket", default="/var/run/docker.sock",
+                   help="the socket whose group the hub joins (default /var/run/docker.sock)")
+    p.set_defaults(func=init)
+    p = sub.add_parser("upgrade", help="migrate the hub database and the credits ledger")
+    p.set_defaults(func=upgrade)
     sub.add_parser("credits", help="the credit ledger: grant, balance, history",
                    add_help=False)
     if argv and argv[0] == "credits":

@@ -49,7 +49,7 @@ class Settings:
     variable                     meaning                                         default
     ===========================  ==============================================  =========
     GPUHUB_IP / GPUHUB_PORT      where the proxy serves the hub                  127.0.0.1 / 8000
-    GPUHUB_HUB_PORT              the hub's own API port on 127.0.0.1             8081
+    GPUHUB_HUB_PORT              the hub API's port (on GPUHUB_HUB_IP)           8081
     GPUHUB_PROXY_API_PORT        the proxy's API port on 127.0.0.1               8001
     GPUHUB_STATE_DIR             database, cookie secret, logs                   ./var
     GPUHUB_DB_URL                the hub database (SQLAlchemy URL)               sqlite in state dir
@@ -90,6 +90,16 @@ class Settings:
     GPUHUB_ADMIN_GROUPS          groups whose members are hub admins             none
     GPUHUB_ADMIN_CONTACT         whom refused people should ask                  -
     GPUHUB_INITIAL_CREDITS       credits granted once at a member's first login  none
+    GPUHUB_SSL_CERT / _KEY       PEM certificate and key: the proxy serves HTTPS  none
+    GPUHUB_ALLOW_HTTP            ``1``: plain HTTP off loopback (a TLS proxy      off
+                                 in front of the hub)
+    GPUHUB_SECRET_FILES          files the hub refuses to start with when         none
+                                 others may read them (comma list)
+    GPUHUB_HUB_IP                where the hub API listens (for the servers)      127.0.0.1
+    GPUHUB_HUB_CONNECT_IP        how the servers reach the hub API                GPUHUB_HUB_IP
+    GPUHUB_DB_PASSWORD           password of the hub database's role             none
+    GPUHUB_CREDITS_DB_URL        the reference service's ledger (``upgrade``)    state dir
+    GPUHUB_CREDITS_DB_PASSWORD   password of the ledger database's role          none
     ===========================  ==============================================  =========
     """
 
@@ -136,6 +146,15 @@ class Settings:
     admin_groups: str = ""
     admin_contact: str = ""
     initial_credits: str = ""
+    ssl_cert: str = ""
+    ssl_key: str = ""
+    allow_http: bool = False
+    secret_files: str = ""
+    hub_ip: str = "127.0.0.1"
+    hub_connect_ip: str = ""
+    db_password: str = ""
+    credits_db_url: str = ""
+    credits_db_password: str = ""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -187,6 +206,15 @@ class Settings:
         s.admin_groups = _env("GPUHUB_ADMIN_GROUPS")
         s.admin_contact = _env("GPUHUB_ADMIN_CONTACT")
         s.initial_credits = _env("GPUHUB_INITIAL_CREDITS")
+        s.ssl_cert = _env("GPUHUB_SSL_CERT")
+        s.ssl_key = _env("GPUHUB_SSL_KEY")
+        s.allow_http = _flag("GPUHUB_ALLOW_HTTP", False)
+        s.secret_files = _env("GPUHUB_SECRET_FILES")
+        s.hub_ip = _env("GPUHUB_HUB_IP", s.hub_ip)
+        s.hub_connect_ip = _env("GPUHUB_HUB_CONNECT_IP")
+        s.db_password = _env("GPUHUB_DB_PASSWORD")
+        s.credits_db_url = _env("GPUHUB_CREDITS_DB_URL")
+        s.credits_db_password = _env("GPUHUB_CREDITS_DB_PASSWORD")
         return s
 
 
@@ -198,6 +226,39 @@ def _int(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ValueError(f"{name}={raw!r} is not a whole number") from None
+
+
+def _flag(name: str, default: bool) -> bool:
+    """``1`` or ``0`` (empty: ``default``); raises ValueError naming the variable otherwise."""
+    raw = _env(name)
+    if not raw:
+        return default
+    if raw not in ("0", "1"):
+        raise ValueError(f"{name}={raw!r}: use 1 (on) or 0 (off)")
+    return raw == "1"
+
+
+def hub_db_url(settings: Settings) -> str:
+    """The hub database's SQLAlchemy URL, with ``GPUHUB_DB_PASSWORD`` filled in.
+
+    The password is kept out of ``GPUHUB_DB_URL`` so that the URL can be shown; JupyterHub
+    redacts it whenever it logs the URL.  Without ``GPUHUB_DB_URL``: SQLite in the state dir.
+    """
+    url = settings.db_url or f"sqlite:///{settings.state_dir / 'jupyterhub.sqlite'}"
+    return with_password(url, settings.db_password, "GPUHUB_DB_PASSWORD")
+
+
+def with_password(url: str, password: str, variable: str) -> str:
+    """``url`` with ``password`` set; raises ValueError when both carry one."""
+    if not password:
+        return url
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.password:
+        raise ValueError(f"{variable} is set and the database URL has a password too; "
+                         "keep the password only in the variable")
+    return parsed.set(password=password).render_as_string(hide_password=False)
 
 
 def load_profiles(path: str) -> list[dict]:
@@ -225,17 +286,13 @@ def apply_config(c, settings: Settings) -> None:
     """Fill the JupyterHub config object ``c`` from ``settings``.
 
     Raises ValueError for a setting that cannot work (e.g. the demo login on a
-    non-loopback address).
+    non-loopback address, plain HTTP off loopback without ``GPUHUB_ALLOW_HTTP=1``, a
+    secret file that others may read: :mod:`hub_ext.serving`).
     """
     state = settings.state_dir
     state.mkdir(parents=True, exist_ok=True)
 
-    c.JupyterHub.ip = settings.ip
-    c.JupyterHub.port = settings.port
-    c.JupyterHub.hub_ip = "127.0.0.1"
-    c.JupyterHub.hub_port = settings.hub_port
-    c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{settings.proxy_api_port}"
-    c.JupyterHub.db_url = settings.db_url or f"sqlite:///{state / 'jupyterhub.sqlite'}"
+    c.JupyterHub.db_url = hub_db_url(settings)
     c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
     c.JupyterHub.pid_file = str(state / "jupyterhub.pid")
     c.ConfigurableHTTPProxy.pid_file = str(state / "jupyterhub-proxy.pid")
@@ -244,7 +301,9 @@ def apply_config(c, settings: Settings) -> None:
     # servers (and the GPUs they hold) outlive a hub restart or upgrade; the hub finds
     # them again from its database, spawner state and container labels
     c.JupyterHub.cleanup_servers = False
-    c.JupyterHub.template_paths = [str(REPO / "share" / "gpuhub" / "templates")]
+    from .templates import template_dir
+
+    c.JupyterHub.template_paths = [str(template_dir())]
     from .handlers import handlers
 
     c.JupyterHub.extra_handlers = handlers
@@ -302,3 +361,7 @@ def apply_config(c, settings: Settings) -> None:
     from .auth_config import apply_auth_config
 
     apply_auth_config(c, settings)
+
+    from .serving import apply_serving_config
+
+    apply_serving_config(c, settings)

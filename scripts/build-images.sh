@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
 # Build the single-user images in dependency order: gpuhub/base, then gpuhub/pytorch and
-# gpuhub/tensorflow FROM it. One command on a fresh Debian machine with only a Docker engine
-# (no registry: the Debian base is made here with mmdebstrap) and, unchanged, on a real server
-# with an NVIDIA CUDA base image.
+# gpuhub/tensorflow FROM it; and the images docker-compose.yml runs: gpuhub/hub, and
+# PostgreSQL. One command on a fresh Debian machine with only a Docker engine (no registry: the
+# Debian bases are made here with mmdebstrap) and, unchanged, on a real server with an NVIDIA
+# CUDA base image.
 #
 # Usage: scripts/build-images.sh [--offline|--online] [--base IMAGE] [--local-base]
 #                                [--variant cpu|cuda] [--force] [IMAGE ...]
-#   IMAGE         base, pytorch, tensorflow, or all (default: base pytorch). base is always
-#                 handled first, since the others are built FROM gpuhub/base:latest.
+#   IMAGE         base, pytorch, tensorflow, hub, postgres, or all (default: base pytorch).
+#                 base is handled first when a notebook image is named, since the others are
+#                 built FROM gpuhub/base:latest.
+#                 hub: gpuhub/hub:latest (JupyterHub, hub_ext, configurable-http-proxy) FROM
+#                 debian:bookworm-slim (online) or a local Debian base (offline).
+#                 postgres: the image docker-compose.yml names for PostgreSQL
+#                 (postgres:15-bookworm): pulled online; offline, a stand-in built from
+#                 Debian's postgresql (tests/standins/postgres) under that name, unless a real
+#                 image already has it.
 #   --offline     wheels are downloaded on this host (pip download, cached in ./wheelhouse/) and
 #                 the builds run with --network none. The default when Docker Hub does not answer.
 #   --online      pip inside the builds installs from PyPI (torch from PyPI's and PyTorch's index).
-#   --base IMAGE  what gpuhub/base is built FROM. Default online: the NVIDIA CUDA image below;
+#   --base IMAGE  what gpuhub/base is built FROM (not hub). Default online: the NVIDIA CUDA image below;
 #                 default offline: the local Debian base, made with mmdebstrap when missing.
 #   --local-base  use the local Debian base (made when missing) in online mode too.
 #   --variant V   framework builds for cpu or cuda. Default: cuda when gpuhub/base has a CUDA
@@ -36,6 +44,11 @@ export DOCKER_BUILDKIT=0
 CUDA_BASE=nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04
 LOCAL_BASE=gpuhub/debian-base:bookworm
 LOCAL_SUITE=bookworm
+HUB_BASE=debian:bookworm-slim
+HUB_LOCAL_BASE=gpuhub/debian-base:bookworm-hub
+# Must be the image docker-compose.yml names for PostgreSQL.
+POSTGRES_IMAGE=postgres:15-bookworm
+POSTGRES_LOCAL_BASE=gpuhub/debian-base:bookworm-postgres
 ns="${GPUHUB_IMAGE_NAMESPACE:-gpuhub}"
 
 # Framework pins per variant. A value that disagrees with what pip installs stops the build
@@ -75,9 +88,9 @@ while [ "$#" -gt 0 ]; do
     --variant=*) variant=${1#--variant=} ;;
     --force) force=1 ;;
     -h | --help) usage; exit 0 ;;
-    all) images+=(base pytorch tensorflow) ;;
-    base | pytorch | tensorflow) images+=("$1") ;;
-    *) die "no such image or option: '$1'. Options include: base, pytorch, tensorflow, all, --offline, --online, --base IMAGE, --local-base, --variant cpu|cuda, --force (see --help)" ;;
+    all) images+=(base pytorch tensorflow hub postgres) ;;
+    base | pytorch | tensorflow | hub | postgres) images+=("$1") ;;
+    *) die "no such image or option: '$1'. Options include: base, pytorch, tensorflow, hub, postgres, all, --offline, --online, --base IMAGE, --local-base, --variant cpu|cuda, --force (see --help)" ;;
   esac
   shift
 done
@@ -148,20 +161,22 @@ oci_args=(
 
 # --- the local Debian base --------------------------------------------------------------------
 
-# Made with mmdebstrap from this machine's own apt sources, with every package of
-# images/base/os-packages.txt: the offline build of gpuhub/base cannot run apt-get.
+# ensure_local_base [TAG PACKAGE_LIST]: made with mmdebstrap from this machine's own apt
+# sources, with every package of the list (default: gpuhub/debian-base:bookworm with
+# images/base/os-packages.txt): an offline build cannot run apt-get.
 ensure_local_base() {
-  local pkgs have tmp
-  pkgs="$(grep -v '^#' "$repo/images/base/os-packages.txt" | LC_ALL=C sort | paste -sd, -)"
-  have="$(label "$LOCAL_BASE" io.gpuhub.base.packages)"
+  local tag=${1:-$LOCAL_BASE} list=${2:-$repo/images/base/os-packages.txt} pkgs have tmp log
+  pkgs="$(grep -v '^#' "$list" | LC_ALL=C sort | paste -sd, -)"
+  log="$cache/logs/local-base-${tag##*:}.log"
+  have="$(label "$tag" io.gpuhub.base.packages)"
   if [ "$have" = "$pkgs" ]; then
-    say "local base $LOCAL_BASE: present ($pkgs)"
+    say "local base $tag: present ($pkgs)"
     return
   fi
-  if [ -n "$(image_id "$LOCAL_BASE")" ]; then
-    say "local base $LOCAL_BASE: present but made without some of $pkgs; making it again"
+  if [ -n "$(image_id "$tag")" ]; then
+    say "local base $tag: present but made without some of $pkgs; making it again"
   else
-    say "local base $LOCAL_BASE: missing; making it with mmdebstrap ($pkgs)"
+    say "local base $tag: missing; making it with mmdebstrap ($pkgs)"
   fi
   if ! command -v mmdebstrap >/dev/null 2>&1; then
     say "installing mmdebstrap from Debian"
@@ -170,12 +185,12 @@ ensure_local_base() {
   fi
   tmp="$(mktemp -d "$work/rootfs.XXXXXX")"
   mmdebstrap --quiet --variant=apt --include="$pkgs" "$LOCAL_SUITE" "$tmp/rootfs.tar" \
-    >"$cache/logs/local-base.log" 2>&1 \
-    || { tail -n 30 "$cache/logs/local-base.log" >&2; die "mmdebstrap failed (log: $cache/logs/local-base.log)"; }
+    >"$log" 2>&1 \
+    || { tail -n 30 "$log" >&2; die "mmdebstrap failed (log: $log)"; }
   docker import --change "LABEL io.gpuhub.base.packages=$pkgs" \
-    --message "mmdebstrap --variant=apt $LOCAL_SUITE" "$tmp/rootfs.tar" "$LOCAL_BASE" >/dev/null
+    --message "mmdebstrap --variant=apt $LOCAL_SUITE" "$tmp/rootfs.tar" "$tag" >/dev/null
   rm -rf "$tmp"
-  say "local base $LOCAL_BASE: made ($(docker image inspect -f '{{.Size}}' "$LOCAL_BASE" | numfmt --to=si --format=%.1f))"
+  say "local base $tag: made ($(docker image inspect -f '{{.Size}}' "$tag" | numfmt --to=si --format=%.1f))"
 }
 
 # --- wheelhouses ------------------------------------------------------------------------------
@@ -346,9 +361,112 @@ build_framework() {
   say "$name: built $ns/$name:latest in ${seconds_taken[$name]}s"
 }
 
+# --- the images docker-compose.yml runs -------------------------------------------------------
+
+# The repository paths gpuhub/hub is built from (images/hub/Dockerfile copies these).
+HUB_SOURCES=(pyproject.toml README.md jupyterhub_config.py package.json package-lock.json
+  hub_ext share images/hub images/base/gpuhub-pip)
+
+# fingerprint_paths PATHS... -- ARGS...: like fingerprint, for files anywhere in the repository.
+fingerprint_paths() {
+  local paths=()
+  while [ "$#" -gt 0 ] && [ "$1" != -- ]; do paths+=("$1"); shift; done
+  shift
+  {
+    (cd "$repo" && find "${paths[@]}" -type f ! -name '*.whl' ! -name '*.pyc' \
+      ! -path '*/__pycache__/*' ! -path '*/node_modules/*' | LC_ALL=C sort | xargs sha256sum)
+    printf '%s\n' "$mode" "$@"
+  } | sha256sum | cut -c1-16
+}
+
+# hub_requirements FILE: the project's dependencies with the postgres extra, and what pip
+# needs to build the project itself (pyproject.toml's build-system), one per line.
+hub_requirements() {
+  python3 - "$repo/pyproject.toml" >"$1" <<'PY'
+import sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))
+lines = project["project"]["dependencies"] + project["project"]["optional-dependencies"]["postgres"]
+lines += project["build-system"]["requires"]
+print("\n".join(lines))
+PY
+}
+
+build_hub() {
+  local t0=$SECONDS from fp ctx wh pyver glibc arch cuda replaced
+  if [ "$mode" = offline ] || [ "$local_base" = 1 ]; then
+    ensure_local_base "$HUB_LOCAL_BASE" "$repo/images/hub/os-packages.txt"
+    from=$HUB_LOCAL_BASE
+  else
+    from=$HUB_BASE
+    [ -n "$(image_id "$from")" ] || { say "hub: pulling $from"; docker pull -q "$from" >/dev/null; }
+  fi
+  [ -n "$(image_id "$from")" ] || die "hub: base image $from is missing"
+  fp="$(fingerprint_paths "${HUB_SOURCES[@]}" -- "$from" "$(image_id "$from")")"
+  if ! forced hub && [ "$(label "$ns/hub:latest" io.gpuhub.build.fingerprint)" = "$fp" ]; then
+    say "hub: $ns/hub:latest is up to date (FROM $from)"
+    outcome[hub]="up to date"
+    return
+  fi
+  say "hub: building $ns/hub:latest FROM $from"
+  replaced="$(image_id "$ns/hub:latest")"
+  ctx="$work/hub"
+  rm -rf "$ctx"
+  mkdir -p "$ctx"
+  tar -C "$repo" --exclude=__pycache__ --exclude='*.pyc' --exclude='*.whl' \
+    --exclude=node_modules -cf - "${HUB_SOURCES[@]}" | tar -C "$ctx" -xf -
+  if [ "$mode" = offline ]; then
+    read -r pyver glibc arch cuda < <(probe "$from") || die "hub: python3 does not run in $from"
+    hub_requirements "$work/hub-requirements.txt"
+    wh="$(wheelhouse "hub-py$pyver" "$pyver" "$glibc" "$arch" -r "$work/hub-requirements.txt")"
+    cp -l "$wh"/*.whl "$ctx/images/hub/wheelhouse/" 2>/dev/null || cp "$wh"/*.whl "$ctx/images/hub/wheelhouse/"
+    [ -x "$repo/node_modules/.bin/configurable-http-proxy" ] \
+      || die "hub: offline builds copy configurable-http-proxy from ./node_modules; run npm ci (scripts/setup.sh)"
+    cp -a "$repo/node_modules" "$ctx/images/hub/vendor/node_modules"
+  fi
+  docker_build hub -f "$ctx/images/hub/Dockerfile" -t "$ns/hub:latest" "${oci_args[@]}" \
+    --build-arg "BASE_IMAGE=$from" --build-arg "BUILD_FINGERPRINT=$fp" "$ctx"
+  replace_leftover "$replaced" "$ns/hub:latest"
+  outcome[hub]="built"
+  seconds_taken[hub]=$((SECONDS - t0))
+  say "hub: built $ns/hub:latest in ${seconds_taken[hub]}s"
+}
+
+build_postgres() {
+  local t0=$SECONDS fp replaced standin
+  standin="$(label "$POSTGRES_IMAGE" io.gpuhub.standin)"
+  if [ -n "$(image_id "$POSTGRES_IMAGE")" ] && [ -z "$standin" ]; then
+    say "postgres: $POSTGRES_IMAGE is a real image here; kept"
+    outcome[postgres]="real image"
+    return
+  fi
+  if [ "$mode" = online ] && [ "$local_base" = 0 ]; then
+    say "postgres: pulling $POSTGRES_IMAGE"
+    docker pull -q "$POSTGRES_IMAGE" >/dev/null
+    outcome[postgres]="pulled"
+    return
+  fi
+  ensure_local_base "$POSTGRES_LOCAL_BASE" "$repo/tests/standins/postgres/os-packages.txt"
+  fp="$(fingerprint_paths tests/standins/postgres -- "$(image_id "$POSTGRES_LOCAL_BASE")")"
+  if ! forced postgres && [ "$(label "$POSTGRES_IMAGE" io.gpuhub.build.fingerprint)" = "$fp" ]; then
+    say "postgres: stand-in $POSTGRES_IMAGE is up to date"
+    outcome[postgres]="up to date (stand-in)"
+    return
+  fi
+  say "postgres: building the stand-in $POSTGRES_IMAGE from Debian's postgresql"
+  replaced="$(image_id "$POSTGRES_IMAGE")"
+  docker_build postgres -t "$POSTGRES_IMAGE" --build-arg "BASE_IMAGE=$POSTGRES_LOCAL_BASE" \
+    --build-arg "BUILD_FINGERPRINT=$fp" "$repo/tests/standins/postgres"
+  replace_leftover "$replaced" "$POSTGRES_IMAGE"
+  outcome[postgres]="built (stand-in)"
+  seconds_taken[postgres]=$((SECONDS - t0))
+  say "postgres: built the stand-in $POSTGRES_IMAGE in ${seconds_taken[postgres]}s"
+}
+
 # --- run ---------------------------------------------------------------------------------------
 
-build_base
+if want base || want pytorch || want tensorflow; then
+  build_base
+fi
 if want pytorch || want tensorflow; then
   if [ -z "$variant" ]; then
     if [ "$(label "$ns/base:latest" io.gpuhub.cuda.version)" = none ]; then variant=cpu; else variant=cuda; fi
@@ -365,6 +483,8 @@ if want tensorflow; then
     "TENSORFLOW_PACKAGE=$TENSORFLOW_PACKAGE" "TENSORFLOW_VERSION=$TENSORFLOW_VERSION" \
     "TENSORFLOW_CUDA_VERSION=$TENSORFLOW_CUDA_VERSION"
 fi
+if want hub; then build_hub; fi
+if want postgres; then build_postgres; fi
 
 # --- summary -----------------------------------------------------------------------------------
 
@@ -381,4 +501,12 @@ for name in base pytorch tensorflow; do
     "$(docker image inspect -f '{{.Size}}' "$img" | numfmt --to=si --format=%.1f)" "$result" \
     "$(label "$img" io.gpuhub.python.version)" "$(label "$img" io.gpuhub.jupyterhub.version)" \
     "$framework" "$(label "$img" io.gpuhub.cuda.version)"
+done
+for name in hub postgres; do
+  [ -n "${outcome[$name]:-}" ] || continue
+  if [ "$name" = hub ]; then img="$ns/hub:latest"; else img=$POSTGRES_IMAGE; fi
+  result="${outcome[$name]}"
+  [ -z "${seconds_taken[$name]:-}" ] || result="$result in ${seconds_taken[$name]}s"
+  printf '%-24s %-8s %-22s\n' "$img" \
+    "$(docker image inspect -f '{{.Size}}' "$img" | numfmt --to=si --format=%.1f)" "$result"
 done

@@ -3,7 +3,8 @@
 # machine or an existing one (each step is skipped when already done):
 #   system packages, the Docker engine (scripts/start-dockerd.sh), the Python virtual
 #   environment .venv with this project, configurable-http-proxy (npm), and the images.
-# Usage: scripts/setup.sh [IMAGE ...]   (images default to: base pytorch)
+# Usage: scripts/setup.sh [IMAGE ...]   (images default to: base pytorch hub postgres, the
+#   notebook images and what docker-compose.yml runs; see scripts/build-images.sh)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 step() { printf '\n==> %s\n' "$*"; }
@@ -11,7 +12,7 @@ step() { printf '\n==> %s\n' "$*"; }
 # Debian packages, each only when what it provides is missing. Node and npm are judged by
 # their commands: a machine with NodeSource's nodejs (which bundles npm) cannot also take
 # Debian's npm package ("held broken packages").
-packages=(docker.io mmdebstrap gcc postgresql chromium)
+packages=(docker.io docker-compose mmdebstrap gcc postgresql chromium openssl)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -42,5 +43,5 @@ if [ ! -x node_modules/.bin/configurable-http-proxy ]; then
 fi
 
 step "images"
-[ "$#" -gt 0 ] || set -- base pytorch
+[ "$#" -gt 0 ] || set -- base pytorch hub postgres
 bash scripts/build-images.sh "$@"

@@ -8,15 +8,20 @@ from traitlets.config import Config
 from hub_ext.config import Settings, apply_config
 
 
-def configure(tmp_path, monkeypatch, **env):
+def settings_from(tmp_path, monkeypatch, **env) -> Settings:
+    """``Settings.from_env()`` with only these GPUHUB_* variables, state in ``tmp_path``."""
     for key in list(__import__("os").environ):
         if key.startswith("GPUHUB_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("GPUHUB_STATE_DIR", str(tmp_path))
     for key, value in env.items():
         monkeypatch.setenv(key, value)
+    return Settings.from_env()
+
+
+def configure(tmp_path, monkeypatch, **env):
     c = Config()
-    apply_config(c, Settings.from_env())
+    apply_config(c, settings_from(tmp_path, monkeypatch, **env))
     return c
 
 

@@ -8,8 +8,10 @@ of their own.  Run it with::
         --db-url sqlite:////srv/gpuhub/credits.sqlite
 
 It migrates the database to the newest revision at start-up (``--upgrade-only`` migrates
-and exits, for deploys).  Two tokens: the hub token may read, debit, refund and list; the
-admin token may also grant.  Requests without either get 401, a hub token on a grant 403.
+and exits, for deploys).  The database password may come from
+``GPUHUB_CREDITS_DB_PASSWORD`` instead of the URL, so that no URL shown anywhere holds it.
+Two tokens: the hub token may read, debit, refund and list; the admin token may also grant.
+Requests without either get 401, a hub token on a grant 403.
 
 Status codes follow the contract.  Where the contract leaves a choice:
 
@@ -44,6 +46,7 @@ from urllib.parse import urlsplit
 from tornado import httpserver, netutil, web
 from tornado.log import access_log, enable_pretty_logging
 
+from ..config import with_password
 from .amounts import format_cents, to_cents
 from .db import make_engine, upgrade
 from .ledger import Ledger, LedgerError, WriteRequest
@@ -375,7 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--db-url",
         default=os.environ.get("GPUHUB_CREDITS_DB_URL", "sqlite:///credits.sqlite"),
-        help="SQLAlchemy URL: sqlite:///path or postgresql+psycopg://...",
+        help="SQLAlchemy URL: sqlite:///path or postgresql+psycopg://user@host/db "
+        "(default GPUHUB_CREDITS_DB_URL; the password from GPUHUB_CREDITS_DB_PASSWORD)",
     )
     parser.add_argument(
         "--base-url",
@@ -444,7 +448,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if not args.admin_token:
             log.warning("No admin token (GPUHUB_CREDITS_ADMIN_TOKEN): grants are refused")
-    engine = make_engine(args.db_url, pool_size=max(args.db_threads, 1))
+    try:
+        db_url = with_password(args.db_url, os.environ.get("GPUHUB_CREDITS_DB_PASSWORD", ""),
+                               "GPUHUB_CREDITS_DB_PASSWORD")
+    except ValueError as e:
+        log.error("%s", e)
+        return 2
+    engine = make_engine(db_url, pool_size=max(args.db_threads, 1))
     try:
         upgrade(engine)
         log.info(
