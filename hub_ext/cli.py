@@ -1,6 +1,8 @@
 """``gpuhub``: the command line for operators.
 
     gpuhub gpus [--json]            devices, owners, utilization, health (like nvidia-smi)
+    gpuhub usage --since DATE [--by user|group] [--csv]   GPU-hours, credits, servers
+                                    (hub_ext.usage)
     gpuhub credits grant|balance|history ...   the credit ledger (hub_ext.credits.cli)
 
 ``gpuhub gpus`` needs no running hub: it reads the inventory the hub is configured with
@@ -16,6 +18,7 @@ import time
 
 from .config import Settings
 from .inventory import SimulatedInventory, allocatable_units
+from .pool import unit_state
 
 
 def _inventory(settings: Settings):
@@ -60,8 +63,7 @@ def gpus(args) -> int:
     rows = []
     for unit in allocatable_units(devices):
         held = owners.get(unit.uuid)
-        state = ("unhealthy" if not unit.healthy else "held" if held
-                 else "outside" if unit.processes else "free")
+        state = unit_state(unit, held is not None)
         rows.append({**unit.to_dict(), "state": state, "owner": held})
     if args.json:
         print(json.dumps({"inventory": inventory.kind, "devices": rows}, indent=2))
@@ -95,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("gpus", help="devices, owners, utilization and health")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=gpus)
+    from .usage import add_arguments, usage
+
+    p = sub.add_parser("usage", help="GPU-hours, credits and servers per user or group")
+    add_arguments(p)
+    p.set_defaults(func=usage)
     sub.add_parser("credits", help="the credit ledger: grant, balance, history",
                    add_help=False)
     if argv and argv[0] == "credits":

@@ -90,6 +90,11 @@ class Settings:
     GPUHUB_ADMIN_GROUPS          groups whose members are hub admins             none
     GPUHUB_ADMIN_CONTACT         whom refused people should ask                  -
     GPUHUB_INITIAL_CREDITS       credits granted once at a member's first login  none
+    GPUHUB_CULL_IDLE_TIMEOUT     seconds without activity before a server is     3600
+                                 culled (jupyterhub-idle-culler); 0: never
+    GPUHUB_GPU_IDLE_TIMEOUT      seconds a server's GPUs may idle at 0%; 0: never 1800
+    GPUHUB_CULL_MAX_AGE          seconds a server may run at most; 0: no limit    0
+    GPUHUB_CULL_WARNING          seconds before the maximum age to warn members  900
     ===========================  ==============================================  =========
     """
 
@@ -136,6 +141,15 @@ class Settings:
     admin_groups: str = ""
     admin_contact: str = ""
     initial_credits: str = ""
+    cull_idle_timeout: int = 3600
+    gpu_idle_timeout: int = 1800
+    cull_max_age: int = 0
+    cull_warning: int = 900
+
+    @property
+    def hub_db_url(self) -> str:
+        """The hub database: ``db_url``, or SQLite in the state directory."""
+        return self.db_url or f"sqlite:///{self.state_dir / 'jupyterhub.sqlite'}"
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -187,6 +201,10 @@ class Settings:
         s.admin_groups = _env("GPUHUB_ADMIN_GROUPS")
         s.admin_contact = _env("GPUHUB_ADMIN_CONTACT")
         s.initial_credits = _env("GPUHUB_INITIAL_CREDITS")
+        s.cull_idle_timeout = _int("GPUHUB_CULL_IDLE_TIMEOUT", s.cull_idle_timeout)
+        s.gpu_idle_timeout = _int("GPUHUB_GPU_IDLE_TIMEOUT", s.gpu_idle_timeout)
+        s.cull_max_age = _int("GPUHUB_CULL_MAX_AGE", s.cull_max_age)
+        s.cull_warning = _int("GPUHUB_CULL_WARNING", s.cull_warning)
         return s
 
 
@@ -235,7 +253,7 @@ def apply_config(c, settings: Settings) -> None:
     c.JupyterHub.hub_ip = "127.0.0.1"
     c.JupyterHub.hub_port = settings.hub_port
     c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{settings.proxy_api_port}"
-    c.JupyterHub.db_url = settings.db_url or f"sqlite:///{state / 'jupyterhub.sqlite'}"
+    c.JupyterHub.db_url = settings.hub_db_url
     c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
     c.JupyterHub.pid_file = str(state / "jupyterhub.pid")
     c.ConfigurableHTTPProxy.pid_file = str(state / "jupyterhub-proxy.pid")
@@ -248,10 +266,16 @@ def apply_config(c, settings: Settings) -> None:
     from .handlers import handlers
 
     c.JupyterHub.extra_handlers = handlers
+    from .notices import home_notices
+
+    template_vars = dict(c.JupyterHub.template_vars) if "template_vars" in c.JupyterHub else {}
+    template_vars["gpuhub_notices"] = home_notices
+    c.JupyterHub.template_vars = template_vars
 
     # The spawner and its pool
     c.JupyterHub.spawner_class = "hub_ext.spawner.GPUDockerSpawner"
-    c.GPUDockerSpawner.profile_list = load_profiles(settings.profiles_file)
+    profiles = load_profiles(settings.profiles_file)
+    c.GPUDockerSpawner.profile_list = profiles
     c.GPUDockerSpawner.prefix = settings.container_prefix
     c.GPUDockerSpawner.hub_id = settings.hub_id
     c.GPUDockerSpawner.image = settings.image
@@ -298,6 +322,14 @@ def apply_config(c, settings: Settings) -> None:
     from .credits.hubconfig import apply_credits_config
 
     apply_credits_config(c, settings)
+
+    from .culling_config import apply_culling_config
+
+    apply_culling_config(c, settings, profiles)
+
+    from .admin import apply_admin_config
+
+    apply_admin_config(c, settings)
 
     from .auth_config import apply_auth_config
 
