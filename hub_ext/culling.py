@@ -535,8 +535,10 @@ class Culler(SingletonConfigurable):
         key = ServerKey(username, server_name)
         watched = self._watched.get(key)
         if watched is not None:
-            watched.cull = "idle"
-            self.log.warning("%s is being culled by %s (no activity)", key, self.service_name)
+            watched.cull, watched.cull_seconds = "idle", _idle_seconds(watched.spawner)
+            self.log.warning("Culling %s (profile %s): no activity for %s (stopping, by %s)",
+                             key, watched.profile or "-", duration(watched.cull_seconds),
+                             self.service_name)
             return
         watched = self._recent.pop(key, None)
         if watched is None:

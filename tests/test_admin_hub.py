@@ -38,6 +38,8 @@ async def test_only_admins_see_the_gpu_board(gpu_hub):
     alice = await hub.login("alice")
     alice_token = await hub.create_user("alice")
 
+    assert 'href="/hub/gpus"' not in (await alice.get("/hub/home")).text
+    assert 'href="/hub/gpus"' in (await boss.get("/hub/home")).text  # in the navigation bar
     r = await alice.get("/hub/gpus", follow_redirects=False)
     assert r.status_code == 403, r.text[:500]
     assert "Only admins may see the GPU board." in r.text

@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
 
 from hub_ext import runs
 from hub_ext.credits.client import Transaction
@@ -23,9 +25,16 @@ def at(hours: float) -> datetime:
     return T0 + timedelta(hours=hours)
 
 
-@pytest.fixture
-def db(hub_db):
-    return hub_db
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db(request, hub_db):
+    """The hub's database on SQLite (the embedded default), then on PostgreSQL."""
+    if request.param == "sqlite":
+        yield hub_db
+        return
+    engine = create_engine(request.getfixturevalue("postgres_url"))
+    with Session(engine) as session:
+        yield session
+    engine.dispose()
 
 
 def start(db, user="alice", server="", devices=("GPU-0",), hours=0.0, groups=("ml101",),
