@@ -42,10 +42,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from jupyterhub.apihandlers.users import UserServerAPIHandler
+from jupyterhub.log import log_request as hub_log_request
+from jupyterhub.utils import utcnow as hub_utcnow
 from traitlets import Callable, Float, Instance, Int, Unicode, default, validate
 from traitlets.config import SingletonConfigurable
 
 from . import metrics, runs
+from .credits.metering import MeterRecord
 from .inventory import Device, InventoryError, allocatable_units
 from .notices import notices
 from .pool import GPUPool, ServerKey
@@ -466,8 +470,6 @@ class Culler(SingletonConfigurable):
     def _keep_active(self, spawner) -> None:
         """Move the server's (and its user's) last_activity to now, in JupyterHub's clock,
         as the proxy's activity poll would (JupyterHub ``update_last_activity``)."""
-        from jupyterhub.utils import utcnow as hub_utcnow
-
         now = hub_utcnow(with_tz=False)
         orm_spawner = getattr(spawner, "orm_spawner", None)
         if orm_spawner is None:
@@ -585,8 +587,6 @@ class Culler(SingletonConfigurable):
 
 def _idle_seconds(spawner) -> float:
     """Seconds since the server's last_activity, in JupyterHub's clock (0 when unknown)."""
-    from jupyterhub.utils import utcnow as hub_utcnow
-
     last = getattr(getattr(spawner, "orm_spawner", None), "last_activity", None)
     if last is None:
         return 0.0
@@ -595,8 +595,6 @@ def _idle_seconds(spawner) -> float:
 
 def _credits_run(spawner) -> str | None:
     """The credits meter's id of this run (from the credits hook's state), if it is priced."""
-    from .credits.metering import MeterRecord
-
     state = getattr(spawner, "hook_state", {}).get("credits")
     if not isinstance(state, dict):
         return None
@@ -609,14 +607,10 @@ def _credits_run(spawner) -> str | None:
 def log_request(handler) -> None:
     """``c.JupyterHub.tornado_settings["log_function"]``: JupyterHub's request log, plus the
     attribution of the idle culler service's stops (see the module docstring)."""
-    from jupyterhub.log import log_request as hub_log_request
-
     hub_log_request(handler)
     try:
         if handler.request.method != "DELETE" or handler.get_status() not in (202, 204):
             return
-        from jupyterhub.apihandlers.users import UserServerAPIHandler
-
         if not isinstance(handler, UserServerAPIHandler) or not Culler.initialized():
             return
         who = handler.current_user
