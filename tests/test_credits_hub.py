@@ -359,7 +359,7 @@ async def test_hub_killed_mid_spawn_after_the_debit_keeps_no_credit(
     await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "0.66")],
                   hub)
     assert hub.containers(docker_client) == []
-    assert "re-adopted its hook state (credits)" in hub.log()
+    assert "re-adopted its hook state (credits, culling)" in hub.log()
 
 
 async def test_admin_stop_refunds_the_unused_credits(credits_hub, clock, admin, member):
