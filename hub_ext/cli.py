@@ -1,6 +1,8 @@
 """``gpuhub``: the command line for operators.
 
     gpuhub gpus [--json]            devices, owners, utilization, health (like nvidia-smi)
+    gpuhub usage --since DATE [--by user|group] [--csv]   GPU-hours, credits, servers
+                                    (hub_ext.usage)
     gpuhub credits grant|balance|history ...   the credit ledger (hub_ext.credits.cli)
     gpuhub init [--env-file .env] [--force]    a deployment's .env with fresh secrets
     gpuhub upgrade                  migrate the hub database and the credits ledger
@@ -58,6 +60,8 @@ def _ago(since: float) -> str:
 
 
 def gpus(args) -> int:
+    from .pool import unit_state  # traitlets: not needed by ``gpuhub init``
+
     settings = Settings.from_env()
     inventory = _inventory(settings)
     devices = inventory.read()
@@ -65,8 +69,7 @@ def gpus(args) -> int:
     rows = []
     for unit in allocatable_units(devices):
         held = owners.get(unit.uuid)
-        state = ("unhealthy" if not unit.healthy else "held" if held
-                 else "outside" if unit.processes else "free")
+        state = unit_state(unit, held is not None)
         rows.append({**unit.to_dict(), "state": state, "owner": held})
     if args.json:
         print(json.dumps({"inventory": inventory.kind, "devices": rows}, indent=2))
@@ -144,6 +147,11 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=init)
     p = sub.add_parser("upgrade", help="migrate the hub database and the credits ledger")
     p.set_defaults(func=upgrade)
+    from .usage import add_arguments, usage
+
+    p = sub.add_parser("usage", help="GPU-hours, credits and servers per user or group")
+    add_arguments(p)
+    p.set_defaults(func=usage)
     sub.add_parser("credits", help="the credit ledger: grant, balance, history",
                    add_help=False)
     if argv and argv[0] == "credits":

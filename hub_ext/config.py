@@ -100,6 +100,11 @@ class Settings:
     GPUHUB_DB_PASSWORD           password of the hub database's role             none
     GPUHUB_CREDITS_DB_URL        the reference service's ledger (``upgrade``)    state dir
     GPUHUB_CREDITS_DB_PASSWORD   password of the ledger database's role          none
+    GPUHUB_CULL_IDLE_TIMEOUT     seconds without activity before a server is     3600
+                                 culled (jupyterhub-idle-culler); 0: never
+    GPUHUB_GPU_IDLE_TIMEOUT      seconds a server's GPUs may idle at 0%; 0: never 1800
+    GPUHUB_CULL_MAX_AGE          seconds a server may run at most; 0: no limit    0
+    GPUHUB_CULL_WARNING          seconds before the maximum age to warn members  900
     ===========================  ==============================================  =========
     """
 
@@ -155,6 +160,10 @@ class Settings:
     db_password: str = ""
     credits_db_url: str = ""
     credits_db_password: str = ""
+    cull_idle_timeout: int = 3600
+    gpu_idle_timeout: int = 1800
+    cull_max_age: int = 0
+    cull_warning: int = 900
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -215,6 +224,10 @@ class Settings:
         s.db_password = _env("GPUHUB_DB_PASSWORD")
         s.credits_db_url = _env("GPUHUB_CREDITS_DB_URL")
         s.credits_db_password = _env("GPUHUB_CREDITS_DB_PASSWORD")
+        s.cull_idle_timeout = _int("GPUHUB_CULL_IDLE_TIMEOUT", s.cull_idle_timeout)
+        s.gpu_idle_timeout = _int("GPUHUB_GPU_IDLE_TIMEOUT", s.gpu_idle_timeout)
+        s.cull_max_age = _int("GPUHUB_CULL_MAX_AGE", s.cull_max_age)
+        s.cull_warning = _int("GPUHUB_CULL_WARNING", s.cull_warning)
         return s
 
 
@@ -307,10 +320,16 @@ def apply_config(c, settings: Settings) -> None:
     from .handlers import handlers
 
     c.JupyterHub.extra_handlers = handlers
+    from .notices import home_notices
+
+    template_vars = dict(c.JupyterHub.template_vars) if "template_vars" in c.JupyterHub else {}
+    template_vars["gpuhub_notices"] = home_notices
+    c.JupyterHub.template_vars = template_vars
 
     # The spawner and its pool
     c.JupyterHub.spawner_class = "hub_ext.spawner.GPUDockerSpawner"
-    c.GPUDockerSpawner.profile_list = load_profiles(settings.profiles_file)
+    profiles = load_profiles(settings.profiles_file)
+    c.GPUDockerSpawner.profile_list = profiles
     c.GPUDockerSpawner.prefix = settings.container_prefix
     c.GPUDockerSpawner.hub_id = settings.hub_id
     c.GPUDockerSpawner.image = settings.image
@@ -357,6 +376,14 @@ def apply_config(c, settings: Settings) -> None:
     from .credits.hubconfig import apply_credits_config
 
     apply_credits_config(c, settings)
+
+    from .culling_config import apply_culling_config
+
+    apply_culling_config(c, settings, profiles)
+
+    from .admin import apply_admin_config
+
+    apply_admin_config(c, settings)
 
     from .auth_config import apply_auth_config
 

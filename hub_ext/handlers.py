@@ -1,5 +1,7 @@
 """The hub's own HTTP endpoints, registered with ``c.JupyterHub.extra_handlers``.
 
+The GPU board for admins (``/hub/gpus`` and its JSON) lives in :mod:`hub_ext.admin`.
+
 ``GET /hub/api/gpuhub/availability`` answers, for the logged-in member, how many GPUs are
 free now and which of their profiles can start; the spawn page polls it so nobody has to
 reload.  It needs login (a browser session or a token) and reveals no other member's data.
@@ -15,6 +17,7 @@ import json
 from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
 
+from .admin import handlers as admin_handlers
 from .pool import GPUPool
 
 
@@ -50,4 +53,4 @@ class AvailabilityHandler(APIHandler):
         self.write(json.dumps(model))
 
 
-handlers = [(r"/api/gpuhub/availability", AvailabilityHandler)]
+handlers = [(r"/api/gpuhub/availability", AvailabilityHandler), *admin_handlers]

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the GPU pool and the credits hook.
+"""Prometheus metrics of the GPU pool, the credits hook and culling.
 
 They are registered in prometheus_client's default registry, which JupyterHub serves at
 ``/hub/metrics`` (JupyterHub docs, "Monitoring"), so no endpoint of our own is needed.
@@ -22,5 +22,12 @@ ALLOCATIONS_REFUSED = Counter(
 SPAWNS_REFUSED = Counter(
     "gpuhub_spawns_refused",
     "Spawns refused before a container was created, by reason",
+    ["reason"],
+)
+
+CULLS = Counter(
+    "gpuhub_culls",
+    "Servers stopped by culling, by reason: idle (no activity; jupyterhub-idle-culler), "
+    "idle_gpu (GPUs idle past the profile's gpu_idle_timeout), max_age",
     ["reason"],
 )

@@ -43,6 +43,16 @@ def utcnow() -> float:
     return time.time()
 
 
+def unit_state(unit: Device, held: bool) -> str:
+    """A unit's state for people and metrics, in order of precedence: ``unhealthy``,
+    ``held`` (by a server), ``outside`` (runs compute processes of no server) or ``free``."""
+    if not unit.healthy:
+        return "unhealthy"
+    if held:
+        return "held"
+    return "outside" if unit.processes else "free"
+
+
 class ServerKey(NamedTuple):
     """The owner of an allocation: one server of one user (``""`` is the default server)."""
 
@@ -426,21 +436,14 @@ class GPUPool(SingletonConfigurable):
         for unit in allocatable_units(devices):
             if mig_profile is not None and unit.mig_profile != mig_profile:
                 continue
+            state = unit_state(unit, unit.uuid in held)
             if mig_profile is None and unit.is_mig:
                 key = unit.mig_profile or "mig"
-                s.by_slice[key] = s.by_slice.get(key, 0) + (
-                    1 if unit.healthy and unit.uuid not in held and not unit.processes else 0
-                )
+                s.by_slice[key] = s.by_slice.get(key, 0) + (1 if state == "free" else 0)
                 continue
             s.total += 1
-            if not unit.healthy:
-                s.unhealthy += 1
-            elif unit.uuid in held:
-                s.allocated += 1
-            elif unit.processes:
-                s.outside += 1
-            else:
-                s.free += 1
+            field_name = "allocated" if state == "held" else state
+            setattr(s, field_name, getattr(s, field_name) + 1)
         return s
 
     @property

@@ -36,7 +36,19 @@ from dockerspawner import DockerSpawner
 from jupyterhub.utils import random_port
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
-from traitlets import Any, Bool, Callable, Dict, Float, Int, List, Unicode, Union, default
+from traitlets import (
+    Any,
+    Bool,
+    Callable,
+    Dict,
+    Float,
+    Int,
+    List,
+    Unicode,
+    Union,
+    default,
+    validate,
+)
 
 from . import metrics
 from .pool import AllocationRefused, GPUPool, ServerKey
@@ -89,6 +101,49 @@ class GPUDockerSpawner(DockerSpawner):
             c.GPUDockerSpawner.credits_per_hour = 2.0
         """,
     )
+
+    gpu_idle_timeout = Float(
+        0.0,
+        config=True,
+        help="""Seconds a server's GPUs may stay idle (0% utilization on every device)
+        before the hub stops it, even while its browser tab is open; 0 never.  Usually set
+        per profile (``gpu_idle_timeout``); enforced by hub_ext.culling.Culler.
+
+            c.GPUDockerSpawner.gpu_idle_timeout = 2700
+        """,
+    )
+
+    cull_idle_timeout = Float(
+        0.0,
+        config=True,
+        help="""Seconds a server may go without activity (browser, kernels, terminals)
+        before jupyterhub-idle-culler stops it; 0 leaves it to the culler's site-wide
+        --timeout.  Usually set per profile (``cull_idle_timeout``); read by the culler
+        service through hub_ext.culler_arbiter.
+
+            c.GPUDockerSpawner.cull_idle_timeout = 1800
+        """,
+    )
+
+    cull_max_age = Float(
+        0.0,
+        config=True,
+        help="""Seconds a server may run at most, busy or not; 0 no limit.  The member is
+        warned on the home page c.Culler.max_age_warning seconds before.  Usually set per
+        profile (``cull_max_age``); enforced by hub_ext.culling.Culler.
+
+            c.GPUDockerSpawner.cull_max_age = 8 * 3600
+        """,
+    )
+
+    @validate("gpu_idle_timeout", "cull_idle_timeout", "cull_max_age")
+    def _validate_seconds(self, proposal):
+        if proposal["value"] < 0:
+            raise ValueError(
+                f"c.GPUDockerSpawner.{proposal['trait'].name} must be 0 (no limit) or a "
+                f"positive number of seconds, got {proposal['value']!r}"
+            )
+        return proposal["value"]
 
     host_network = Bool(
         False,
@@ -237,7 +292,7 @@ class GPUDockerSpawner(DockerSpawner):
     _overridable = (
         "image", "mem_limit", "cpu_limit", "environment", "volumes", "extra_host_config",
         "extra_create_kwargs", "gpus", "credits_per_hour", "cmd", "default_url",
-        "pids_limit", "shm_size",
+        "pids_limit", "shm_size", "gpu_idle_timeout", "cull_idle_timeout", "cull_max_age",
     )
 
     @default("name_template")

@@ -26,6 +26,7 @@ from hub_ext import oidc
 from hub_ext.credits.client import CreditsClient
 from hub_ext.credits.errors import AccountNotFound
 from hub_ext.credits.hubconfig import ADMIN_TOKEN_FILE
+from tests.fixtures.hub import eventually
 from tests.fixtures.oidc import (
     ADMIN_CONTACT,
     ADMINS,
@@ -117,17 +118,6 @@ def assert_no_secrets(hub, *secrets: str) -> None:
         if secret:
             assert secret not in log, "a secret is in the hub log"
     assert "eyJ" not in log, "something JWT-shaped is in the hub log"
-
-
-async def eventually(check, timeout: float = 20, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout}s")
-        await asyncio.sleep(0.2)
 
 
 # -- pure parts, no hub -----------------------------------------------------------------------

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import sys
+
 import pytest
 from traitlets.config import Config
 
+from hub_ext.admin import GPUS_SCOPE
 from hub_ext.config import Settings, apply_config
+from hub_ext.credits.hubconfig import HOOK as CREDITS_HOOK
+from hub_ext.culler_arbiter import CONFIG_TEXT, ENV
+from hub_ext.culling import log_request
+from hub_ext.culling_config import HOOK, cull_every
+from hub_ext.notices import home_notices
 
 
 def settings_from(tmp_path, monkeypatch, **env) -> Settings:
@@ -151,3 +160,101 @@ def test_credits_off_reads_no_accounts_and_shows_no_balance(tmp_path, monkeypatc
 def test_malformed_number_names_the_variable(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="GPUHUB_PORT='eighty'"):
         configure(tmp_path, monkeypatch, GPUHUB_PORT="eighty")
+
+
+# -- culling and the GPU board -----------------------------------------------------------------
+
+
+def service(c: Config, name: str) -> dict | None:
+    return next((s for s in c.JupyterHub.services if s["name"] == name), None)
+
+
+def role(c: Config, name: str) -> dict:
+    [found] = [r for r in c.JupyterHub.load_roles if r["name"] == name]
+    return found
+
+
+def test_idle_culler_runs_as_a_managed_service_with_only_its_scopes(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch)
+    culler = service(c, "idle-culler")
+    assert culler["command"] == [
+        sys.executable, "-m", "jupyterhub_idle_culler", "--timeout=3600", "--cull-every=300",
+        f"--config={tmp_path / 'idle_culler_config.py'}"]
+    assert (tmp_path / "idle_culler_config.py").read_text() == CONFIG_TEXT
+    assert [p["slug"] for p in json.loads(culler["environment"][ENV])] == ["cpu", "pytorch"]
+    assert "api_token" not in culler and "admin" not in culler  # JupyterHub makes its token
+    assert role(c, "idle-culler") == {
+        "name": "idle-culler",
+        "description": "jupyterhub-idle-culler: list servers and their activity, stop them",
+        "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
+        "services": ["idle-culler"],
+    }
+
+
+def test_culler_hook_follows_credits_and_sees_every_request(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch)
+    assert c.GPUDockerSpawner.before_container_hooks == [CREDITS_HOOK, HOOK]
+    assert c.JupyterHub.tornado_settings["log_function"] is log_request
+    assert c.JupyterHub.template_vars["gpuhub_notices"] is home_notices
+    assert c.Culler.service_name == "idle-culler"
+
+
+def test_site_wide_limits_become_the_spawners_defaults(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch, GPUHUB_CULL_IDLE_TIMEOUT="1800",
+                  GPUHUB_GPU_IDLE_TIMEOUT="900", GPUHUB_CULL_MAX_AGE="28800",
+                  GPUHUB_CULL_WARNING="600")
+    s = c.GPUDockerSpawner
+    assert (s.cull_idle_timeout, s.gpu_idle_timeout, s.cull_max_age) == (1800, 900, 28800)
+    assert c.Culler.max_age_warning == 600
+    assert "--timeout=1800" in service(c, "idle-culler")["command"]
+
+
+def test_defaults(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch)
+    s = c.GPUDockerSpawner
+    assert (s.cull_idle_timeout, s.gpu_idle_timeout, s.cull_max_age) == (3600, 1800, 0)
+    assert c.Culler.max_age_warning == 900
+
+
+def test_no_idle_timeout_anywhere_means_no_idle_culler(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch, GPUHUB_CULL_IDLE_TIMEOUT="0")
+    assert service(c, "idle-culler") is None
+    assert HOOK in c.GPUDockerSpawner.before_container_hooks  # GPUs and max age still
+
+
+def test_a_profiles_idle_timeout_runs_the_culler_often_enough(tmp_path, monkeypatch):
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text(json.dumps([
+        {"display_name": "CPU", "default": True},
+        {"display_name": "GPU", "gpus": 1, "cull_idle_timeout": 120}]))
+    c = configure(tmp_path, monkeypatch, GPUHUB_PROFILES=str(profiles),
+                  GPUHUB_CULL_IDLE_TIMEOUT="0")
+    assert "--cull-every=60" in service(c, "idle-culler")["command"]
+    assert "--timeout=0" in service(c, "idle-culler")["command"]
+
+
+@pytest.mark.parametrize(("timeout", "limits", "every"), [
+    pytest.param(3600, set(), 300, id="at-most-five-minutes"),
+    pytest.param(300, set(), 150, id="half-the-timeout"),
+    pytest.param(3600, {600.0, 0.0}, 300, id="profiles-longer"),
+    pytest.param(3600, {120.0}, 60, id="a-stricter-profile"),
+    pytest.param(2, set(), 1, id="at-least-a-second"),
+])
+def test_cull_every_is_half_the_shortest_timeout(timeout, limits, every):
+    assert cull_every(timeout, limits) == every
+
+
+@pytest.mark.parametrize("variable", ["GPUHUB_CULL_IDLE_TIMEOUT", "GPUHUB_GPU_IDLE_TIMEOUT",
+                                      "GPUHUB_CULL_MAX_AGE", "GPUHUB_CULL_WARNING"])
+def test_negative_limits_name_the_variable(tmp_path, monkeypatch, variable):
+    with pytest.raises(ValueError, match=f"{variable}=-1"):
+        configure(tmp_path, monkeypatch, **{variable: "-1"})
+
+
+def test_gpu_board_scope_goes_to_the_admin_groups(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch, GPUHUB_ADMIN_GROUPS="hub-admins, staff")
+    assert GPUS_SCOPE in c.JupyterHub.custom_scopes
+    assert role(c, "gpuhub-gpu-admins")["scopes"] == [GPUS_SCOPE]
+    assert role(c, "gpuhub-gpu-admins")["groups"] == ["hub-admins", "staff"]
+    routes = [route for route, _ in c.JupyterHub.extra_handlers]
+    assert {"/gpus", "/api/gpuhub/gpus"} <= set(routes)

@@ -27,6 +27,7 @@ from hub_ext.credits.client import CreditsClient
 from hub_ext.credits.hook import UNREACHABLE
 from hub_ext.credits.hubconfig import ADMIN_TOKEN_FILE, HUB_TOKEN_FILE
 from tests.fixtures.credits_faults import LedgerFaults, MovableClock
+from tests.fixtures.hub import eventually
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
@@ -106,18 +107,6 @@ async def entries(admin: CreditsClient, user: str):
 
 async def balance(admin: CreditsClient, user: str) -> Decimal:
     return (await admin.balance(user)).balance
-
-
-async def eventually(check, timeout: float = 20, what: str = "condition"):
-    """Await ``check()`` until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached in {timeout}s")
-        await asyncio.sleep(0.1)
 
 
 async def settles(admin, user, expected, hub, seconds: float = 1.5):
@@ -370,7 +359,7 @@ async def test_hub_killed_mid_spawn_after_the_debit_keeps_no_credit(
     await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "0.66")],
                   hub)
     assert hub.containers(docker_client) == []
-    assert "re-adopted its hook state (credits)" in hub.log()
+    assert "re-adopted its hook state (credits, culling)" in hub.log()
 
 
 async def test_admin_stop_refunds_the_unused_credits(credits_hub, clock, admin, member):

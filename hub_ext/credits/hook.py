@@ -20,8 +20,8 @@ spawner state and hands back through :meth:`restore` after a restart.
 
 - A metering debit refused for lack of credits starts a grace period
   (``c.CreditsHook.grace_period``); then the server is stopped the way JupyterHub's own
-  stop handler does it (proxy route first, then ``User.stop``) and the member reads why on
-  the hub's home page (:func:`home_notices`, a ``c.JupyterHub.template_vars`` entry).
+  stop handler does it (:func:`hub_ext.stopping.stop_server`) and the member reads why on
+  the hub's home page (:mod:`hub_ext.notices`, topic ``credits``).
 - When the API cannot be reached, servers keep running; the debit is retried at the next
   tick with the same key.
 - On stop (:meth:`after_stop`) the unused part of the current interval is refunded pro rata.
@@ -47,6 +47,8 @@ from traitlets.config import SingletonConfigurable
 
 from .. import metrics
 from ..auth_credits import MemberAccount, remember_balance
+from ..notices import notices
+from ..stopping import stop_server
 from .client import CreditsClient
 from .errors import (
     AccountNotFound,
@@ -67,7 +69,7 @@ from .metering import (
     refund_key,
 )
 
-__all__ = ["CreditsHook", "home_notices", "too_little", "utcnow"]
+__all__ = ["CreditsHook", "too_little", "utcnow"]
 
 UNREACHABLE = (
     "The credit service cannot be reached, so no server can start now. "
@@ -229,7 +231,6 @@ class CreditsHook(SingletonConfigurable):
         super().__init__(**kwargs)
         self._metered: dict[str, _Metered] = {}
         self._voids: list[_Void] = []
-        self._notices: dict[str, dict[str, str]] = {}
         self._meter_task: asyncio.Task | None = None
 
     def now(self) -> datetime:
@@ -246,7 +247,7 @@ class CreditsHook(SingletonConfigurable):
         """
         username, server_name = spawner.user.name, spawner.name or ""
         spawner.hook_state.pop(self.name, None)
-        self._notices.get(username, {}).pop(server_name, None)
+        notices().withdraw(username, server_name, self.name)
         price = as_decimal(spawner.credits_per_hour)
         if price <= 0:
             return
@@ -457,7 +458,7 @@ class CreditsHook(SingletonConfigurable):
             await remember_balance(metered.spawner.user, entry.balance, self.log)
             if record.refused_at is not None:
                 record.refused_at = record.refused_balance = None
-                self._notices.get(record.username, {}).pop(record.server_name, None)
+                notices().withdraw(record.username, record.server_name, self.name)
             self._save(metered)
         return True
 
@@ -606,45 +607,26 @@ class CreditsHook(SingletonConfigurable):
                 await self._stop_for_credits(metered, balance, server)
             else:
                 minutes = max(1, round((deadline - now).total_seconds() / 60))
-                self._notices.setdefault(record.username, {})[record.server_name] = (
+                notices().post(
+                    record.username, record.server_name, self.name,
                     f"Your credits ran out (balance {balance}): your {server} will be "
-                    f"stopped in about {minutes} min unless credits are added."
+                    f"stopped in about {minutes} min unless credits are added.",
                 )
 
     async def _stop_for_credits(self, metered: _Metered, balance: str, server: str) -> None:
-        """Stop the server as JupyterHub's stop handler does: proxy route, then User.stop."""
+        """Stop the server as JupyterHub's stop handler does (:func:`stop_server`)."""
         spawner, record = metered.spawner, metered.record
         if metered.stopping or getattr(spawner, "pending", None):
             return
-        user = spawner.user
         metered.stopping = True
-        self._notices.setdefault(record.username, {})[record.server_name] = (
-            f"Your {server} was stopped because your credits ran out (balance {balance})."
+        notices().post(
+            record.username, record.server_name, self.name,
+            f"Your {server} was stopped because your credits ran out (balance {balance}).",
         )
         self.log.warning("Stopping %s: credits ran out (balance %s) and the grace period of "
                          "%gs is over", record.label, balance, self.grace_period)
         try:
-            proxy = (getattr(user, "settings", None) or {}).get("proxy")
-            if proxy is not None:
-                await proxy.delete_user(user, spawner.name or "")
-            await user.stop(spawner.name or "")
+            await stop_server(spawner)
         except Exception:
             metered.stopping = False
             self.log.exception("Could not stop %s after its credits ran out", record.label)
-
-    # -- the home page -----------------------------------------------------------------------
-
-    def notices(self, username: str) -> list[str]:
-        """Messages about ``username``'s servers for the hub's home page, oldest first."""
-        return list(self._notices.get(username, {}).values())
-
-
-def home_notices(user) -> list[str]:
-    """``c.JupyterHub.template_vars["gpuhub_credits_notices"]``: the member's credit messages.
-
-    JupyterHub calls template_vars callables with the current user (None when logged out;
-    JupyterHub docs, ``JupyterHub.template_vars``).  Never creates the hook.
-    """
-    if user is None or not CreditsHook.initialized():
-        return []
-    return CreditsHook.instance().notices(user.name)

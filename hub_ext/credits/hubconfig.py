@@ -11,7 +11,7 @@ Three ways, from :class:`hub_ext.config.Settings`:
 - ``GPUHUB_CREDITS=off``: no hook, no service; every profile is free.
 
 Either way :class:`hub_ext.credits.hook.CreditsHook` runs before each container and the
-home page shows its messages (``c.JupyterHub.template_vars``, template ``home.html``).
+home page shows its messages (:mod:`hub_ext.notices`, wired by ``apply_config``).
 """
 
 from __future__ import annotations
@@ -51,6 +51,11 @@ def token_file(path: Path) -> str:
 def service_url(settings) -> str:
     """Where the managed service listens, as its ``url`` in ``c.JupyterHub.services``."""
     return f"http://127.0.0.1:{settings.credits_port}"
+
+
+def api_url(settings) -> str:
+    """The Credits API of the managed service, as the hub's client reaches it."""
+    return service_url(settings) + f"/services/{SERVICE_NAME}/"
 
 
 def managed_service(settings) -> dict:
@@ -106,7 +111,7 @@ def apply_credits_config(c, settings) -> None:
         services = list(c.JupyterHub.services) if "services" in c.JupyterHub else []
         services = [s for s in services if s.get("name") != SERVICE_NAME] + [service]
         c.JupyterHub.services = services
-        c.CreditsClient.url = service["url"] + f"/services/{SERVICE_NAME}/"
+        c.CreditsClient.url = api_url(settings)
         c.CreditsClient.token = service["environment"]["GPUHUB_CREDITS_HUB_TOKEN"]
 
     hooks = list(c.GPUDockerSpawner.before_container_hooks) if (
@@ -116,9 +121,3 @@ def apply_credits_config(c, settings) -> None:
     c.GPUDockerSpawner.before_container_hooks = hooks
     c.CreditsHook.interval = settings.credits_interval
     c.CreditsHook.fail_open = settings.credits_fail_open
-
-    from .hook import home_notices
-
-    template_vars = dict(c.JupyterHub.template_vars) if "template_vars" in c.JupyterHub else {}
-    template_vars["gpuhub_credits_notices"] = home_notices
-    c.JupyterHub.template_vars = template_vars

@@ -9,8 +9,9 @@ import pytest
 from traitlets.config import Config
 
 from hub_ext.config import Settings, apply_config
-from hub_ext.credits.hook import CreditsHook, home_notices
+from hub_ext.credits.hook import CreditsHook
 from hub_ext.credits.hubconfig import ADMIN_TOKEN_FILE, HOOK, HUB_TOKEN_FILE
+from hub_ext.notices import home_notices
 
 REF_SERVICE = ["-m", "hub_ext.credits.service"]
 
@@ -25,6 +26,10 @@ def configure(tmp_path, monkeypatch, **env) -> Config:
     c = Config()
     apply_config(c, Settings.from_env())
     return c
+
+
+def credits_services(c: Config) -> list[dict]:
+    return [s for s in c.JupyterHub.get("services", []) if s["name"] == "credits"]
 
 
 def test_default_runs_the_reference_service_as_a_managed_service(tmp_path, monkeypatch):
@@ -45,10 +50,10 @@ def test_default_runs_the_reference_service_as_a_managed_service(tmp_path, monke
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
     assert c.CreditsClient.url == "http://127.0.0.1:8123/services/credits/"
     assert c.CreditsClient.token == hub_token
-    assert c.GPUDockerSpawner.before_container_hooks == [HOOK]
+    assert c.GPUDockerSpawner.before_container_hooks[0] == HOOK  # before the culler's
     assert c.CreditsHook.interval == 900
     assert c.CreditsHook.fail_open is False
-    assert c.JupyterHub.template_vars["gpuhub_credits_notices"] is home_notices
+    assert c.JupyterHub.template_vars["gpuhub_notices"] is home_notices
 
 
 def test_tokens_are_made_once_and_kept(tmp_path, monkeypatch):
@@ -64,18 +69,18 @@ def test_organisation_api_replaces_the_managed_service(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_CREDITS_URL="https://credits.example.org",
                   GPUHUB_CREDITS_TOKEN="org-token", GPUHUB_CREDITS_FAIL_OPEN="1",
                   GPUHUB_CREDITS_INTERVAL="60")
-    assert "services" not in c.JupyterHub
+    assert not credits_services(c)
     assert not (tmp_path / HUB_TOKEN_FILE).exists()
     assert (c.CreditsClient.url, c.CreditsClient.token) == (
         "https://credits.example.org", "org-token")
-    assert c.GPUDockerSpawner.before_container_hooks == [HOOK]
+    assert c.GPUDockerSpawner.before_container_hooks[0] == HOOK
     assert (c.CreditsHook.fail_open, c.CreditsHook.interval) == (True, 60)
 
 
 def test_off_means_no_hook_and_no_service(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_CREDITS="off")
-    assert "before_container_hooks" not in c.GPUDockerSpawner
-    assert "services" not in c.JupyterHub
+    assert HOOK not in c.GPUDockerSpawner.before_container_hooks
+    assert not credits_services(c)
     assert "CreditsClient" not in c
 
 
@@ -103,13 +108,3 @@ def test_hook_traits_validate_at_assignment():
         CreditsHook(interval=0.5)
     with pytest.raises(Exception, match="c.CreditsHook.grace_period must not be negative"):
         CreditsHook(grace_period=-1)
-
-
-def test_home_notices_never_create_the_hook():
-    class Member:
-        name = "alice"
-
-    if not CreditsHook.initialized():
-        assert home_notices(Member()) == []
-        assert not CreditsHook.initialized()
-    assert home_notices(None) == []

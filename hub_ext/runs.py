@@ -1,0 +1,158 @@
+"""The hub's record of server runs: who ran which profile on which GPUs, when, and why it ended.
+
+One row per run of a server, in the hub's own database (``c.JupyterHub.db_url``, so a
+PostgreSQL hub keeps it in PostgreSQL and a backup of the hub keeps it too), table
+``gpuhub_server_runs``.  A run is identified by (user, server name, start time): the
+unique constraint makes a retried write a no-op instead of a second run.  The table is
+created on first use; JupyterHub's own tables and migrations are not touched.
+
+Rows are written by :class:`hub_ext.culling.Culler`, which watches every server's life
+(start, stop, cull); ``gpuhub usage`` (:mod:`hub_ext.usage`) reads them.  Times are naive
+UTC, JupyterHub's convention for its own timestamps.  ``credits_run`` is the credits
+meter's id of the run (``server_id`` in the metadata of its ledger debits,
+:mod:`hub_ext.credits.metering`), which joins a run to what it was charged.
+
+Stop reasons: ``stopped`` (by the member, an admin or the API), ``idle`` (no activity,
+jupyterhub-idle-culler), ``idle_gpu`` (GPUs idle), ``max_age``, ``gone`` (its container
+vanished and the hub cleared it).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import JSON, DateTime, Integer, String, UniqueConstraint, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+__all__ = [
+    "ServerRun",
+    "close_run",
+    "discard_run",
+    "ensure_table",
+    "naive_utc",
+    "open_run",
+    "runs_overlapping",
+    "set_reason",
+]
+
+STOP_REASONS = ("stopped", "idle", "idle_gpu", "max_age", "gone")
+
+
+class Base(DeclarativeBase):
+    """Our own metadata, apart from JupyterHub's ``orm.Base``."""
+
+
+class ServerRun(Base):
+    """One run of one server.  ``stopped_at`` and ``stop_reason`` are None while it runs."""
+
+    __tablename__ = "gpuhub_server_runs"
+    __table_args__ = (
+        UniqueConstraint("username", "server_name", "started_at", name="uq_gpuhub_server_run"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    username: Mapped[str] = mapped_column(String(255), index=True)
+    server_name: Mapped[str] = mapped_column(String(255), default="")
+    profile: Mapped[str] = mapped_column(String(255), default="")
+    groups: Mapped[list] = mapped_column(JSON, default=list)
+    devices: Mapped[list] = mapped_column(JSON, default=list)
+    started_at: Mapped[datetime] = mapped_column(DateTime, index=True)
+    stopped_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    stop_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    credits_run: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+    @property
+    def gpus(self) -> int:
+        return len(self.devices or [])
+
+
+def naive_utc(when: datetime) -> datetime:
+    """An aware datetime as naive UTC (a naive one is taken to be UTC already)."""
+    if when.tzinfo is None:
+        return when
+    return when.astimezone(UTC).replace(tzinfo=None)
+
+
+_created: set[str] = set()
+
+
+def ensure_table(session: Session) -> None:
+    """Create ``gpuhub_server_runs`` if the database lacks it (once per process and URL)."""
+    bind = session.get_bind()
+    key = str(bind.engine.url)
+    if key not in _created:
+        Base.metadata.create_all(bind.engine, checkfirst=True)
+        _created.add(key)
+
+
+def open_run(session: Session, *, username: str, server_name: str, profile: str,
+             groups: list[str], devices: list[str], started_at: datetime,
+             credits_run: str | None = None) -> int:
+    """Record that a run began; returns its id.  Commits.
+
+    Idempotent: a second call for the same (user, server, start) returns the first row's id.
+    """
+    ensure_table(session)
+    started = naive_utc(started_at)
+    run = ServerRun(username=username, server_name=server_name, profile=profile,
+                    groups=sorted(groups), devices=list(devices), started_at=started,
+                    credits_run=credits_run)
+    session.add(run)
+    try:
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        return session.scalars(select(ServerRun.id).where(
+            ServerRun.username == username, ServerRun.server_name == server_name,
+            ServerRun.started_at == started)).one()
+    return run.id
+
+
+def close_run(session: Session, run_id: int, stopped_at: datetime, reason: str) -> None:
+    """Record that run ``run_id`` ended at ``stopped_at`` for ``reason``.  Commits.
+
+    Idempotent: a run already closed keeps its first end.  Raises ValueError for a reason
+    not in :data:`STOP_REASONS`.
+    """
+    if reason not in STOP_REASONS:
+        raise ValueError(f"unknown stop reason {reason!r}; one of {', '.join(STOP_REASONS)}")
+    ensure_table(session)
+    run = session.get(ServerRun, run_id)
+    if run is None or run.stopped_at is not None:
+        return
+    run.stopped_at = max(naive_utc(stopped_at), run.started_at)
+    run.stop_reason = reason
+    session.commit()
+
+
+def set_reason(session: Session, run_id: int, reason: str) -> None:
+    """Correct the stop reason of a closed run (a cull learnt after the stop).  Commits."""
+    if reason not in STOP_REASONS:
+        raise ValueError(f"unknown stop reason {reason!r}; one of {', '.join(STOP_REASONS)}")
+    ensure_table(session)
+    run = session.get(ServerRun, run_id)
+    if run is not None and run.stopped_at is not None:
+        run.stop_reason = reason
+        session.commit()
+
+
+def discard_run(session: Session, run_id: int) -> None:
+    """Forget a run whose start failed (it never ran).  Commits; idempotent."""
+    ensure_table(session)
+    run = session.get(ServerRun, run_id)
+    if run is not None:
+        session.delete(run)
+        session.commit()
+
+
+def runs_overlapping(session: Session, since: datetime,
+                     until: datetime | None = None) -> list[ServerRun]:
+    """Runs that were running at some time in [since, until) (until None: now), oldest first."""
+    ensure_table(session)
+    query = select(ServerRun).where(
+        (ServerRun.stopped_at.is_(None)) | (ServerRun.stopped_at > naive_utc(since))
+    )
+    if until is not None:
+        query = query.where(ServerRun.started_at < naive_utc(until))
+    return list(session.scalars(query.order_by(ServerRun.started_at, ServerRun.id)))
