@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from .container import LABEL_PREFIX
 from .pool import GPUPool, ServerKey
 
-LABEL = "io.gpuhub."
 LIVE_STATES = {"created", "running", "restarting", "paused"}
 
 
@@ -32,20 +32,21 @@ def containers_by_owner(client, hub_id: str) -> dict[ServerKey, dict]:
     Blocking (docker-py).
     """
     found = {}
-    for c in client.containers(all=True, filters={"label": f"{LABEL}hub={hub_id}"}):
+    for c in client.containers(all=True, filters={"label": f"{LABEL_PREFIX}hub={hub_id}"}):
         if c.get("State") not in LIVE_STATES:
             continue
         labels = c.get("Labels") or {}
-        owner = ServerKey(labels.get(LABEL + "user", ""), labels.get(LABEL + "server", ""))
-        devices = [u for u in labels.get(LABEL + "devices", "").split(",") if u]
+        owner = ServerKey(labels.get(LABEL_PREFIX + "user", ""),
+                          labels.get(LABEL_PREFIX + "server", ""))
+        devices = [u for u in labels.get(LABEL_PREFIX + "devices", "").split(",") if u]
         try:
-            since = float(labels.get(LABEL + "since", "0"))
+            since = float(labels.get(LABEL_PREFIX + "since", "0"))
         except ValueError:
             since = 0.0
         found[owner] = {
             "uuids": devices,
             "since": since,
-            "profile": labels.get(LABEL + "profile", ""),
+            "profile": labels.get(LABEL_PREFIX + "profile", ""),
             "name": (c.get("Names") or ["?"])[0].lstrip("/"),
         }
     return found

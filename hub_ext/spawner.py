@@ -20,6 +20,11 @@ failed start and may call it twice (JupyterHub docs, "Spawners").
 
 The allocation lives in spawner state (versioned) and in container labels, so a hub
 restart rebuilds it (:mod:`hub_ext.reconcile`).
+
+Two parts live in modules of their own, mixed into the class (their traits are set as
+``c.GPUDockerSpawner.<trait>`` all the same): the container a member lives in
+(:mod:`hub_ext.container`: workspace, datasets, uid, limits, labels, the device request)
+and the spawn page (:mod:`hub_ext.spawn_page`: the profile cards and their form).
 """
 
 from __future__ import annotations
@@ -28,19 +33,16 @@ import asyncio
 import copy
 import inspect
 import json
-import os
 import time
 
 from docker.errors import APIError, ImageNotFound, NotFound
 from dockerspawner import DockerSpawner
-from jupyterhub.utils import random_port
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import (
     Any,
     Bool,
     Callable,
-    Dict,
     Float,
     Int,
     List,
@@ -51,6 +53,7 @@ from traitlets import (
 )
 
 from . import metrics
+from .container import LABEL_PREFIX, MemberContainer
 from .pool import AllocationRefused, GPUPool, ServerKey
 from .profiles import (
     ProfileError,
@@ -61,13 +64,12 @@ from .profiles import (
     select_profile,
     visible_profiles,
 )
-from .templates import render
+from .spawn_page import SpawnPage
 
-LABEL_PREFIX = "io.gpuhub."
 STATE_VERSION = 1
 
 
-class GPUDockerSpawner(DockerSpawner):
+class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
     """A DockerSpawner that gives each server exclusive GPUs and a chosen profile."""
 
     profile_list = Union(
@@ -195,98 +197,6 @@ class GPUDockerSpawner(DockerSpawner):
         """,
     )
 
-    workspace = Unicode(
-        "jupyterhub-user-{username}",
-        config=True,
-        help="""The member's persistent workspace, mounted at ``workspace_mount``: a Docker
-        named volume, or an absolute host path (``{username}`` is replaced).  A stop, a new
-        image or another profile never loses it.  A host path must lie under
-        ``workspace_root``; a missing one is created there, owned by the member's uid.
-
-            c.GPUDockerSpawner.workspace = "/srv/gpuhub/home/{username}"
-        """,
-    )
-
-    workspace_root = Unicode(
-        "",
-        config=True,
-        help="""The host folder that host-path workspaces must lie under (after
-        ``{username}`` is filled in and the path normalised); the hub creates nothing
-        outside it.  Required when ``workspace`` is a host path.
-
-            c.GPUDockerSpawner.workspace_root = "/srv/gpuhub/home"
-        """,
-    )
-
-    workspace_mount = Unicode(
-        "/home/jovyan/work",
-        config=True,
-        help="""Where the workspace appears in the container.
-
-            c.GPUDockerSpawner.workspace_mount = "/home/jovyan/work"
-        """,
-    )
-
-    datasets = Dict(
-        config=True,
-        help="""Shared datasets, mounted read-only at ``/datasets/<name>``: name ->
-        {"path": host path, "groups": [JupyterHub groups; empty or missing = everyone]}.
-        A missing host path is a spawn error, never created.
-
-            c.GPUDockerSpawner.datasets = {"imagenet": {"path": "/data/imagenet",
-                                                        "groups": ["vision"]}}
-        """,
-    )
-
-    uid_map_file = Unicode(
-        "",
-        config=True,
-        help="""JSON file mapping usernames to their own uid and gid,
-        ``{"alice": {"uid": 1234, "gid": 1234}}``, so files on shared storage are theirs.
-        ``auth_state`` keys ``uid``/``gid`` (from the authenticator) win over the file.
-
-            c.GPUDockerSpawner.uid_map_file = "/etc/gpuhub/uids.json"
-        """,
-    )
-
-    require_uid_mapping = Bool(
-        False,
-        config=True,
-        help="""Refuse to start a member with no uid mapping (instead of running them as
-        jovyan, uid 1000).
-
-            c.GPUDockerSpawner.require_uid_mapping = True
-        """,
-    )
-
-    pids_limit = Int(
-        4096,
-        config=True,
-        help="""The most processes a server may run (docker run --pids-limit).
-
-            c.GPUDockerSpawner.pids_limit = 4096
-        """,
-    )
-
-    shm_size = Unicode(
-        "2g",
-        config=True,
-        help="""Size of /dev/shm; PyTorch data loaders share tensors through it and the
-        Docker default of 64 MB makes them crash (PyTorch docs, "Docker image").
-
-            c.GPUDockerSpawner.shm_size = "8g"
-        """,
-    )
-
-    log_max_size = Unicode(
-        "50m",
-        config=True,
-        help="""Container log rotation: the json-file driver keeps 3 files of this size.
-
-            c.GPUDockerSpawner.log_max_size = "50m"
-        """,
-    )
-
     # Traits a profile may override; restored to their configured values at each start,
     # so one start's profile never leaks into the next.
     _overridable = (
@@ -396,134 +306,6 @@ class GPUDockerSpawner(DockerSpawner):
         if session is not None:
             session.commit()
 
-    def options_from_form(self, formdata):
-        """Form fields -> ``user_options``: ``profile`` and ``<profile>--<option>`` fields."""
-        options = {}
-        profile = formdata.get("profile", [None])[0]
-        if profile is not None:
-            options["profile"] = profile
-            prefix = f"{profile}--"
-            for key, values in formdata.items():
-                if key.startswith(prefix) and values:
-                    options[key[len(prefix):]] = values[0]
-        return options
-
-    async def _render_options_form(self, spawner):
-        visible, _ = await self.get_profiles()
-        if not visible:
-            return ""
-        cards = await self.profile_cards(visible)
-        return render("options_form.html", profiles=cards,
-                      availability_url=self.hub.base_url + "api/gpuhub/availability")
-
-    async def profile_cards(self, profiles: list[dict]) -> list[dict]:
-        """What the spawn page shows per profile: the image's contents, GPUs asked, free
-        now, cost, and whether it can start now (with the reason when it cannot: too few
-        free GPUs, or a hook's ``why_not``, such as a balance that cannot pay).
-
-        Each choice of a ``profile_options`` entry is judged too (the others at their
-        defaults): ``choices[option][key]`` is ``""`` or why that choice cannot start, so
-        a "2 GPUs" choice is disabled when one GPU is free.  A profile is available when
-        its default, or any one of its choices, can start.
-        """
-        try:
-            devices = await self.pool.devices()
-        except Exception as e:  # noqa: BLE001 - the page still renders; spawns say why
-            self.log.warning("GPU inventory unavailable for the spawn page: %s", e)
-            devices = []
-        cards = []
-        for profile in profiles:
-            slug = profile["slug"]
-            card = await self._assess({"profile": slug}, profile, devices)
-            choices = {
-                name: {key: (await self._assess({"profile": slug, name: key}, profile,
-                                                devices))["why_not"]
-                       for key in option["choices"]}
-                for name, option in (profile.get("profile_options") or {}).items()
-            }
-            available = not card["why_not"] or any(
-                not why for option in choices.values() for why in option.values())
-            # preselected: each option's default, or else its first choice that can start
-            chosen = {}
-            for name, option in (profile.get("profile_options") or {}).items():
-                default = next(k for k, c in option["choices"].items() if c["default"])
-                startable = [k for k, why in choices[name].items() if not why]
-                chosen[name] = startable[0] if choices[name][default] and startable else default
-            image = card["overrides"].get("image", self._configured["image"])
-            cards.append({
-                "slug": slug,
-                "profile": profile,
-                "image": image,
-                "facts": await self.image_facts(image),
-                "gpus": card["gpus"],
-                "mig_profile": card["mig_profile"],
-                "free": card["free"],
-                "total": card["total"],
-                "simulated": card["simulated"],
-                "available": available,
-                "why_not": "" if available else card["why_not"],
-                "credits_per_hour": card["credits_per_hour"],
-                "choices": choices,
-                "chosen": chosen,
-            })
-        return cards
-
-    async def _assess(self, options: dict, profile: dict, devices: list) -> dict:
-        """Can ``options`` (trusted: built by the page itself) start now?  The overrides,
-        the GPU request, the free count and ``why_not`` (``""`` when it can)."""
-        overrides = profile_overrides(select_profile([profile], options))
-        count, mig = gpu_request(overrides.get("gpus", self._configured["gpus"]))
-        summary = self.pool.summary(devices, mig_profile=mig)
-        price = float(overrides.get("credits_per_hour", 0) or 0)
-        why_not = "" if count == 0 or summary.free >= count else (
-            self.pool.refusal_message(devices, count, mig))
-        if not why_not:
-            why_not = await self._hooks_why_not(price)
-        return {"overrides": overrides, "gpus": count, "mig_profile": mig,
-                "free": summary.free, "total": summary.total,
-                "simulated": summary.kind == "simulated", "credits_per_hour": price,
-                "why_not": why_not}
-
-    async def _hooks_why_not(self, credits_per_hour: float) -> str:
-        """The first hook's reason why a profile of this price cannot start now, or ``""``."""
-        for hook in self.hooks:
-            ask = getattr(hook, "why_not", None)
-            why_not = await ask(self, credits_per_hour) if ask is not None else ""
-            if why_not:
-                return why_not
-        return ""
-
-    #: image name -> (time.monotonic() of the read, facts); shared by every spawner
-    _image_facts: dict[str, tuple[float, dict]] = {}
-    #: seconds an image's facts are reused before Docker is asked again (a rebuilt tag)
-    image_facts_max_age = 60.0
-
-    async def image_facts(self, image: str) -> dict:
-        """What an image contains, from its labels, read at most once a minute per image
-        (the spawn page polls; Docker is not asked for every card of every poll).
-
-        Returns {"python", "framework", "framework_version", "cuda", "description"};
-        ``{}`` when the image is not on this node.
-        """
-        cached = self._image_facts.get(image)
-        if cached is not None and time.monotonic() - cached[0] < self.image_facts_max_age:
-            return cached[1]
-        try:
-            info = await self.docker("inspect_image", image)
-        except (NotFound, APIError):
-            facts = {}
-        else:
-            labels = (info.get("Config") or {}).get("Labels") or {}
-            facts = {
-                "python": labels.get(LABEL_PREFIX + "python.version", ""),
-                "framework": labels.get(LABEL_PREFIX + "framework", ""),
-                "framework_version": labels.get(LABEL_PREFIX + "framework.version", ""),
-                "cuda": labels.get(LABEL_PREFIX + "cuda.version", ""),
-                "description": labels.get("org.opencontainers.image.description", ""),
-            }
-        self._image_facts[image] = (time.monotonic(), facts)
-        return facts
-
     # -- progress ----------------------------------------------------------------------
 
     def emit(self, progress: int, message: str) -> None:
@@ -632,196 +414,6 @@ class GPUDockerSpawner(DockerSpawner):
             except Exception:
                 self.log.exception("Undo of %r failed for %s", hook, self._log_name)
         self.release_gpus("start failed")
-
-    # -- the container a member lives in ----------------------------------------------
-
-    async def member_ids(self) -> tuple[int, int] | None:
-        """(uid, gid) the member's server runs as, or None for the image's jovyan (1000).
-
-        From ``auth_state["gpuhub"]`` (``uid``, ``gid``: the authenticator copies them
-        from the provider's claims), else ``uid_map_file``.  Raises ``HTTPError(403)``
-        when ``require_uid_mapping`` is set and there is none, or when a mapping is not
-        two positive whole numbers (never root, never the root group), and
-        ``HTTPError(500)`` when the mapping file cannot be read.
-        """
-        entry, source = None, ""
-        auth_state = await self.user.get_auth_state() if self.user else None
-        ours = (auth_state or {}).get("gpuhub") or {}
-        if ours.get("uid") is not None:
-            entry, source = ours, "the login service's account data"
-        elif self.uid_map_file:
-            try:
-                with open(self.uid_map_file) as f:
-                    entry = json.load(f).get(self.user.name)
-            except (OSError, ValueError, AttributeError) as e:
-                self.log.error("uid_map_file %s unreadable: %s", self.uid_map_file, e)
-                raise web.HTTPError(500, "The uid mapping of this hub cannot be read. "
-                                    "Ask an admin to check the hub log.") from e
-            source = f"the uid mapping ({self.uid_map_file})"
-        if entry is None:
-            if self.require_uid_mapping:
-                metrics.SPAWNS_REFUSED.labels(reason="no_uid_mapping").inc()
-                raise web.HTTPError(
-                    403, f"No uid is mapped for {self.user.name}, and this hub runs every "
-                    "member under their own uid. Ask an admin to add you to the uid mapping."
-                )
-            return None
-        try:
-            uid = int(entry["uid"])
-            gid = int(entry.get("gid", uid))
-        except (KeyError, TypeError, ValueError):
-            uid = gid = -1
-        if uid <= 0 or gid <= 0:
-            metrics.SPAWNS_REFUSED.labels(reason="bad_uid_mapping").inc()
-            self.log.error("Refusing spawn of %s: %s gives %r", self._log_name, source, entry)
-            raise web.HTTPError(
-                403, f"The uid mapping of {self.user.name} is not a valid non-root uid and "
-                "gid; servers never run as root. Ask an admin to fix it."
-            )
-        return uid, gid
-
-    def member_datasets(self) -> dict[str, str]:
-        """Dataset name -> host path, for the member's groups (admins: all)."""
-        groups = {g.name for g in getattr(self.user, "groups", [])}
-        admin = bool(getattr(self.user, "admin", False))
-        chosen = {}
-        for name, spec in self.datasets.items():
-            allowed = spec.get("groups") or []
-            if not allowed or admin or groups & set(allowed):
-                chosen[name] = spec["path"]
-        return chosen
-
-    async def container_settings(self) -> dict:
-        """Check what the container will mount and run as, before anything is reserved.
-
-        Raises ``HTTPError`` with a plain sentence for a missing dataset path or a missing
-        uid mapping; creates nothing.
-        """
-        datasets = self.member_datasets()
-        for name, path in datasets.items():
-            if not os.path.isdir(path):
-                self.log.error("Dataset %s of %s: host path %s does not exist",
-                               name, self._log_name, path)
-                raise web.HTTPError(
-                    500, f"The dataset {name!r} is not available on this node right now. "
-                    "Ask an admin to check the datasets configuration."
-                )
-        return {"ids": await self.member_ids(), "datasets": datasets,
-                "workspace": self.member_workspace()}
-
-    def member_workspace(self) -> str:
-        """The workspace of this member: a volume name, or a host path under
-        ``workspace_root``.  Raises ``HTTPError(500)`` for a host path outside it."""
-        workspace = self._render_templates(self.workspace)
-        if not workspace.startswith("/"):
-            return workspace
-        path = os.path.normpath(workspace)
-        root = os.path.normpath(self.workspace_root) if self.workspace_root else ""
-        if not root or os.path.commonpath([root, path]) != root or path == root:
-            self.log.error("Workspace %s of %s is not under workspace_root %r", path,
-                           self._log_name, self.workspace_root)
-            raise web.HTTPError(
-                500, "Your workspace is not configured correctly on this hub. Ask an admin "
-                "to check the workspace settings."
-            )
-        return path
-
-    async def _prepare_workspace(self, container: dict) -> None:
-        """Make sure the workspace exists, owned by the member's uid."""
-        workspace = container["workspace"]
-        uid, gid = container["ids"] or (1000, 100)
-        if workspace.startswith("/"):
-            if not os.path.isdir(workspace):
-                os.makedirs(workspace, mode=0o700)
-                os.chown(workspace, uid, gid)
-                self.log.info("Created workspace %s for %s (uid %s)", workspace,
-                              self._log_name, uid)
-            return
-        try:
-            await self.docker("inspect_volume", workspace)
-            return
-        except NotFound:
-            pass
-        await self.docker("create_volume", workspace, labels={LABEL_PREFIX + "user":
-                                                              self.user.name})
-        if container["ids"] is not None:
-            # a new named volume is filled from the image (owned by jovyan) the first time
-            # it is mounted: do that here, at the same path, then give it to the member's
-            # own uid, with a short root container that has no network
-            # (an empty volume is filled again at every mount, owner included: the marker
-            # file keeps it non-empty so the chown sticks)
-            marker = f"{self.workspace_mount}/.gpuhub-workspace"
-            helper = await self.docker(
-                "create_container", self.image, user="0", entrypoint=["sh", "-c"],
-                command=[f"touch {marker} && chown {uid}:{gid} {self.workspace_mount} "
-                         f"{marker}"],
-                host_config=self.client.create_host_config(
-                    binds={workspace: {"bind": self.workspace_mount, "mode": "rw"}},
-                    network_mode="none"),
-            )
-            try:
-                await self.docker("start", helper["Id"])
-                await self.docker("wait", helper["Id"], timeout=60)
-            finally:
-                await self.docker("remove_container", helper["Id"], force=True)
-
-    def _prepare_container(self, container: dict) -> None:
-        """Device request, labels, mounts, limits and (host network) port for this start."""
-        labels = {
-            LABEL_PREFIX + "hub": self.hub_id,
-            LABEL_PREFIX + "user": self.user.name,
-            LABEL_PREFIX + "server": self.name or "",
-            LABEL_PREFIX + "profile": self.profile_slug,
-            LABEL_PREFIX + "devices": ",".join(self.allocation.uuids) if self.allocation else "",
-            LABEL_PREFIX + "since": str(self.allocation.since if self.allocation else time.time()),
-        }
-        if self.hook_state:
-            # what the hooks recorded (the credits paid), for a hub killed before it saved
-            # spawner state (see poll)
-            labels[LABEL_PREFIX + "hook-state"] = json.dumps(self.hook_state, sort_keys=True)
-        create = copy.deepcopy(self.extra_create_kwargs) if isinstance(
-            self.extra_create_kwargs, dict) else {}
-        create.setdefault("labels", {}).update(labels)
-        if container["ids"] is not None:
-            create["user"] = "{}:{}".format(*container["ids"])
-            # a uid with no passwd entry in the image gets HOME=/ from Docker
-            self.environment = {**self.environment, "HOME": "/home/jovyan"}
-        self.extra_create_kwargs = create
-        self.volumes = {**{k: v for k, v in (self.volumes or {}).items()},
-                        container["workspace"]: self.workspace_mount}
-        host = copy.deepcopy(self.extra_host_config) if isinstance(
-            self.extra_host_config, dict) else {}
-        if self.allocation:
-            # Docker's GPU request (docker run --gpus): the engine hands these exact
-            # UUIDs to the NVIDIA hook, which sets NVIDIA_VISIBLE_DEVICES.
-            host["device_requests"] = [{
-                "Driver": "nvidia",
-                "DeviceIDs": list(self.allocation.uuids),
-                "Capabilities": [["gpu"]],
-            }]
-        else:
-            host.pop("device_requests", None)
-            # CUDA base images set NVIDIA_VISIBLE_DEVICES=all: with nvidia as the default
-            # runtime a CPU server would see every GPU (NVIDIA container toolkit docs)
-            self.environment = {**self.environment, "NVIDIA_VISIBLE_DEVICES": "void"}
-        # removed by stop() or a failed start, not by the engine the moment it exits:
-        # the logs of a server that dies while starting are what an admin needs
-        host["auto_remove"] = False
-        host.setdefault("shm_size", self.shm_size)
-        host.setdefault("pids_limit", self.pids_limit)
-        host.setdefault("security_opt", ["no-new-privileges"])
-        host.setdefault("cap_drop", ["ALL"])
-        host.setdefault("log_config", {"Type": "json-file",
-                                       "Config": {"max-size": self.log_max_size,
-                                                  "max-file": "3"}})
-        host["mounts"] = [
-            {"Type": "bind", "Source": path, "Target": f"/datasets/{name}",
-             "ReadOnly": True}
-            for name, path in sorted(container["datasets"].items())
-        ]
-        self.extra_host_config = host
-        if self.host_network:
-            self.port = random_port()
 
     async def get_ip_and_port(self):
         if self.host_network:
