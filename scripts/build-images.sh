@@ -22,7 +22,8 @@
 #   --base IMAGE  what gpuhub/base is built FROM (not hub). Default online: the NVIDIA CUDA image below;
 #                 default offline: the local Debian base, made with mmdebstrap when missing.
 #   --local-base  use the local Debian base (made when missing) in online mode too.
-#   --variant V   framework builds for cpu or cuda. Default: cuda when gpuhub/base has a CUDA
+#   --variant V   framework builds for cpu or cuda, tagged NAME:V (and NAME:latest when V is
+#                 the base's own). Default: cuda when gpuhub/base has a CUDA
 #                 runtime (io.gpuhub.cuda.version), else cpu.
 #   --force       rebuild the IMAGEs named even when their inputs have not changed (otherwise
 #                 an image whose sources, parent and arguments are unchanged is kept).
@@ -327,21 +328,28 @@ build_base() {
   say "base: built $ns/base:latest in ${seconds_taken[base]}s"
 }
 
-# build_framework NAME REQUIREMENT BUILD_ARGS...: NAMESPACE/NAME:latest FROM NAMESPACE/base:latest.
+# build_framework NAME REQUIREMENT BUILD_ARGS...: NAMESPACE/NAME:VARIANT FROM
+# NAMESPACE/base:latest, also tagged :latest when VARIANT is the base's own (cuda on a CUDA
+# base, cpu on a CPU one): a CPU-only build (--variant cpu) on a GPU server stands beside the
+# CUDA one as NAME:cpu, for a CPU profile, instead of replacing it.
 build_framework() {
   local name=$1 requirement=$2
   shift 2
-  local t0=$SECONDS parent pyver glibc arch cuda fp ctx wh="" replaced
+  local t0=$SECONDS parent pyver glibc arch cuda fp ctx wh="" replaced tags
+  local image="$ns/$name:$variant"
+  tags=(-t "$image")
+  [ "$variant" != "$base_variant" ] || tags+=(-t "$ns/$name:latest")
   parent="$(image_id "$ns/base:latest")"
   [ -n "$parent" ] || die "$name: $ns/base:latest is missing"
   fp="$(fingerprint "$name" "$parent" "$@")"
-  if ! forced "$name" && [ "$(label "$ns/$name:latest" io.gpuhub.build.fingerprint)" = "$fp" ]; then
-    say "$name: $ns/$name:latest is up to date ($requirement)"
+  if ! forced "$name" && [ "$(label "$image" io.gpuhub.build.fingerprint)" = "$fp" ]; then
+    [ "$variant" != "$base_variant" ] || docker tag "$image" "$ns/$name:latest"
+    say "$name: $image is up to date ($requirement)"
     outcome[$name]="up to date"
     return
   fi
-  say "$name: building $ns/$name:latest ($requirement, variant $variant)"
-  replaced="$(image_id "$ns/$name:latest")"
+  say "$name: building $image ($requirement, variant $variant)"
+  replaced="$(image_id "$image")"
   ctx="$(context "$name")"
   if [ "$mode" = offline ]; then
     read -r pyver glibc arch cuda < <(probe "$ns/base:latest")
@@ -352,13 +360,13 @@ build_framework() {
       --constraint "$work/$name-held.txt" "$requirement")"
     ctx="$(context "$name" "$wh")"
   fi
-  docker_build "$name" -t "$ns/$name:latest" "${oci_args[@]}" \
+  docker_build "$name" "${tags[@]}" "${oci_args[@]}" \
     --build-arg "BASE_IMAGE=$ns/base:latest" --build-arg "BUILD_FINGERPRINT=$fp" \
     "${@/#/--build-arg=}" "$ctx"
-  replace_leftover "$replaced" "$ns/$name:latest"
+  replace_leftover "$replaced" "$image"
   outcome[$name]="built"
   seconds_taken[$name]=$((SECONDS - t0))
-  say "$name: built $ns/$name:latest in ${seconds_taken[$name]}s"
+  say "$name: built $image${tags[3]:+ (and :latest)} in ${seconds_taken[$name]}s"
 }
 
 # --- the images docker-compose.yml runs -------------------------------------------------------
@@ -468,8 +476,13 @@ if want base || want pytorch || want tensorflow; then
   build_base
 fi
 if want pytorch || want tensorflow; then
+  if [ "$(label "$ns/base:latest" io.gpuhub.cuda.version)" = none ]; then
+    base_variant=cpu
+  else
+    base_variant=cuda
+  fi
   if [ -z "$variant" ]; then
-    if [ "$(label "$ns/base:latest" io.gpuhub.cuda.version)" = none ]; then variant=cpu; else variant=cuda; fi
+    variant=$base_variant
     variant_defaults "$variant"
   fi
 fi

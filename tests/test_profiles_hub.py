@@ -100,6 +100,32 @@ async def test_a_choice_that_cannot_start_is_disabled_before_the_click(hub):
     assert "only 1 of 2 are free" in model["choices"]["gpus"]["2"]
 
 
+PER_USER = """
+{prefix}def _profiles(spawner):
+    profiles = [{{"display_name": "CPU only", "slug": "cpu", "default": True}}]
+    if spawner.user.name == "alice":
+        profiles.append({{"display_name": "Alice's project", "slug": "alice-gpu", "gpus": 1}})
+    return profiles
+c.GPUDockerSpawner.profile_list = _profiles
+"""
+
+
+@pytest.mark.parametrize("prefix", [pytest.param("", id="sync"),
+                                    pytest.param("async ", id="async")])
+async def test_profile_list_may_be_a_callable_per_member(hub_factory, prefix):
+    hub = await hub_factory(extra_config=PER_USER.format(prefix=prefix), GPUHUB_CREDITS="off")
+    alice = await hub.login("alice")
+    assert set(cards((await alice.get("/hub/spawn")).text)) == {"cpu", "alice-gpu"}
+    bob = await hub.login("bob")
+    assert set(cards((await bob.get("/hub/spawn")).text)) == {"cpu"}
+    r = await hub.spawn("bob", {"profile": "alice-gpu"})
+    assert r.status_code == 400, r.text
+    assert "No such profile: 'alice-gpu'. Options include: cpu" in r.json()["message"]
+    r = await hub.spawn("alice", {"profile": "alice-gpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("alice")
+
+
 async def test_availability_needs_login(hub):
     r = await hub.client.get("/hub/api/gpuhub/availability")
     assert r.status_code == 403

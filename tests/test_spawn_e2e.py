@@ -80,6 +80,43 @@ async def test_two_users_get_different_gpus_and_a_third_is_refused(hub_factory, 
     assert devices == seen["alice"]
 
 
+async def metric(hub, name: str, reason: str) -> float:
+    """A counter of the hub's /hub/metrics, by reason (0 when never counted)."""
+    r = await hub.client.get("/hub/metrics",
+                             headers={"Authorization": f"token {hub.admin_token}"})
+    r.raise_for_status()
+    m = re.search(rf'^{name}_total{{reason="{reason}"}} ([0-9.]+)$', r.text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+async def test_named_servers_hold_gpus_of_their_own_within_the_members_limit(
+        hub_factory, docker_client, two_profiles):
+    hub = await hub_factory(GPUHUB_PROFILES=two_profiles, GPUHUB_GPUS="simulated:3",
+                            GPUHUB_MAX_GPUS_PER_USER="2")
+    await hub.create_user("alice")
+    for server in ("", "train"):
+        r = await hub.spawn("alice", {"profile": "gpu"}, server=server)
+        assert r.status_code in (201, 202), r.text
+        await hub.wait_ready("alice", server)
+    by_server = {c["Labels"]["io.gpuhub.server"]: c for c in hub.containers(docker_client)}
+    assert sorted(by_server) == ["", "train"]
+    assert by_server[""]["Names"] == [f"/{hub.id}-jupyter-alice"]
+    assert by_server["train"]["Names"] == [f"/{hub.id}-jupyter-alice--train"]
+    devices = {server: c["Labels"]["io.gpuhub.devices"] for server, c in by_server.items()}
+    assert devices[""] != devices["train"]
+
+    # a third GPU server is past her limit, with one GPU still free: refused, and counted
+    r = await hub.spawn("alice", {"profile": "gpu"}, server="more")
+    assert r.status_code == 409, r.text
+    assert "each member may hold 2" in r.json()["message"]
+    assert await metric(hub, "gpuhub_gpu_allocations_refused", "user_limit") == 1
+    assert await metric(hub, "gpuhub_spawns_refused", "user_limit") == 1
+    # ...while a CPU server is not limited
+    r = await hub.spawn("alice", {"profile": "cpu"}, server="more")
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("alice", "more")
+
+
 async def test_cpu_profile_has_no_device_request(hub_factory, docker_client, two_profiles):
     hub = await hub_factory(GPUHUB_PROFILES=two_profiles)
     token = await hub.create_user("dave")

@@ -195,3 +195,19 @@ async def test_a_members_journey(journey_hub, person, screenshots):
     await start_profile(dave, "pytorch")
     await expect(dave.locator("body")).to_contain_text("your balance is 0.50")
     await screenshots.take(dave, "07-no-credits-refused")
+
+
+async def test_the_spawn_page_works_without_javascript(journey_hub, person, screenshots):
+    hub = journey_hub
+    bob = await person(javascript=False)
+    await log_in(bob, hub, "bob")
+    pytorch = card(bob, "pytorch")
+    await expect(pytorch).to_contain_text("2 of 2 GPUs free now")  # rendered by the hub
+    await screenshots.take(bob, "no-js-spawn-page")
+    await start_profile(bob, "pytorch")  # a plain form post
+    await bob.wait_for_url(re.compile("/hub/spawn-pending/bob"))
+    await expect(bob.locator("body")).to_contain_text("Your server is starting up")
+    model = await hub.wait_ready("bob")
+    assert model["user_options"] == {"profile": "pytorch"}
+    await bob.reload()  # what a person without JavaScript does: the hub sends them on
+    await bob.wait_for_url(re.compile("/user/bob/"))

@@ -153,6 +153,14 @@ def test_framework_image_keeps_the_base_packages_at_their_versions(framework_ima
 # --- frameworks work -----------------------------------------------------------------------------
 
 
+def test_framework_image_is_tagged_with_its_variant(framework_image, engine):
+    cuda = framework_image.labels["io.gpuhub.cuda.version"]
+    variant = "cpu" if cuda == "none" else "cuda"
+    repository = framework_image.name.split(":")[0]
+    tagged = engine.images.get(f"{repository}:{variant}")
+    assert tagged.id == engine.images.get(framework_image.name).id
+
+
 def test_torch_multiplies_matrices(pytorch_image):
     product = pytorch_image.python(
         "import torch; x = torch.arange(6.0).reshape(2, 3); print((x @ x.T).tolist())"
