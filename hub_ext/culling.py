@@ -52,6 +52,7 @@ from . import metrics, runs
 from .credits.metering import MeterRecord
 from .inventory import Device, InventoryError, allocatable_units
 from .notices import notices
+from .periodic import ensure_task, every
 from .pool import GPUPool, ServerKey
 from .stopping import stop_server
 
@@ -391,22 +392,8 @@ class Culler(SingletonConfigurable):
 
     def ensure_loop(self) -> None:
         """Start the passes once per hub process (needs a running event loop)."""
-        if self._task is not None and not self._task.done():
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._task = loop.create_task(self._forever())
-
-    async def _forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.check_interval)
-            try:
-                await self.cull_once()
-            except Exception:
-                self.log.exception("Culling pass failed; trying again in %gs",
-                                   self.check_interval)
+        self._task = ensure_task(self._task, lambda: every(
+            lambda: self.check_interval, self.cull_once, self.log, "Culling pass"))
 
     async def cull_once(self) -> None:
         """One pass over every watched server: activity, warnings, culls, vanished servers."""

@@ -36,6 +36,7 @@ from traitlets.config import SingletonConfigurable
 
 from . import metrics
 from .inventory import Device, Inventory, InventoryError, SimulatedInventory, allocatable_units
+from .periodic import ensure_task
 
 
 def utcnow() -> float:
@@ -199,17 +200,10 @@ class GPUPool(SingletonConfigurable):
 
     def ensure_reconciler(self, client_factory, hub_id: str) -> None:
         """Start the periodic reconciliation (once per hub process; needs a running loop)."""
-        if self._reconciler is not None and not self._reconciler.done():
-            return
         from .reconcile import reconcile_forever
 
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._reconciler = loop.create_task(
-            reconcile_forever(self, client_factory, hub_id, self.reconcile_interval)
-        )
+        self._reconciler = ensure_task(self._reconciler, lambda: reconcile_forever(
+            self, client_factory, hub_id, self.reconcile_interval))
 
     def _make_inventory(self) -> Inventory:
         if self.inventory_class == "simulated":

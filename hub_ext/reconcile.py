@@ -21,6 +21,7 @@ import asyncio
 import logging
 
 from .container import LABEL_PREFIX
+from .periodic import every
 from .pool import GPUPool, ServerKey
 
 LIVE_STATES = {"created", "running", "restarting", "paused"}
@@ -93,16 +94,18 @@ async def reconcile_once(pool: GPUPool, client, hub_id: str,
 
 async def reconcile_forever(pool: GPUPool, client_factory, hub_id: str, interval: float,
                             log: logging.Logger | None = None) -> None:
-    """Run :func:`reconcile_once` now and then every ``interval`` seconds, forever."""
+    """Run :func:`reconcile_once` now and then every ``interval`` seconds, forever; each
+    pass also reads the inventory, so the ``gpuhub_gpus`` gauges are at most one interval
+    old."""
     log = log or pool.log
-    while True:
+
+    async def step() -> None:
         try:
             await reconcile_once(pool, client_factory(), hub_id, log)
-        except Exception:
-            log.exception("GPU reconciliation pass failed; trying again in %ss", interval)
-        try:
-            # also keeps the gpuhub_gpus metrics at most one interval old
-            await pool.devices()
-        except Exception as e:  # noqa: BLE001 - logged by the pool; spawns say why
-            log.debug("GPU inventory read in the reconciliation pass failed: %s", e)
-        await asyncio.sleep(interval)
+        finally:
+            try:
+                await pool.devices()
+            except Exception as e:  # noqa: BLE001 - logged by the pool; spawns say why
+                log.debug("GPU inventory read in the reconciliation pass failed: %s", e)
+
+    await every(lambda: interval, step, log, "GPU reconciliation pass", first_now=True)

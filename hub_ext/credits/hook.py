@@ -48,6 +48,7 @@ from traitlets.config import SingletonConfigurable
 from .. import metrics
 from ..auth_credits import MemberAccount, remember_balance
 from ..notices import notices
+from ..periodic import ensure_task, every
 from ..stopping import stop_server
 from .client import CreditsClient
 from .errors import (
@@ -546,22 +547,8 @@ class CreditsHook(SingletonConfigurable):
 
     def ensure_meter(self) -> None:
         """Start the meter task once per hub process (needs a running event loop)."""
-        if self._meter_task is not None and not self._meter_task.done():
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._meter_task = loop.create_task(self._meter_forever())
-
-    async def _meter_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.meter_period)
-            try:
-                await self.meter_once()
-            except Exception:
-                self.log.exception("Credits meter pass failed; trying again in %gs",
-                                   self.meter_period)
+        self._meter_task = ensure_task(self._meter_task, lambda: every(
+            lambda: self.meter_period, self.meter_once, self.log, "Credits meter pass"))
 
     async def meter_once(self) -> None:
         """One pass: due debits, grace periods, vanished servers, pending settlements."""
