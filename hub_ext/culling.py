@@ -355,10 +355,11 @@ class Culler(SingletonConfigurable):
             return
         watched.stopped_at = self.now()
         if watched.cull is None:
-            # maybe the idle culler's request; its log line comes after the stop
+            # stopped by someone, or by the hub for another reason (credits ran out);
+            # maybe the idle culler's request, whose log line comes after the stop
             watched.cull_seconds = _idle_seconds(spawner)
             notices().withdraw(watched.key.user, watched.key.server, self.name)
-            self._finish(watched, "stopped")
+            self._finish(watched, getattr(spawner, "stop_reason", None) or "stopped")
             self._remember(watched)
         else:
             self._finish(watched, watched.cull)
@@ -481,7 +482,7 @@ class Culler(SingletonConfigurable):
                          watched.label, watched.profile or "-", ",".join(devices) or "none",
                          what, duration(seconds), duration(limit), reason)
         try:
-            await stop_server(watched.spawner)
+            await stop_server(watched.spawner, reason)
         except Exception:
             watched.cull, watched.stopping = None, False
             self.log.exception("Could not cull %s (%s)", watched.label, reason)

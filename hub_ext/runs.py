@@ -13,8 +13,8 @@ meter's id of the run (``server_id`` in the metadata of its ledger debits,
 :mod:`hub_ext.credits.metering`), which joins a run to what it was charged.
 
 Stop reasons: ``stopped`` (by the member, an admin or the API), ``idle`` (no activity,
-jupyterhub-idle-culler), ``idle_gpu`` (GPUs idle), ``max_age``, ``gone`` (its container
-vanished and the hub cleared it).
+jupyterhub-idle-culler), ``idle_gpu`` (GPUs idle), ``max_age``, ``credits`` (credits ran
+out and the grace period was over), ``gone`` (its container vanished and the hub cleared it).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ __all__ = [
     "set_reason",
 ]
 
-STOP_REASONS = ("stopped", "idle", "idle_gpu", "max_age", "gone")
+STOP_REASONS = ("stopped", "idle", "idle_gpu", "max_age", "credits", "gone")
 
 
 class Base(DeclarativeBase):

@@ -22,10 +22,13 @@ from decimal import Decimal
 import httpx
 import pytest
 from jupyterhub.utils import random_port
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
 
 from hub_ext.credits.client import CreditsClient
 from hub_ext.credits.hook import UNREACHABLE
 from hub_ext.credits.hubconfig import ADMIN_TOKEN_FILE, HUB_TOKEN_FILE
+from hub_ext.runs import ServerRun
 from tests.fixtures.credits_faults import LedgerFaults, MovableClock
 from tests.fixtures.hub import eventually
 
@@ -433,6 +436,12 @@ async def test_server_stops_after_the_grace_period_when_credits_run_out(
     assert "Your server was stopped because your credits ran out (balance 0.00)." in page
     assert await ledger(admin, member) == [("grant", "1.00"), ("debit", "1.00")]
     await eventually(lambda: _empty(hub.containers(docker_client)), what="container removed")
+    # the run record says why it ended
+    engine = create_engine(f"sqlite:///{hub.state_dir / 'jupyterhub.sqlite'}")
+    with Session(engine) as db:
+        assert [(r.username, r.stop_reason) for r in db.scalars(select(ServerRun))] == [
+            (member, "credits")]
+    engine.dispose()
 
 
 async def test_credits_added_in_the_grace_period_keep_the_server(credits_hub, clock, admin,

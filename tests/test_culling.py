@@ -26,6 +26,7 @@ from hub_ext.inventory import SimulatedInventory
 from hub_ext.notices import notices
 from hub_ext.pool import GPUPool, ServerKey
 from hub_ext.runs import ServerRun
+from hub_ext.stopping import stop_server
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 GPU0, GPU1 = "GPU-a0", "GPU-a1"
@@ -223,6 +224,25 @@ async def test_a_run_is_recorded_from_start_to_stop(culler, clock, db):
         server.user.name, "gpu", [GPU0], ["ml101"])
     assert (run.started_at, run.stopped_at, run.stop_reason) == (
         T0.replace(tzinfo=None), at(600).replace(tzinfo=None), "stopped")
+    assert notices().for_user(server.user.name) == []
+
+
+async def test_a_stop_the_hub_makes_for_credits_is_recorded_as_such(culler, clock, db):
+    server = RunningServer(db, name("dora"), devices=(GPU0,))
+    await culler.before_container(server)
+
+    async def user_stop(server_name):  # JupyterHub's User.stop runs the spawner's hooks
+        assert server.stop_reason == "credits"
+        await culler.after_stop(server)
+
+    server.user.stop = user_stop
+    before = culls("idle")
+    clock.now = at(900)
+    await stop_server(server, "credits")
+    run = the_run(db)
+    assert (run.stopped_at, run.stop_reason) == (at(900).replace(tzinfo=None), "credits")
+    assert server.stop_reason is None
+    assert culls("idle") == before  # not a cull: no cull notice, no count
     assert notices().for_user(server.user.name) == []
 
 

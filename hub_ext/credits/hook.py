@@ -613,7 +613,7 @@ class CreditsHook(SingletonConfigurable):
         self.log.warning("Stopping %s: credits ran out (balance %s) and the grace period of "
                          "%gs is over", record.label, balance, self.grace_period)
         try:
-            await stop_server(spawner)
+            await stop_server(spawner, "credits")
         except Exception:
             metered.stopping = False
             self.log.exception("Could not stop %s after its credits ran out", record.label)
