@@ -11,6 +11,7 @@ on a GPU machine that has nvidia-ml-py and little else.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes.util
 import json
 import os
@@ -24,6 +25,7 @@ import pytest
 
 from hub_ext.inventory import InventoryError, SimulatedInventory
 from hub_ext.nvml import NVMLInventory
+from hub_ext.pool import AllocationRefused, GPUPool, ServerKey
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -402,3 +404,73 @@ def test_real_driver_reports_sane_devices():
             assert mig.mig_profile and "g." in mig.mig_profile, mig
             assert 0 < mig.memory_total_mib <= device.memory_total_mib, mig
         json.dumps(device.to_dict())
+
+
+@pytest.mark.gpu
+def test_real_gpu_used_outside_the_hub_is_never_handed_out():
+    # what a lab's "check nvidia-smi first" rule was for: a process of no server holds
+    # memory on every GPU of the machine; the pool refuses them all, then frees them
+    try:
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError_LibraryNotFound:
+        pytest.skip("no NVIDIA driver here (NVMLError_LibraryNotFound)")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_EVERY_GPU, str(count)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    line = holder.stdout.readline()
+    if line.startswith("skip"):
+        pytest.skip(line.strip())
+    assert line.startswith("holding"), line + holder.stderr.read()
+    asyncio.run(_refused_while_held_then_free(holder, count))
+
+
+async def _refused_while_held_then_free(holder: subprocess.Popen, count: int) -> None:
+    pool = GPUPool(inventory=NVMLInventory(), refresh_interval=0)
+    try:
+        devices = await pool.devices()
+        assert all(d.processes for d in devices), [(d.uuid, d.processes) for d in devices]
+        assert pool.summary(devices).outside == count
+        with pytest.raises(AllocationRefused, match=f"all {count} GPUs are in use"):
+            await pool.allocate(ServerKey("alice"), 1)
+    finally:
+        holder.kill()
+        holder.wait()
+    # the process is gone: NVML stops listing it within a moment
+    for _ in range(50):
+        if not any(d.processes for d in await pool.devices()):
+            break
+        await asyncio.sleep(0.1)
+    allocation = await pool.allocate(ServerKey("alice"), 1)
+    assert len(allocation.uuids) == 1 and allocation.uuids[0].startswith("GPU-")
+
+
+# A process outside the hub: a CUDA context and 256 MiB on each GPU, through the driver's
+# own CUDA library (libcuda, beside NVML in every NVIDIA driver), or "skip" without it.
+HOLD_EVERY_GPU = """
+import ctypes, sys, time
+try:
+    cuda = ctypes.CDLL("libcuda.so.1")
+except OSError as e:
+    print(f"skip: no CUDA driver library to hold a GPU with ({e})", flush=True)
+    sys.exit(0)
+
+def check(rc, what):
+    if rc != 0:
+        print(f"failed: {what} returned CUDA error {rc}", flush=True)
+        sys.exit(1)
+
+check(cuda.cuInit(0), "cuInit")
+held = []
+for i in range(int(sys.argv[1])):
+    dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+    check(cuda.cuDeviceGet(ctypes.byref(dev), i), "cuDeviceGet")
+    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+    check(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    check(cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(256 << 20)), "cuMemAlloc")
+    held.append(ptr)
+print("holding", flush=True)
+time.sleep(300)
+"""
