@@ -10,7 +10,9 @@ success path).  Target: median below 20 ms.
 
 The spawner is a stand-in with the attributes the hook reads (user, name, price, profile,
 ``hook_state``, ``emit``); everything from the hook down -- client, HTTP, service, ledger,
-database -- is the real thing.  Client and service share this machine's cores.
+database -- is the real thing.  Its ``persist_state`` (the write-ahead record before the
+debit) commits the state to a JupyterHub ``orm.Spawner`` row in a SQLite hub database, as
+the hub's spawner does.  Client and service share this machine's cores.
 
     .venv/bin/python benchmarks/credits_hook.py [--spawns 200]
 """
@@ -29,6 +31,10 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from jupyterhub import orm  # noqa: E402
+from sqlalchemy import create_engine  # noqa: E402
+from sqlalchemy.orm import Session  # noqa: E402
+
 from hub_ext.credits.client import CreditsClient  # noqa: E402
 from hub_ext.credits.hook import CreditsHook  # noqa: E402
 from tests.fixtures.credits import running_credits_service  # noqa: E402
@@ -42,7 +48,17 @@ class _Member:
 class SpawnerStandIn:
     """What CreditsHook reads and writes on a spawner; progress events are kept."""
 
-    def __init__(self, username: str, server: str, credits_per_hour: float):
+    def __init__(self, username: str, server: str, credits_per_hour: float, db=None):
+        self.db = db
+        self.orm_spawner = None
+        if db is not None:  # a row in the hub database, as JupyterHub keeps one per server
+            orm_user = db.query(orm.User).filter_by(name=username).one_or_none()
+            if orm_user is None:
+                orm_user = orm.User(name=username)
+                db.add(orm_user)
+            self.orm_spawner = orm.Spawner(user=orm_user, name=server)
+            db.add(self.orm_spawner)
+            db.commit()
         self.user = _Member(username)
         self.name = server
         self.credits_per_hour = credits_per_hour
@@ -55,6 +71,13 @@ class SpawnerStandIn:
     def emit(self, progress: int, message: str) -> None:
         self.events.append((progress, message))
 
+    def persist_state(self) -> None:
+        """As ``GPUDockerSpawner.persist_state``: the state into the row, committed."""
+        if self.orm_spawner is not None:
+            self.orm_spawner.state = {"gpuhub_hooks": {"version": 1,
+                                                       "hooks": dict(self.hook_state)}}
+            self.db.commit()
+
 
 def summary(label: str, seconds: list[float]) -> str:
     ms = sorted(s * 1000 for s in seconds)
@@ -63,7 +86,8 @@ def summary(label: str, seconds: list[float]) -> str:
             f"p95 {p95:7.2f} ms   max {ms[-1]:7.2f} ms")
 
 
-async def run(url: str, hub_token: str, admin_token: str, spawns: int) -> dict[str, list]:
+async def run(url: str, hub_token: str, admin_token: str, spawns: int,
+              db) -> dict[str, list]:
     username = f"bench-{uuid.uuid4().hex[:8]}"
     async with CreditsClient(url=url, token=admin_token) as admin:
         await admin.grant(username, "100000.00", key=f"bench-grant-{username}")
@@ -72,7 +96,7 @@ async def run(url: str, hub_token: str, admin_token: str, spawns: int) -> dict[s
     times: dict[str, list] = {"first": [], "paid": [], "free": [], "undo": []}
     try:
         for i in range(spawns + 1):
-            spawner = SpawnerStandIn(username, f"s{i}", 2.0)
+            spawner = SpawnerStandIn(username, f"s{i}", 2.0, db)
             t0 = time.perf_counter()
             await hook.before_container(spawner)
             elapsed = time.perf_counter() - t0
@@ -100,10 +124,13 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpuhub-bench-") as tmp:
         workdir = Path(tmp)
+        engine = create_engine(f"sqlite:///{workdir / 'jupyterhub.sqlite'}")
+        orm.Base.metadata.create_all(engine)
         with running_credits_service(f"sqlite:///{workdir / 'credits.sqlite'}",
-                                     workdir) as service:
+                                     workdir) as service, Session(engine) as db:
             times = asyncio.run(run(service.url, service.hub_token, service.admin_token,
-                                    args.spawns))
+                                    args.spawns, db))
+        engine.dispose()
     paid = statistics.median(times["paid"]) * 1000
     print(summary("before_container, priced profile", times["paid"]))
     print(summary("before_container, first (connects)", times["first"]))

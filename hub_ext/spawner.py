@@ -37,6 +37,7 @@ import time
 
 from docker.errors import APIError, ImageNotFound, NotFound
 from dockerspawner import DockerSpawner
+from sqlalchemy.orm import object_session
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import (
@@ -67,6 +68,11 @@ from .profiles import (
 from .spawn_page import SpawnPage
 
 STATE_VERSION = 1
+
+#: In a hook's part of the state (a dict), marks a write-ahead record: written to the hub
+#: database before the hook's side effect (the credits debit) and replaced once it is
+#: done, so a hub killed mid-start knows the start was unfinished.
+PENDING = "pending_start"
 
 
 class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
@@ -188,7 +194,9 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
         - ``async undo(spawner)``: a later step failed; idempotent;
         - optionally ``async after_stop(spawner)``: the server stopped; idempotent;
         - optionally ``restore(spawner)``: the hub restarted with this server running;
-          ``spawner.hook_state[hook.name]`` holds what the hook kept in spawner state;
+          ``spawner.hook_state[hook.name]`` holds what the hook kept in spawner state
+          (a dict with ``PENDING`` set when the hub stopped during the start; the
+          container's labels replace it when the container exists);
         - optionally ``async why_not(spawner, credits_per_hour)``: a sentence saying why a
           profile of that price cannot start for this member now, or ``""``; the spawn
           page disables such a profile and shows the sentence.
@@ -470,7 +478,7 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
         """
         status = await super().poll()
         if status is None and not self._labels_read and (
-                self.allocation is None or not self.hook_state):
+                self.allocation is None or not self.hook_state or self._start_unfinished()):
             self._labels_read = True  # once per container, not at every poll
             obj = await self.get_object()
             labels = (obj or {}).get("Config", {}).get("Labels") or {}
@@ -485,7 +493,7 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
                 self.log.info("%s re-adopted GPU(s) %s from its container's labels",
                               self._log_name, ",".join(uuids))
             hook_state = labels.get(LABEL_PREFIX + "hook-state")
-            if hook_state and not self.hook_state:
+            if hook_state and (not self.hook_state or self._start_unfinished()):
                 try:
                     self.hook_state = dict(json.loads(hook_state))
                 except (TypeError, ValueError):
@@ -496,6 +504,11 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
                                   "labels", self._log_name, ", ".join(self.hook_state))
                     self._restore_hooks()
         return status
+
+    def _start_unfinished(self) -> bool:
+        """Whether a hook's part of the state is a write-ahead record: the hub stopped
+        during a start, and the container's labels (if it got that far) know better."""
+        return any(isinstance(v, dict) and v.get(PENDING) for v in self.hook_state.values())
 
     async def stop(self, now=False):
         """Stop and remove the container, run the hooks' ``after_stop``, free the GPUs.
@@ -561,6 +574,19 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
             state["gpuhub_hooks"] = {"version": STATE_VERSION,
                                      "hooks": copy.deepcopy(self.hook_state)}
         return state
+
+    def persist_state(self) -> None:
+        """Write this spawner's state to the hub database now, as JupyterHub's
+        ``User.spawn`` does once ``start()`` returns.  A hook's write-ahead record (the
+        credits debit about to be made) then survives a hub killed mid-start.
+        """
+        orm_spawner = getattr(self, "orm_spawner", None)
+        # the hub's own session, found from its row (Spawner.db is deprecated)
+        session = object_session(orm_spawner) if orm_spawner is not None else None
+        if session is None:
+            return
+        orm_spawner.state = self.get_state()
+        session.commit()
 
     def load_state(self, state):
         super().load_state(state)

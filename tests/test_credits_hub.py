@@ -365,6 +365,56 @@ async def test_hub_killed_mid_spawn_after_the_debit_keeps_no_credit(
     assert "re-adopted its hook state (credits, culling)" in hub.log()
 
 
+# A hook after the credits hook that holds every start of the "gpu2" profile between its
+# debit and its container (defined in the hub's config file: the hub imports hub_ext only)
+STALL_AFTER_DEBIT = """
+import asyncio
+from traitlets.config import SingletonConfigurable
+
+class StallAfterDebit(SingletonConfigurable):
+    name = "stall"
+
+    async def before_container(self, spawner):
+        if spawner.profile_slug == "gpu2":
+            spawner.log.info("Stalling the start of %s after its debit", spawner._log_name)
+            await asyncio.sleep(600)
+
+    async def undo(self, spawner):
+        pass
+
+c.GPUDockerSpawner.before_container_hooks.append(StallAfterDebit.instance())
+"""
+
+
+async def test_hub_killed_between_the_debit_and_the_container_refunds_the_debit(
+        credits_hub, clock, admin, member, docker_client):
+    # the debit is made, no container exists yet, and the hub dies: the write-ahead
+    # record in the hub database lets the restarted hub give the whole debit back
+    hub = await credits_hub(extra_config=STALL_AFTER_DEBIT)
+    await hub.create_user(member)
+    await grant(admin, member, "10.00")
+    spawn = asyncio.create_task(hub.spawn(member, {"profile": "gpu2"}))
+    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00")], hub, seconds=0)
+    await eventually(lambda: _contains(_log(hub), "after its debit"), what="the stall")
+    assert hub.containers(docker_client) == []
+    hub.kill(signal.SIGKILL)
+    spawn.cancel()
+    clock.at(300)
+    await hub.start()
+    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "1.00")],
+                  hub)
+    assert await balance(admin, member) == Decimal("10.00")
+    [refund] = [t for t in await entries(admin, member) if t.kind == "refund"]
+    assert "did not finish" in refund.reason
+    # nothing is held: the member's server is gone and both GPUs are free
+    assert await hub.stopped(member)
+    assert (await hub.api("GET", "/gpuhub/availability")).json()["free"] == 2
+
+
+async def _log(hub) -> str:
+    return hub.log()
+
+
 async def test_admin_stop_refunds_the_unused_credits(credits_hub, clock, admin, member):
     # no meter passes at all: the stop itself settles
     hub = await credits_hub(extra_config="c.CreditsHook.meter_period = 3600\n")

@@ -49,6 +49,7 @@ from .. import metrics
 from ..auth_credits import MemberAccount, remember_balance
 from ..notices import notices
 from ..periodic import ensure_task, every
+from ..spawner import PENDING
 from ..stopping import stop_server
 from .client import CreditsClient
 from .errors import (
@@ -81,6 +82,12 @@ UNREACHABLE = (
 _UNCERTAIN = (CreditsUnavailable, CreditsContractError, TimeoutError)
 
 
+def _written_ahead(state: dict) -> dict:
+    """The record in a write-ahead state (``PENDING`` set), as :meth:`MeterRecord.to_state`
+    wrote it."""
+    return {k: v for k, v in state.items() if k != PENDING}
+
+
 def utcnow() -> datetime:
     """The current time, timezone-aware UTC (the default of ``c.CreditsHook.utcnow``)."""
     return datetime.now(UTC)
@@ -111,10 +118,12 @@ class _Metered:
 
 @dataclass
 class _Void:
-    """A spawn-time debit whose answer was lost: refund it if it was made after all."""
+    """A spawn-time debit whose answer was lost, or whose spawn a hub killed mid-start
+    never finished: refund it if it was made after all."""
 
     record: MeterRecord
     not_before: float  # time.monotonic()
+    why: str = "was refused"  # "Spawn of <server> ..." in the refund's reason
 
 
 class CreditsHook(SingletonConfigurable):
@@ -232,6 +241,8 @@ class CreditsHook(SingletonConfigurable):
         super().__init__(**kwargs)
         self._metered: dict[str, _Metered] = {}
         self._voids: list[_Void] = []
+        # starts a killed hub did not finish, by server id: (write-ahead record, spawner)
+        self._unfinished: dict[str, tuple[dict, Any]] = {}
         self._meter_task: asyncio.Task | None = None
 
     def now(self) -> datetime:
@@ -259,6 +270,30 @@ class CreditsHook(SingletonConfigurable):
         minutes = record.interval / 60
         span = f"{minutes:g} minutes" if minutes >= 1 else f"{record.interval:g} seconds"
         spawner.emit(30, f"Debiting {record.amount} credits for the first {span}")
+        # write-ahead: a hub killed from here until the container exists (its labels then
+        # carry the record) restarts with this in the spawner state, and after_stop
+        # refunds the debit if it was made
+        spawner.hook_state[self.name] = {**record.to_state(), PENDING: True}
+        persist = getattr(spawner, "persist_state", None)
+        if persist is not None:
+            persist()
+        try:
+            entry = await self._debit_first(spawner, record)
+        except BaseException:
+            spawner.hook_state.pop(self.name, None)
+            raise
+        if entry is None:  # fail_open: started unpaid, tracked by the meter
+            return
+        record.debits[0] = entry.transaction_id
+        self._track(spawner, record)
+        spawner.emit(40, f"Debited {record.amount} credits; your balance is {entry.balance}")
+        await remember_balance(spawner.user, entry.balance, self.log)
+
+    async def _debit_first(self, spawner, record: MeterRecord):
+        """The spawn's debit of interval 0: the ledger entry, or None when the API is down
+        and ``fail_open`` lets the server start unpaid.  Raises the refusals of
+        :meth:`before_container`."""
+        price = record.credits_per_hour
         try:
             entry = await asyncio.wait_for(self._debit(record, 0), self.spawn_timeout)
         except (InsufficientCredits, AccountNotFound) as e:
@@ -279,7 +314,7 @@ class CreditsHook(SingletonConfigurable):
                 spawner.emit(35, "The credit service cannot be reached; starting anyway, "
                              "the debit follows when it answers")
                 self._track(spawner, record)
-                return
+                return None
             if isinstance(e, _UNCERTAIN):
                 self._voids.append(_Void(record, time.monotonic() + 2 * self.client.timeout))
                 self.ensure_meter()
@@ -287,10 +322,7 @@ class CreditsHook(SingletonConfigurable):
             self.log.error("Refusing spawn of %s: the debit of %s credits failed: %s",
                            record.label, record.amount, why)
             raise web.HTTPError(503, UNREACHABLE) from None
-        record.debits[0] = entry.transaction_id
-        self._track(spawner, record)
-        spawner.emit(40, f"Debited {record.amount} credits; your balance is {entry.balance}")
-        await remember_balance(spawner.user, entry.balance, self.log)
+        return entry
 
     async def why_not(self, spawner, credits_per_hour: float) -> str:
         """Why a profile of this price cannot start for this member now, or ``""``.
@@ -322,8 +354,17 @@ class CreditsHook(SingletonConfigurable):
     async def after_stop(self, spawner) -> None:
         """The server stopped: charge what is due, refund the rest of the current interval.
 
+        A server whose start a killed hub never finished (its state holds the write-ahead
+        record of :meth:`before_container`, and no container took it over) gets its first
+        debit back in full, if that debit was made.
+
         Idempotent; never raises.  When the API cannot be reached the meter retries.
         """
+        state = spawner.hook_state.get(self.name)
+        if isinstance(state, dict) and state.get(PENDING):
+            spawner.hook_state.pop(self.name, None)
+            await self._void_unfinished(state)
+            return
         metered = self._forget_state(spawner)
         if metered is None:
             return
@@ -331,8 +372,25 @@ class CreditsHook(SingletonConfigurable):
         await self._settle_now(metered, "stopped")
 
     def restore(self, spawner) -> None:
-        """The hub restarted with this server in its state: meter it again.  Never raises."""
+        """The hub restarted with this server in its state: meter it again.  Never raises.
+
+        A write-ahead record (a start the hub did not finish) is not metered: either the
+        container's labels replace it (the start got that far) or :meth:`after_stop`
+        refunds it.
+        """
         state = spawner.hook_state.get(self.name)
+        if isinstance(state, dict) and state.get(PENDING):
+            self.log.warning("%s: the hub stopped during its start, after the debit began; "
+                             "its container decides (running: metered, else refunded)",
+                             getattr(spawner, "_log_name", spawner))
+            try:
+                record = MeterRecord.from_state(_written_ahead(state))
+            except ValueError as e:
+                self.log.error("Cannot restore an unfinished start: %s", e)
+                return
+            self._unfinished[record.server_id] = (state, spawner)
+            self.ensure_meter()
+            return
         try:
             record = MeterRecord.from_state(state)
         except ValueError as e:
@@ -515,6 +573,18 @@ class CreditsHook(SingletonConfigurable):
         else:
             self.ensure_meter()
 
+    async def _void_unfinished(self, state: dict) -> None:
+        """Refund the first debit of a start the hub never finished, if it was made."""
+        try:
+            record = MeterRecord.from_state(_written_ahead(state))
+        except ValueError as e:
+            self.log.error("Cannot settle an unfinished start: %s", e)
+            return
+        void = _Void(record, time.monotonic(), why="did not finish (the hub stopped)")
+        if not await self._settle_void(void):
+            self._voids.append(void)
+            self.ensure_meter()
+
     async def _settle_void(self, void: _Void) -> bool:
         """Refund a spawn debit whose answer was lost, if it was made.  True when done."""
         record = void.record
@@ -531,14 +601,14 @@ class CreditsHook(SingletonConfigurable):
                 try:
                     await self.client.refund(record.username, entry.transaction_id,
                                              entry.amount, key=refund_key(record.server_id, 0),
-                                             reason=f"Spawn of {record.label} was refused")
+                                             reason=f"Spawn of {record.label} {void.why}")
                 except _UNCERTAIN:
                     return False
                 except CreditsError as e:
                     self.log.error("Refund of the lost debit %s failed: %s",
                                    entry.transaction_id, e)
-                self.log.warning("Refunded %s credits to %s: the debit of a refused spawn "
-                                 "had been made after all (%s)", entry.amount, record.username,
+                self.log.warning("Refunded %s credits to %s: the debit of a spawn that %s "
+                                 "(%s)", entry.amount, record.username, void.why,
                                  entry.transaction_id)
                 return True
         return True
@@ -562,6 +632,13 @@ class CreditsHook(SingletonConfigurable):
                     self.log.exception("Metering %s failed", metered.record.label)
 
         await asyncio.gather(*(one(m) for m in list(self._metered.values())))
+        for server_id, (state, spawner) in list(self._unfinished.items()):
+            if server_id in self._metered:  # its container took over (labels)
+                del self._unfinished[server_id]
+            elif spawner.hook_state.get(self.name) is not state and not spawner.pending:
+                # JupyterHub cleared it (no container; User.stop without Spawner.stop)
+                del self._unfinished[server_id]
+                await self._void_unfinished(state)
         now = time.monotonic()
         for void in [v for v in self._voids if v.not_before <= now]:
             if await self._settle_void(void):
