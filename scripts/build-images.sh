@@ -99,6 +99,9 @@ done
 [ -z "$base" ] || [ "$local_base" = 0 ] || die "--base and --local-base exclude each other"
 want() { local i; for i in "${images[@]}"; do [ "$i" = "$1" ] && return 0; done; return 1; }
 forced() { [ "$force" = 1 ] && want "$1"; }
+# current NAME IMAGE FINGERPRINT: IMAGE was built from exactly these inputs (its fingerprint
+# label) and --force does not ask for NAME again
+current() { ! forced "$1" && [ "$(label "$2" io.gpuhub.build.fingerprint)" = "$3" ]; }
 [ -z "$variant" ] || variant_defaults "$variant"
 
 cache="${GPUHUB_CACHE:-$repo/wheelhouse}"
@@ -300,7 +303,7 @@ build_base() {
   fi
   hub="$(hub_version)"
   fp="$(fingerprint base "$from" "$(image_id "$from")" "$hub")"
-  if ! forced base && [ "$(label "$ns/base:latest" io.gpuhub.build.fingerprint)" = "$fp" ]; then
+  if current base "$ns/base:latest" "$fp"; then
     say "base: $ns/base:latest is up to date (FROM $from, jupyterhub $hub)"
     outcome[base]="up to date"
     return
@@ -342,7 +345,7 @@ build_framework() {
   parent="$(image_id "$ns/base:latest")"
   [ -n "$parent" ] || die "$name: $ns/base:latest is missing"
   fp="$(fingerprint "$name" "$parent" "$@")"
-  if ! forced "$name" && [ "$(label "$image" io.gpuhub.build.fingerprint)" = "$fp" ]; then
+  if current "$name" "$image" "$fp"; then
     [ "$variant" != "$base_variant" ] || docker tag "$image" "$ns/$name:latest"
     say "$name: $image is up to date ($requirement)"
     outcome[$name]="up to date"
@@ -410,7 +413,7 @@ build_hub() {
   fi
   [ -n "$(image_id "$from")" ] || die "hub: base image $from is missing"
   fp="$(fingerprint_paths "${HUB_SOURCES[@]}" -- "$from" "$(image_id "$from")")"
-  if ! forced hub && [ "$(label "$ns/hub:latest" io.gpuhub.build.fingerprint)" = "$fp" ]; then
+  if current hub "$ns/hub:latest" "$fp"; then
     say "hub: $ns/hub:latest is up to date (FROM $from)"
     outcome[hub]="up to date"
     return
@@ -455,7 +458,7 @@ build_postgres() {
   fi
   ensure_local_base "$POSTGRES_LOCAL_BASE" "$repo/tests/standins/postgres/os-packages.txt"
   fp="$(fingerprint_paths tests/standins/postgres -- "$(image_id "$POSTGRES_LOCAL_BASE")")"
-  if ! forced postgres && [ "$(label "$POSTGRES_IMAGE" io.gpuhub.build.fingerprint)" = "$fp" ]; then
+  if current postgres "$POSTGRES_IMAGE" "$fp"; then
     say "postgres: stand-in $POSTGRES_IMAGE is up to date"
     outcome[postgres]="up to date (stand-in)"
     return

@@ -580,6 +580,8 @@ class CreditsHook(SingletonConfigurable):
         except ValueError as e:
             self.log.error("Cannot settle an unfinished start: %s", e)
             return
+        # settled once, whichever sees it first: Spawner.stop (after_stop) or the meter
+        self._unfinished.pop(record.server_id, None)
         void = _Void(record, time.monotonic(), why="did not finish (the hub stopped)")
         if not await self._settle_void(void):
             self._voids.append(void)
@@ -637,7 +639,6 @@ class CreditsHook(SingletonConfigurable):
                 del self._unfinished[server_id]
             elif spawner.hook_state.get(self.name) is not state and not spawner.pending:
                 # JupyterHub cleared it (no container; User.stop without Spawner.stop)
-                del self._unfinished[server_id]
                 await self._void_unfinished(state)
         now = time.monotonic()
         for void in [v for v in self._voids if v.not_before <= now]:

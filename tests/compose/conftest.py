@@ -39,7 +39,7 @@ from jupyterhub.utils import random_port
 
 from hub_ext.credits.client import CreditsClient
 from hub_ext.deploy import SECRETS
-from tests.fixtures.hub import _need
+from tests.fixtures.hub import _need, until_ready
 from tests.fixtures.oidc import ADMINS, MEMBERS, OIDCProvider, oidc_login
 
 REPO = Path(__file__).resolve().parents[2]
@@ -267,16 +267,11 @@ class HubClient:
         return await self.api("POST", f"/users/{name}/server", token, json={"profile": profile})
 
     async def wait_ready(self, name: str, token: str, timeout: float = 120) -> dict:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            model = (await self.api("GET", f"/users/{name}", token)).json()["servers"].get("")
-            if model and model["ready"]:
-                return model
-            if not model or not model.get("pending"):
-                raise AssertionError(f"{name}'s server is not starting: {model}\n"
-                                     f"{self.stack.logs('hub')[-3000:]}")
-            await asyncio.sleep(0.2)
-        raise TimeoutError(f"{name} not ready in {timeout}s")
+        async def model():
+            return (await self.api("GET", f"/users/{name}", token)).json()["servers"].get("")
+
+        return await until_ready(model, f"{name}'s server", lambda: self.stack.logs("hub"),
+                                 timeout, 0.2)
 
     async def stop(self, name: str, token: str, timeout: float = 60) -> None:
         r = await self.api("DELETE", f"/users/{name}/server", token)
