@@ -55,6 +55,8 @@ class Settings:
     GPUHUB_DB_URL                the hub database (SQLAlchemy URL)               sqlite in state dir
     GPUHUB_GPUS                  ``nvml``, ``simulated:N`` or ``simulated:F``    nvml
     GPUHUB_DOCKER_NETWORK        ``host`` or a Docker bridge network name        gpuhub
+    GPUHUB_HOST_NETWORK_ACK      ``1``: host networking off loopback, knowing    off
+                                 containers can take the hub's ports
     GPUHUB_PROFILES              JSON file with a profile_list                   built-in
     GPUHUB_IMAGE                 image of profiles that name none                gpuhub/base
     GPUHUB_WORKSPACE             named volume or host path, ``{username}``        see below
@@ -114,6 +116,7 @@ class Settings:
     db_url: str = ""
     gpus: str = "nvml"
     docker_network: str = "gpuhub"
+    host_network_ack: bool = False
     profiles_file: str = ""
     image: str = "gpuhub/base:latest"
     hub_port: int = 8081
@@ -175,6 +178,7 @@ class Settings:
         s.db_url = _env("GPUHUB_DB_URL")
         s.gpus = _env("GPUHUB_GPUS", s.gpus)
         s.docker_network = _env("GPUHUB_DOCKER_NETWORK", s.docker_network)
+        s.host_network_ack = _flag("GPUHUB_HOST_NETWORK_ACK", False)
         s.profiles_file = _env("GPUHUB_PROFILES")
         s.image = _env("GPUHUB_IMAGE", s.image)
         s.hub_port = _int("GPUHUB_HUB_PORT", s.hub_port)
