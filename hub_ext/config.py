@@ -302,14 +302,17 @@ def proxy_command(settings: Settings) -> list[str]:
 def apply_config(c, settings: Settings) -> None:
     """Fill the JupyterHub config object ``c`` from ``settings``.
 
-    Raises ValueError for a setting that cannot work (e.g. the demo login on a
+    The state directory is made mode 0700 and a SQLite hub database mode 0600
+    (:mod:`hub_ext.private_files`).  Raises ValueError for a setting that cannot work (e.g. the demo login on a
     non-loopback address, plain HTTP off loopback without ``GPUHUB_ALLOW_HTTP=1``, a
     secret file that others may read: :mod:`hub_ext.serving`).
     """
-    state = settings.state_dir
-    state.mkdir(parents=True, exist_ok=True)
+    from .private_files import private_dir, private_sqlite
+
+    state = private_dir(settings.state_dir)
 
     c.JupyterHub.db_url = hub_db_url(settings)
+    private_sqlite(c.JupyterHub.db_url)
     c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
     c.JupyterHub.pid_file = str(state / "jupyterhub.pid")
     c.ConfigurableHTTPProxy.pid_file = str(state / "jupyterhub-proxy.pid")
