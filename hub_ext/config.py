@@ -303,9 +303,10 @@ def apply_config(c, settings: Settings) -> None:
     """Fill the JupyterHub config object ``c`` from ``settings``.
 
     The state directory is made mode 0700 and a SQLite hub database mode 0600
-    (:mod:`hub_ext.private_files`).  Raises ValueError for a setting that cannot work (e.g. the demo login on a
-    non-loopback address, plain HTTP off loopback without ``GPUHUB_ALLOW_HTTP=1``, a
-    secret file that others may read: :mod:`hub_ext.serving`).
+    (:mod:`hub_ext.private_files`); managed services are guarded to die with the hub
+    (:mod:`hub_ext.service_guard`).  Raises ValueError for a setting that cannot work
+    (e.g. the demo login on a non-loopback address, plain HTTP off loopback without
+    ``GPUHUB_ALLOW_HTTP=1``, a secret file that others may read: :mod:`hub_ext.serving`).
     """
     from .private_files import private_dir, private_sqlite
 
@@ -399,3 +400,7 @@ def apply_config(c, settings: Settings) -> None:
     from .serving import apply_serving_config
 
     apply_serving_config(c, settings)
+
+    from .service_guard import guard_services
+
+    guard_services(c, state)
