@@ -298,6 +298,12 @@ class MemberContainer(LoggingConfigurable):
         # removed by stop() or a failed start, not by the engine the moment it exits:
         # the logs of a server that dies while starting are what an admin needs
         host["auto_remove"] = False
+        if isinstance(self.cpu_limit, int | float) and self.cpu_limit > 0:
+            # Docker's --cpus (HostConfig.NanoCpus) rather than DockerSpawner's CFS quota:
+            # a cpu_period of 0 keeps DockerSpawner from setting the quota too, which the
+            # engine refuses beside NanoCpus (Docker docs, "Runtime options ... CPU")
+            host["nano_cpus"] = int(self.cpu_limit * 1e9)
+            host["cpu_period"] = 0
         host.setdefault("shm_size", self.shm_size)
         host.setdefault("pids_limit", self.pids_limit)
         host.setdefault("security_opt", ["no-new-privileges"])

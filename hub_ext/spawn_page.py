@@ -16,6 +16,7 @@ from docker.errors import APIError, NotFound
 from traitlets.config import LoggingConfigurable
 
 from .container import LABEL_PREFIX
+from .limits import limits_text
 from .profiles import gpu_request, profile_overrides, select_profile
 from .templates import render
 
@@ -45,8 +46,9 @@ class SpawnPage(LoggingConfigurable):
 
     async def profile_cards(self, profiles: list[dict]) -> list[dict]:
         """What the spawn page shows per profile: the image's contents, GPUs asked, free
-        now, cost, and whether it can start now (with the reason when it cannot: too few
-        free GPUs, or a hook's ``why_not``, such as a balance that cannot pay).
+        now, its memory and CPU limits, cost, and whether it can start now (with the
+        reason when it cannot: too few free GPUs, or a hook's ``why_not``, such as a
+        balance that cannot pay).
 
         Each choice of a ``profile_options`` entry is judged too (the others at their
         defaults): ``choices[option][key]`` is ``""`` or why that choice cannot start, so
@@ -90,6 +92,8 @@ class SpawnPage(LoggingConfigurable):
                 "available": available,
                 "why_not": "" if available else card["why_not"],
                 "credits_per_hour": card["credits_per_hour"],
+                "limits": limits_text(card["overrides"].get("mem_limit"),
+                                      card["overrides"].get("cpu_limit")),
                 "choices": choices,
                 "chosen": chosen,
             })
