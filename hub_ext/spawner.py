@@ -357,6 +357,29 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, ProfileChoice, DockerSpawner)
             return self.ip, self.port
         return await super().get_ip_and_port()
 
+    async def get_url(self):
+        """Where this server's container really serves (JupyterHub ``Spawner.get_url``).
+
+        JupyterHub asks after a restart, for a server whose ``poll()`` says it runs
+        (``init_spawners``).  A hub killed while the server was starting left in its
+        database the address of a server that never got one (the hub's host name and a
+        random port), so the container is asked: with host networking, ``ip`` and the
+        port in its labels; on a bridge network, its address (DockerSpawner
+        ``get_ip_and_port``).  Falls back to the database's URL when Docker cannot say;
+        never raises (JupyterHub does not catch errors here).
+        """
+        try:
+            if self.host_network:
+                obj = await self.get_object()
+                labels = (obj or {}).get("Config", {}).get("Labels") or {}
+                self.port = int(labels[LABEL_PREFIX + "port"])
+            ip, port = await self.get_ip_and_port()
+        except Exception as e:  # noqa: BLE001 - an old container without the label, or Docker
+            self.log.warning("%s: where its container serves is unknown (%r); trying %s",
+                             self._log_name, e, self.server.url)
+            return self.server.url
+        return f"{self.server.proto}://{ip}:{port}{self.server.base_url}"
+
     async def _wait_until_ready(self, ip, port) -> bool:
         """Poll the server until it answers HTTP at all, or its container dies, for at
         most ``http_timeout`` seconds.  Returns False when it has not answered by then
