@@ -214,6 +214,15 @@ async def test_oversized_or_refused_options_stay_small_and_are_not_kept(hub, doc
     assert "B" * 64 not in r.text
     assert log_size() - before < 10_000
 
+    # a stopped named server's options changed through the API (JupyterHub's PATCH, which
+    # logs them): not stored, and the log line is cut short
+    r = await hub.api("PUT", "/users/alice/servers/named", json={"user_options": {}})
+    assert r.status_code == 201, r.text[:300]
+    before = log_size()
+    r = await hub.api("PATCH", "/users/alice/servers/named",
+                      json={"user_options": {"profile": huge}})
+    assert r.status_code < 500, r.text[:300]
+    assert log_size() - before < 10_000
     assert database.stat().st_size - database_before < 1024 * 1024  # never stored
 
     # a small choice refused for what it is
