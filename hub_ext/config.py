@@ -334,6 +334,12 @@ def apply_config(c, settings: Settings) -> None:
     # servers (and the GPUs they hold) outlive a hub restart or upgrade; the hub finds
     # them again from its database, spawner state and container labels
     c.JupyterHub.cleanup_servers = False
+    from .logs import logging_config
+
+    # JupyterHub logs some request bodies whole: no line longer than a few thousand
+    # characters, whatever a request carried
+    c.JupyterHub.logging_config = logging_config(
+        c.JupyterHub.logging_config if "logging_config" in c.JupyterHub else None)
     from .templates import template_dir
 
     c.JupyterHub.template_paths = [str(template_dir())]

@@ -1,5 +1,5 @@
 """The spawn page: profile cards that say what each image holds, costs and whether it can
-start now, and the form fields they post.
+start now (the fields they post become ``user_options`` in :mod:`hub_ext.choice`).
 
 :class:`SpawnPage` is a part of :class:`hub_ext.spawner.GPUDockerSpawner` (a mixin).  The
 cards come from the same functions a spawn uses (:mod:`hub_ext.profiles`, the pool's
@@ -23,18 +23,6 @@ from .templates import render
 
 class SpawnPage(LoggingConfigurable):
     """The spawn page's cards and form (JupyterHub ``Spawner.options_form``)."""
-
-    def options_from_form(self, formdata):
-        """Form fields -> ``user_options``: ``profile`` and ``<profile>--<option>`` fields."""
-        options = {}
-        profile = formdata.get("profile", [None])[0]
-        if profile is not None:
-            options["profile"] = profile
-            prefix = f"{profile}--"
-            for key, values in formdata.items():
-                if key.startswith(prefix) and values:
-                    options[key[len(prefix):]] = values[0]
-        return options
 
     async def _render_options_form(self, spawner):
         visible, _ = await self.get_profiles()
