@@ -66,7 +66,7 @@ class Settings:
     GPUHUB_UID_MAP               JSON file: {user: {uid, gid}}                   none
     GPUHUB_MAX_GPUS_PER_USER     GPUs one member may hold (0: no limit)          0
     GPUHUB_NAMED_SERVER_LIMIT    named servers per member (0: no limit)          2
-    GPUHUB_ACTIVE_SERVER_LIMIT   servers running at once (0: no limit)           4 per GPU
+    GPUHUB_ACTIVE_SERVER_LIMIT   servers running at once (0: no limit)           1 per GiB
     GPUHUB_CONCURRENT_SPAWN_LIMIT  spawns in progress at once (0: no limit)      20
     GPUHUB_CONTAINER_PREFIX      container names: ``<prefix>-<user>``            jupyter
     GPUHUB_HUB_ID                label that marks this hub's containers          gpuhub

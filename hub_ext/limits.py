@@ -8,9 +8,9 @@
   writes (``GPUHUB_PROFILES``) keep the limits they set.
 - **The hub** (JupyterHub's own traits, each a GPUHUB_* setting): at most
   ``GPUHUB_NAMED_SERVER_LIMIT`` named servers per member (default 2, besides the default
-  server), ``GPUHUB_ACTIVE_SERVER_LIMIT`` servers running at once (default 4 per GPU
-  share: the CPU profiles that fill the node) and ``GPUHUB_CONCURRENT_SPAWN_LIMIT`` spawns
-  in progress at once (default 20).
+  server), ``GPUHUB_ACTIVE_SERVER_LIMIT`` servers running at once (default one per GiB of
+  the node's usable memory, at least 4 per GPU share) and
+  ``GPUHUB_CONCURRENT_SPAWN_LIMIT`` spawns in progress at once (default 20).
 
 JupyterHub refuses past its limits with its own sentences: 400 "User alice already has the
 maximum of 2 named servers.  One must be deleted before a new server can be created", 429
@@ -29,7 +29,7 @@ GIB = 1024**3
 MIB = 1024**2
 #: Share of the node's memory left to the hub, Docker and the system.
 SYSTEM_RESERVE = 0.10
-#: Servers per GPU share that ``GPUHUB_ACTIVE_SERVER_LIMIT`` allows by default.
+#: Servers per GPU share that ``GPUHUB_ACTIVE_SERVER_LIMIT`` allows at least, by default.
 SERVERS_PER_SHARE = 4
 NAMED_SERVER_LIMIT = 2
 CONCURRENT_SPAWN_LIMIT = 20
@@ -68,7 +68,10 @@ class Node:
                 min(max(cpus, 1.0), max(1.0, round(cpus / 4, 2))))
 
     def active_server_limit(self) -> int:
-        return SERVERS_PER_SHARE * self.shares
+        """Servers running at once: one per GiB of usable memory (a server at rest needs
+        a few hundred MB), at least :data:`SERVERS_PER_SHARE` per GPU share."""
+        usable = int(self.memory_bytes * (1 - SYSTEM_RESERVE)) // GIB
+        return max(SERVERS_PER_SHARE * self.shares, usable)
 
 
 def node_gpu_count(gpus_setting: str) -> int:

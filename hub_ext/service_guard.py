@@ -16,9 +16,10 @@ which, in the service's own process and before ``exec`` of ``CMD``:
    thread, which lives as long as the hub);
 2. exits at once (status 1) when the hub died before step 1 (its parent is no longer
    ``--hub-pid``);
-3. stops a stale copy of the same service left by an earlier hub: the pid in
-   ``--pid-file``, when that process runs exactly ``CMD`` (``/proc/PID/cmdline``) as this
-   user; SIGTERM, then SIGKILL after :data:`STALE_GRACE` seconds;
+3. stops stale copies of the same service left by an earlier hub: the pid in
+   ``--pid-file`` and any other process of this user that runs exactly ``CMD``
+   (``/proc/PID/cmdline``; ``CMD`` names the hub's state dir); SIGTERM, then SIGKILL
+   after :data:`STALE_GRACE` seconds;
 4. writes its own pid into ``--pid-file`` (mode 0600) and ``exec``\\ s ``CMD``.
 
 Linux only (prctl); elsewhere step 1 is skipped and steps 3-4 still stop stale copies.
@@ -91,22 +92,33 @@ def _owned_by_me(pid: int) -> bool:
         return False
 
 
-def stop_stale(pid_file: Path, command: list[str]) -> int | None:
-    """Stop the process named in ``pid_file`` if it still runs ``command``; its pid, or
-    None when there was none.  Raises nothing for a missing or garbled pid file."""
+def stale_copies(pid_file: Path, command: list[str]) -> set[int]:
+    """Processes of this user, other than this one, that run exactly ``command``: the pid
+    in ``pid_file``, and any other (a copy left by a hub from before this guard, which
+    wrote no pid file).  The command names the hub's state dir (a database, a config
+    file), so it is this hub's service and no other's."""
+    candidates = {int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()}
     try:
-        pid = int(pid_file.read_text().strip())
+        candidates.add(int(pid_file.read_text().strip()))
     except (OSError, ValueError):
-        return None
-    if pid == os.getpid() or not _owned_by_me(pid) or _cmdline(pid) != command:
-        return None
-    os.kill(pid, signal.SIGTERM)
+        pass
+    return {pid for pid in candidates
+            if pid != os.getpid() and _owned_by_me(pid) and _cmdline(pid) == command}
+
+
+def stop_stale(pid_file: Path, command: list[str]) -> set[int]:
+    """Stop every :func:`stale_copies` process (SIGTERM, SIGKILL after
+    :data:`STALE_GRACE` seconds); returns their pids."""
+    stale = stale_copies(pid_file, command)
+    for pid in stale:
+        os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STALE_GRACE
-    while _cmdline(pid) == command and time.monotonic() < deadline:
+    while any(_cmdline(pid) == command for pid in stale) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if _cmdline(pid) == command:
-        os.kill(pid, signal.SIGKILL)
-    return pid
+    for pid in stale:
+        if _cmdline(pid) == command:
+            os.kill(pid, signal.SIGKILL)
+    return stale
 
 
 def write_pid(pid_file: Path) -> None:
@@ -132,10 +144,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"service_guard: the hub (pid {args.hub_pid}) is gone; not starting "
               f"{command[0]}", file=sys.stderr)
         sys.exit(1)
-    stale = stop_stale(args.pid_file, command)
-    if stale:
-        print(f"service_guard: stopped pid {stale}, a copy left by an earlier hub",
-              file=sys.stderr)
+    for pid in sorted(stop_stale(args.pid_file, command)):
+        print(f"service_guard: stopped pid {pid}, a copy of {command[0]} left by an earlier "
+              "hub", file=sys.stderr)
     write_pid(args.pid_file)
     os.execvp(command[0], command)
 

@@ -32,7 +32,12 @@ def test_the_cpu_profile_gets_a_quarter_share_but_at_least_one_cpu_and_one_gib()
     assert small.cpu_profile_share() == (GIB * 9 // 10, 1.0)  # never more than a share
     no_gpus = Node(memory_bytes=16 * GIB, cpus=4.0, gpus=0)
     assert no_gpus.gpu_share() == (int(16 * GIB * 0.9), 4.0)
-    assert no_gpus.active_server_limit() == 4
+
+
+def test_the_hub_runs_a_server_per_gib_at_least_four_per_gpu():
+    assert Node(memory_bytes=16 * GIB, cpus=4.0, gpus=0).active_server_limit() == 14
+    assert FOUR_GPU_NODE.active_server_limit() == 144
+    assert Node(memory_bytes=8 * GIB, cpus=64.0, gpus=8).active_server_limit() == 32
 
 
 def test_built_in_profiles_get_limits_and_a_sites_own_limits_are_kept():
@@ -57,7 +62,7 @@ def test_a_fresh_install_limits_every_built_in_profile(tmp_path, monkeypatch):
     assert overrides(c, "cpu")["cpu_limit"] == cpu_cpus
     assert all("mem_limit" not in p["spawner_override"] for p in DEFAULT_PROFILES)
     assert (c.JupyterHub.named_server_limit_per_user, c.JupyterHub.active_server_limit,
-            c.JupyterHub.concurrent_spawn_limit) == (2, 8, 20)
+            c.JupyterHub.concurrent_spawn_limit) == (2, node.active_server_limit(), 20)
 
 
 def test_a_sites_profile_file_is_used_as_written(tmp_path, monkeypatch):

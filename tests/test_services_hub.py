@@ -130,6 +130,18 @@ def test_a_stale_copy_from_an_earlier_hub_is_stopped_before_the_new_one_starts(t
             p.wait()
 
 
+def test_a_copy_left_by_a_hub_without_the_guard_is_stopped_too(tmp_path):
+    orphan = subprocess.Popen(SLEEPER, start_new_session=True)  # no pid file names it
+    new = subprocess.Popen(service_guard.guarded(SLEEPER, "sleeper", tmp_path, os.getpid()))
+    try:
+        assert orphan.wait(30) == -signal.SIGTERM
+        assert_eventually(lambda: _argv(new.pid) == SLEEPER)  # and the new one runs
+    finally:
+        for p in (orphan, new):
+            p.kill()
+            p.wait()
+
+
 def test_the_guard_does_not_start_a_service_whose_hub_is_gone(tmp_path):
     r = subprocess.run(service_guard.guarded(SLEEPER, "sleeper", tmp_path, hub_pid=1),
                        capture_output=True, text=True, timeout=30)
