@@ -93,6 +93,44 @@ def test_bash_and_git_are_on_the_path(image):
     assert image.exec("git", "--version").startswith("git version ")
 
 
+# jovyan, and a member mapped to their own uid with no passwd entry (HOME as the spawner sets it)
+MEMBERS = [
+    pytest.param("", {}, id="jovyan"),
+    pytest.param("4242:100", {"HOME": "/home/jovyan"}, id="own-uid"),
+]
+# JupyterLab's terminal is a login shell (terminado runs `bash -l`), which reads /etc/profile;
+# `docker exec`, kernels and the server itself run with the image's environment.
+SHELLS = [pytest.param("-lc", id="login"), pytest.param("-c", id="non-login")]
+FRAMEWORK_MODULE = {"base": "jupyterhub.singleuser", "pytorch": "torch", "tensorflow": "tensorflow"}
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("user, env", MEMBERS)
+def test_every_shell_has_the_venvs_python_pip_and_jupyter(image, user, env, shell):
+    found = image.exec(
+        "bash", shell, "command -v python pip jupyter python3", user=user, env=env
+    ).splitlines()
+    assert found == [f"/opt/venv/bin/{tool}" for tool in ("python", "pip", "jupyter", "python3")]
+    module = FRAMEWORK_MODULE[image.short]
+    origin = image.exec(
+        "bash", shell, f"python -c 'import {module}; print({module}.__file__)'",
+        user=user, env={"TF_CPP_MIN_LOG_LEVEL": "2", **env},
+    )
+    assert origin.splitlines()[-1].startswith("/opt/venv/lib/")
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_every_shell_finds_nvidia_smi_where_the_nvidia_runtime_puts_it(image, shell):
+    # the NVIDIA container runtime mounts nvidia-smi into /usr/bin; a stand-in takes its place
+    image.exec("sh", "-c", "printf '#!/bin/sh\\necho NVIDIA-SMI stand-in\\n' >/usr/bin/nvidia-smi"
+               " && chmod 0755 /usr/bin/nvidia-smi", user="0")
+    try:
+        assert image.exec("bash", shell, "nvidia-smi", user="4242:100") == "NVIDIA-SMI stand-in"
+        assert image.exec("bash", shell, "command -v nvidia-smi") == "/usr/bin/nvidia-smi"
+    finally:
+        image.exec("rm", "-f", "/usr/bin/nvidia-smi", user="0")
+
+
 def test_environment_suits_nvidia_runtime_and_terminals(image):
     env = dict(line.split("=", 1) for line in image.exec("env").splitlines() if "=" in line)
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
