@@ -15,7 +15,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-#: The profiles a fresh install offers; sites replace them with GPUHUB_PROFILES.
+#: The profiles a fresh install offers; sites replace them with GPUHUB_PROFILES.  The hub
+#: adds a memory and CPU limit from the node to each (:func:`hub_ext.limits.limited_profiles`).
 DEFAULT_PROFILES = [
     {
         "display_name": "CPU only",
@@ -55,6 +56,8 @@ class Settings:
     GPUHUB_DB_URL                the hub database (SQLAlchemy URL)               sqlite in state dir
     GPUHUB_GPUS                  ``nvml``, ``simulated:N`` or ``simulated:F``    nvml
     GPUHUB_DOCKER_NETWORK        ``host`` or a Docker bridge network name        gpuhub
+    GPUHUB_HOST_NETWORK_ACK      ``1``: host networking off loopback, knowing    off
+                                 containers can take the hub's ports
     GPUHUB_PROFILES              JSON file with a profile_list                   built-in
     GPUHUB_IMAGE                 image of profiles that name none                gpuhub/base
     GPUHUB_WORKSPACE             named volume or host path, ``{username}``        see below
@@ -62,6 +65,9 @@ class Settings:
     GPUHUB_DATASETS              JSON file: {name: {path, groups}}               none
     GPUHUB_UID_MAP               JSON file: {user: {uid, gid}}                   none
     GPUHUB_MAX_GPUS_PER_USER     GPUs one member may hold (0: no limit)          0
+    GPUHUB_NAMED_SERVER_LIMIT    named servers per member (0: no limit)          2
+    GPUHUB_ACTIVE_SERVER_LIMIT   servers running at once (0: no limit)           4 per GPU
+    GPUHUB_CONCURRENT_SPAWN_LIMIT  spawns in progress at once (0: no limit)      20
     GPUHUB_CONTAINER_PREFIX      container names: ``<prefix>-<user>``            jupyter
     GPUHUB_HUB_ID                label that marks this hub's containers          gpuhub
     GPUHUB_DEMO_LOGIN            ``1``: the demo's OIDC provider (loopback only)  off
@@ -114,6 +120,7 @@ class Settings:
     db_url: str = ""
     gpus: str = "nvml"
     docker_network: str = "gpuhub"
+    host_network_ack: bool = False
     profiles_file: str = ""
     image: str = "gpuhub/base:latest"
     hub_port: int = 8081
@@ -123,6 +130,9 @@ class Settings:
     datasets_file: str = ""
     uid_map_file: str = ""
     max_gpus_per_user: int = 0
+    named_server_limit: int = 2
+    active_server_limit: int | None = None  # None: derived from the node (hub_ext.limits)
+    concurrent_spawn_limit: int = 20
     container_prefix: str = "jupyter"
     hub_id: str = "gpuhub"
     demo_login: bool = False
@@ -175,6 +185,7 @@ class Settings:
         s.db_url = _env("GPUHUB_DB_URL")
         s.gpus = _env("GPUHUB_GPUS", s.gpus)
         s.docker_network = _env("GPUHUB_DOCKER_NETWORK", s.docker_network)
+        s.host_network_ack = _flag("GPUHUB_HOST_NETWORK_ACK", False)
         s.profiles_file = _env("GPUHUB_PROFILES")
         s.image = _env("GPUHUB_IMAGE", s.image)
         s.hub_port = _int("GPUHUB_HUB_PORT", s.hub_port)
@@ -184,6 +195,11 @@ class Settings:
         s.datasets_file = _env("GPUHUB_DATASETS")
         s.uid_map_file = _env("GPUHUB_UID_MAP")
         s.max_gpus_per_user = _int("GPUHUB_MAX_GPUS_PER_USER", 0)
+        s.named_server_limit = _int("GPUHUB_NAMED_SERVER_LIMIT", s.named_server_limit)
+        if _env("GPUHUB_ACTIVE_SERVER_LIMIT"):
+            s.active_server_limit = _int("GPUHUB_ACTIVE_SERVER_LIMIT", 0)
+        s.concurrent_spawn_limit = _int("GPUHUB_CONCURRENT_SPAWN_LIMIT",
+                                        s.concurrent_spawn_limit)
         s.container_prefix = _env("GPUHUB_CONTAINER_PREFIX", s.container_prefix)
         s.hub_id = _env("GPUHUB_HUB_ID", s.hub_id)
         s.demo_login = _env("GPUHUB_DEMO_LOGIN") == "1"
@@ -298,14 +314,18 @@ def proxy_command(settings: Settings) -> list[str]:
 def apply_config(c, settings: Settings) -> None:
     """Fill the JupyterHub config object ``c`` from ``settings``.
 
-    Raises ValueError for a setting that cannot work (e.g. the demo login on a
-    non-loopback address, plain HTTP off loopback without ``GPUHUB_ALLOW_HTTP=1``, a
-    secret file that others may read: :mod:`hub_ext.serving`).
+    The state directory is made mode 0700 and a SQLite hub database mode 0600
+    (:mod:`hub_ext.private_files`); managed services are guarded to die with the hub
+    (:mod:`hub_ext.service_guard`).  Raises ValueError for a setting that cannot work
+    (e.g. the demo login on a non-loopback address, plain HTTP off loopback without
+    ``GPUHUB_ALLOW_HTTP=1``, a secret file that others may read: :mod:`hub_ext.serving`).
     """
-    state = settings.state_dir
-    state.mkdir(parents=True, exist_ok=True)
+    from .private_files import private_dir, private_sqlite
+
+    state = private_dir(settings.state_dir)
 
     c.JupyterHub.db_url = hub_db_url(settings)
+    private_sqlite(c.JupyterHub.db_url)
     c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
     c.JupyterHub.pid_file = str(state / "jupyterhub.pid")
     c.ConfigurableHTTPProxy.pid_file = str(state / "jupyterhub-proxy.pid")
@@ -314,6 +334,12 @@ def apply_config(c, settings: Settings) -> None:
     # servers (and the GPUs they hold) outlive a hub restart or upgrade; the hub finds
     # them again from its database, spawner state and container labels
     c.JupyterHub.cleanup_servers = False
+    from .logs import logging_config
+
+    # JupyterHub logs some request bodies whole: no line longer than a few thousand
+    # characters, whatever a request carried
+    c.JupyterHub.logging_config = logging_config(
+        c.JupyterHub.logging_config if "logging_config" in c.JupyterHub else None)
     from .templates import template_dir
 
     c.JupyterHub.template_paths = [str(template_dir())]
@@ -328,7 +354,13 @@ def apply_config(c, settings: Settings) -> None:
 
     # The spawner and its pool
     c.JupyterHub.spawner_class = "hub_ext.spawner.GPUDockerSpawner"
+    from .limits import Node, apply_limits_config, limited_profiles, node_gpu_count
+
+    node = Node.probe(node_gpu_count(settings.gpus))
     profiles = load_profiles(settings.profiles_file)
+    if not settings.profiles_file:
+        profiles = limited_profiles(profiles, node)
+    apply_limits_config(c, settings, node)
     c.GPUDockerSpawner.profile_list = profiles
     c.GPUDockerSpawner.prefix = settings.container_prefix
     c.GPUDockerSpawner.hub_id = settings.hub_id
@@ -392,3 +424,7 @@ def apply_config(c, settings: Settings) -> None:
     from .serving import apply_serving_config
 
     apply_serving_config(c, settings)
+
+    from .service_guard import guard_services
+
+    guard_services(c, state)

@@ -3,17 +3,21 @@
 A start runs in this order (each step yields a ``progress()`` event):
 
 1. load the profile from ``user_options`` (untrusted: a bad one is HTTP 400 naming the
-   valid choices) and apply its overrides;
-2. reserve the profile's GPUs from :class:`hub_ext.pool.GPUPool` (refused at once with
+   valid choices, an oversized one HTTP 413; :mod:`hub_ext.choice`) and apply its
+   overrides;
+2. ask the hooks whether the start may go on at all (:meth:`GPUDockerSpawner.check_hooks`:
+   the credits hook refuses a balance below the first interval with HTTP 402), before
+   anything is reserved;
+3. reserve the profile's GPUs from :class:`hub_ext.pool.GPUPool` (refused at once with
    HTTP 409 and a sentence a member understands when none is free);
-3. run the pre-start hooks (:attr:`GPUDockerSpawner.before_container_hooks`, e.g. the
+4. run the pre-start hooks (:attr:`GPUDockerSpawner.before_container_hooks`, e.g. the
    credits debit), each with an undo for a failed start;
-4. create and start the container with a Docker ``DeviceRequest`` for exactly the
+5. create and start the container with a Docker ``DeviceRequest`` for exactly the
    reserved device UUIDs and labels that name the owner and the devices;
-5. wait for the server to answer, polling briskly so that the hub's own exponential
+6. wait for the server to answer, polling briskly so that the hub's own exponential
    back-off (JupyterHub ``wait_for_http_server``) finds it up at its first try.
 
-If any step after 2 fails or the start is cancelled, everything taken is given back:
+If any step after 3 fails or the start is cancelled, everything taken is given back:
 the container is removed, the undo hooks run, the GPUs return to the pool.  ``stop()``
 and ``clear_state()`` release too, idempotently: JupyterHub calls ``stop()`` after a
 failed start and may call it twice (JupyterHub docs, "Spawners").
@@ -21,17 +25,18 @@ failed start and may call it twice (JupyterHub docs, "Spawners").
 The allocation lives in spawner state (versioned) and in container labels, so a hub
 restart rebuilds it (:mod:`hub_ext.reconcile`).
 
-Two parts live in modules of their own, mixed into the class (their traits are set as
-``c.GPUDockerSpawner.<trait>`` all the same): the container a member lives in
-(:mod:`hub_ext.container`: workspace, datasets, uid, limits, labels, the device request)
-and the spawn page (:mod:`hub_ext.spawn_page`: the profile cards and their form).
+Three parts live in modules of their own, mixed into the class (their traits are set as
+``c.GPUDockerSpawner.<trait>`` all the same): the member's choice (:mod:`hub_ext.choice`:
+the profile list, ``user_options`` validated and kept small, the form's fields), the
+container a member lives in (:mod:`hub_ext.container`: workspace, datasets, uid, limits,
+labels, the device request) and the spawn page (:mod:`hub_ext.spawn_page`: the profile
+cards).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import inspect
 import json
 import time
 
@@ -43,7 +48,6 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import (
     Any,
     Bool,
-    Callable,
     Float,
     Int,
     List,
@@ -54,40 +58,18 @@ from traitlets import (
 )
 
 from . import metrics
+from .choice import ProfileChoice
 from .container import LABEL_PREFIX, MemberContainer
+from .hooks import PENDING, check_before_reserve, resolve_hooks
 from .pool import AllocationRefused, GPUPool, ServerKey
-from .profiles import (
-    ProfileError,
-    apply_overrides,
-    gpu_request,
-    init_profiles,
-    profile_overrides,
-    select_profile,
-    visible_profiles,
-)
+from .profiles import gpu_request
 from .spawn_page import SpawnPage
 
 STATE_VERSION = 1
 
-#: In a hook's part of the state (a dict), marks a write-ahead record: written to the hub
-#: database before the hook's side effect (the credits debit) and replaced once it is
-#: done, so a hub killed mid-start knows the start was unfinished.
-PENDING = "pending_start"
 
-
-class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
+class GPUDockerSpawner(SpawnPage, MemberContainer, ProfileChoice, DockerSpawner):
     """A DockerSpawner that gives each server exclusive GPUs and a chosen profile."""
-
-    profile_list = Union(
-        [List(), Callable()],
-        default_value=[],
-        config=True,
-        help="""Profiles in KubeSpawner's schema (see hub_ext.profiles), or a callable,
-        sync or async, taking the spawner and returning that list.
-
-            c.GPUDockerSpawner.profile_list = [{"display_name": "CPU only", "default": True}]
-        """,
-    )
 
     gpus = Union(
         [Int(), Unicode()],
@@ -190,7 +172,12 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
         ``SingletonConfigurable`` classes (one instance per hub, configured from the hub's
         config).  A hook has
 
+        - optionally ``async before_reserve(spawner)``: a quick check before anything is
+          reserved (the credits hook: can the balance pay the first interval?); raise
+          ``tornado.web.HTTPError`` to refuse.  The waiting line asks it too, before it
+          queues a member (``spawner.check_hooks()``, hub_ext.hooks);
         - ``async before_container(spawner)``: raise ``tornado.web.HTTPError`` to refuse;
+          this is the authority (the debit), the check above only spares the GPU;
         - ``async undo(spawner)``: a later step failed; idempotent;
         - optionally ``async after_stop(spawner)``: the server stopped; idempotent;
         - optionally ``restore(spawner)``: the hub restarted with this server running;
@@ -243,76 +230,17 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
     @property
     def hooks(self) -> list:
         """``before_container_hooks`` with import strings resolved to their instances."""
-        resolved = []
-        for hook in self.before_container_hooks:
-            if isinstance(hook, str):
-                from traitlets.utils.importstring import import_item
+        return resolve_hooks(self.before_container_hooks, self.config)
 
-                hook = import_item(hook).instance(config=self.config)
-            resolved.append(hook)
-        return resolved
+    async def check_hooks(self) -> None:
+        """Whether the hooks let this start go on, asked before anything is reserved
+        (:func:`hub_ext.hooks.check_before_reserve`); the profile must be loaded.  Raises
+        the first hook's ``HTTPError`` (402: the balance cannot pay the first interval)."""
+        await check_before_reserve(self.hooks, self)
 
     @property
     def server_key(self) -> ServerKey:
         return ServerKey(self.user.name, self.name or "")
-
-    # -- profiles ----------------------------------------------------------------------
-
-    async def get_profiles(self) -> tuple[list[dict], list[dict]]:
-        """(visible to this member, all) after :func:`init_profiles`."""
-        profile_list = self.profile_list
-        if callable(profile_list):
-            profile_list = profile_list(self)
-            if inspect.isawaitable(profile_list):
-                profile_list = await profile_list
-        try:
-            profiles = init_profiles(profile_list)
-        except ProfileError as e:
-            self.log.error("profile_list is misconfigured: %s", e)
-            raise web.HTTPError(500, f"The profile list is misconfigured: {e}") from e
-        groups = [g.name for g in getattr(self.user, "groups", [])]
-        admin = bool(getattr(self.user, "admin", False))
-        return visible_profiles(profiles, groups, admin), profiles
-
-    async def load_profile(self) -> None:
-        """Step 1: validate ``user_options`` and apply the chosen profile's overrides.
-
-        Raises ``HTTPError(400)`` naming the valid choices.
-        """
-        for name, value in self._configured.items():
-            setattr(self, name, copy.deepcopy(value))
-        visible, everything = await self.get_profiles()
-        if not everything:
-            self.profile_slug = ""
-            return
-        try:
-            selection = select_profile(visible, self.user_options, everything)
-        except ProfileError as e:
-            metrics.SPAWNS_REFUSED.labels(reason="bad_options").inc()
-            self.log.warning("Refusing spawn of %s: %s", self._log_name, e)
-            raise web.HTTPError(400, str(e)) from e
-        apply_overrides(self, profile_overrides(selection))
-        self.profile_slug = selection.slug
-        self._record_choice({"profile": selection.slug, **selection.choices})
-        self.log.info("%s uses profile %s %s", self._log_name, selection.slug,
-                      selection.choices or "")
-
-    def _record_choice(self, chosen: dict) -> None:
-        """Keep the full choice (``{}`` becomes the default profile's slug) as this
-        server's ``user_options``: the admin panel shows it, and JupyterHub uses it as the
-        default of the next start (JupyterHub ``User.spawn``)."""
-        if self.user_options == chosen:
-            return
-        self.user_options = chosen
-        orm_spawner = getattr(self, "orm_spawner", None)
-        if orm_spawner is None:
-            return
-        from sqlalchemy import inspect as sa_inspect
-
-        orm_spawner.user_options = chosen
-        session = sa_inspect(orm_spawner).session
-        if session is not None:
-            session.commit()
 
     # -- progress ----------------------------------------------------------------------
 
@@ -359,6 +287,7 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
         self._labels_read = True  # this start writes state and labels alike
         await self.load_profile()
         container = await self.container_settings()
+        await self.check_hooks()
         count, mig = gpu_request(self.gpus)
         self.allocation = None
         if count:
@@ -427,6 +356,29 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
         if self.host_network:
             return self.ip, self.port
         return await super().get_ip_and_port()
+
+    async def get_url(self):
+        """Where this server's container really serves (JupyterHub ``Spawner.get_url``).
+
+        JupyterHub asks after a restart, for a server whose ``poll()`` says it runs
+        (``init_spawners``).  A hub killed while the server was starting left in its
+        database the address of a server that never got one (the hub's host name and a
+        random port), so the container is asked: with host networking, ``ip`` and the
+        port in its labels; on a bridge network, its address (DockerSpawner
+        ``get_ip_and_port``).  Falls back to the database's URL when Docker cannot say;
+        never raises (JupyterHub does not catch errors here).
+        """
+        try:
+            if self.host_network:
+                obj = await self.get_object()
+                labels = (obj or {}).get("Config", {}).get("Labels") or {}
+                self.port = int(labels[LABEL_PREFIX + "port"])
+            ip, port = await self.get_ip_and_port()
+        except Exception as e:  # noqa: BLE001 - an old container without the label, or Docker
+            self.log.warning("%s: where its container serves is unknown (%r); trying %s",
+                             self._log_name, e, self.server.url)
+            return self.server.url
+        return f"{self.server.proto}://{ip}:{port}{self.server.base_url}"
 
     async def _wait_until_ready(self, ip, port) -> bool:
         """Poll the server until it answers HTTP at all, or its container dies, for at

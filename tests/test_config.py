@@ -36,6 +36,7 @@ def configure(tmp_path, monkeypatch, **env):
 
 def test_defaults_are_production_shaped(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch)
+    assert "gpuhub_short_lines" in c.JupyterHub.logging_config["handlers"]["console"]["filters"]
     assert c.JupyterHub.spawner_class == "hub_ext.spawner.GPUDockerSpawner"
     assert c.GPUPool.inventory_class == "nvml"
     assert c.GPUDockerSpawner.network_name == "gpuhub"  # a bridge network
@@ -177,7 +178,8 @@ def role(c: Config, name: str) -> dict:
 def test_idle_culler_runs_as_a_managed_service_with_only_its_scopes(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch)
     culler = service(c, "idle-culler")
-    assert culler["command"] == [
+    command = culler["command"]
+    assert command[command.index("--") + 1:] == [
         sys.executable, "-m", "jupyterhub_idle_culler", "--timeout=3600", "--cull-every=300",
         f"--config={tmp_path / 'idle_culler_config.py'}"]
     assert (tmp_path / "idle_culler_config.py").read_text() == CONFIG_TEXT
