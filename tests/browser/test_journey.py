@@ -35,8 +35,8 @@ PROBE_RE = re.compile(r"GPUHUB:(GPU-[0-9a-f-]+):(\d+):END")
 # What a member types first, in the terminal (a login shell) and in a notebook: the image's
 # Python with its framework, and the GPU the hub gave the server. The answer is the torch
 # version and the device UUID, which the typed line itself does not contain.
-TORCH_PROBE = "python -c \"import torch, os; print(torch.__version__, os.environ['NVIDIA_VISIBLE_DEVICES'])\""
 TORCH_CELL = "import torch, os; print(torch.__version__, os.environ['NVIDIA_VISIBLE_DEVICES'])"
+TORCH_PROBE = f'python -c "{TORCH_CELL}"'
 TORCH_RE = re.compile(r"(\d+\.\d+\.\d+\S*) (GPU-[0-9a-f-]+)")
 # Records the lines of the spawn page's event log as they appear: the page reloads into
 # JupyterLab the moment the server is ready, taking the log with it.
