@@ -1,14 +1,22 @@
-"""Spawn latency: plain ``docker run`` against a hub spawn, same image, same machine.
+"""Spawn latency: our hub against stock JupyterHub, a plain ``docker run`` and the floor,
+interleaved in one run, for the CPU profile (gpuhub/base) and the GPU profile (gpuhub/pytorch).
 
-    .venv/bin/python benchmarks/spawn_latency.py [--runs 7] [--image gpuhub/base:latest]
+    .venv/bin/python benchmarks/spawn_latency.py [--runs 7] [--cpu-image gpuhub/base:latest]
+                                                 [--gpu-image gpuhub/pytorch:latest]
 
-plain: ``docker run`` of the image's JupyterLab until ``/api/status`` answers 200.
-hub:   ``POST /hub/api/users/<name>/server`` until the hub reports the server ready
-       (its progress event stream sends ``ready``), through the real hub and proxy.
-refusal: with both GPUs of the simulated node held, a GPU spawn request until its 409.
-Prints the medians of each and their ratio (target: hub/plain at most 1.25), and the
-refusal's median and p99 (the answer "at once": well under JupyterHub's 10 s
-slow_spawn_timeout, after which a refusal would only show on the progress page).
+ours:  ``POST /hub/api/users/<name>/server`` of the profile until the hub reports the server
+       ready (its progress event stream sends ``ready``), through our hub and proxy; the GPU
+       profile reserves one of the simulated node's GPUs.
+stock: the same request and wait against stock JupyterHub 6.1 + DockerSpawner 14
+       (benchmarks/stock_hub.py: no subclass of ours, JupyterHub's own readiness wait).
+plain: ``docker run`` of the image's ``jupyter lab`` until ``/api/status`` answers 200.
+floor: ``docker run --rm IMAGE python -c pass``: a container and an interpreter, no server.
+
+Each round runs the four once, in an order that rotates from round to round, so that the
+machine's load (2 shared cores here) weighs on all of them alike. Prints each median and the
+ratios ours/stock (target <= 0.35), ours/plain (<= 1.0), ours/floor (<= 5), where our hub's
+seconds went (from Docker's timestamps), the load average before and after, and the GPU
+refusal's median and p99 with both GPUs held (the answer "at once").
 """
 
 from __future__ import annotations
@@ -16,11 +24,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 
@@ -29,6 +39,7 @@ import httpx
 from jupyterhub.utils import random_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.stock_hub import StockHub  # noqa: E402
 from tests.fixtures.hub import Hub  # noqa: E402
 from tests.fixtures.oidc import running_provider  # noqa: E402
 
@@ -58,18 +69,11 @@ async def plain_run(image: str) -> float:
         subprocess.run(["docker", "rm", "-f", name], stdout=subprocess.DEVNULL)
 
 
-async def hub_spawn(hub: Hub, user: str) -> tuple[float, dict]:
-    """One spawn until ready: its seconds, and where they went (see :func:`breakdown`)."""
-    wall, tic = time.time(), time.perf_counter()
-    r = await hub.spawn(user, {"profile": "cpu"})
-    assert r.status_code in (201, 202), r.text
-    headers = {"Authorization": f"token {hub.admin_token}"}
-    async with hub.client.stream("GET", f"/hub/api/users/{user}/server/progress",
-                                 headers=headers, timeout=120) as stream:
-        async for line in stream.aiter_lines():
-            if line.startswith("data:") and json.loads(line[5:]).get("ready"):
-                break
-    total = time.perf_counter() - tic
+async def hub_spawn(hub: Hub, user: str, profile: str) -> tuple[float, dict]:
+    """One spawn of our hub until ready: its seconds, and where they went (see
+    :func:`breakdown`)."""
+    wall = time.time()
+    total = await spawn_until_ready(hub, user, {"profile": profile})
     return total, breakdown(hub, user, wall, total)
 
 
@@ -107,50 +111,115 @@ async def hub_refusal(hub: Hub, user: str) -> float:
     return elapsed
 
 
-async def main(runs: int, image: str) -> None:
-    plain = [await plain_run(image) for _ in range(runs)]
+def floor_run(image: str) -> float:
+    """``docker run --rm IMAGE python -c pass``: seconds until it exited."""
+    tic = time.perf_counter()
+    subprocess.run(["docker", "run", "--rm", "--network", "none", image, "python", "-c", "pass"],
+                   check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - tic
+
+
+async def spawn_until_ready(hub: Hub, user: str, options: dict) -> float:
+    """Seconds from the spawn request until the hub's progress stream says ``ready``."""
+    tic = time.perf_counter()
+    r = await hub.spawn(user, options)
+    assert r.status_code in (201, 202), r.text
+    headers = {"Authorization": f"token {hub.admin_token}"}
+    async with hub.client.stream("GET", f"/hub/api/users/{user}/server/progress",
+                                 headers=headers, timeout=120) as stream:
+        async for line in stream.aiter_lines():
+            if line.startswith("data:") and json.loads(line[5:]).get("ready"):
+                break
+    return time.perf_counter() - tic
+
+
+PROFILES = ("cpu", "gpu")
+KINDS = ("ours", "stock", "plain", "floor")
+
+
+async def one_round(i: int, profile: str, image: str, ours: Hub, stock: StockHub,
+                    times: dict, parts: list) -> None:
+    """Run the four kinds once for ``profile``, starting with kind ``i % 4``."""
+    for kind in KINDS[i % 4:] + KINDS[:i % 4]:
+        if kind == "ours":
+            seconds, where = await hub_spawn(ours, "bench", profile)
+            parts.append(where)
+            await ours.stop_server("bench")
+        elif kind == "stock":
+            seconds = await spawn_until_ready(stock, "bench", {"image": profile})
+            await stock.stop_server("bench")
+        elif kind == "plain":
+            seconds = await plain_run(image)
+        else:
+            seconds = floor_run(image)
+        times[profile, kind].append(seconds)
+
+
+def _loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+async def main(runs: int, images: dict[str, str]) -> None:
+    times = {(p, k): [] for p in PROFILES for k in KINDS}
+    parts = {p: [] for p in PROFILES}
+    load_before = _loadavg()
     with tempfile.TemporaryDirectory() as tmp, \
             running_provider(Path(tmp) / "oidc.log") as oidc:
         profiles = Path(tmp) / "profiles.json"
         profiles.write_text(json.dumps([
-            {"display_name": "cpu", "slug": "cpu", "spawner_override": {"image": image}},
+            {"display_name": "cpu", "slug": "cpu", "spawner_override": {"image": images["cpu"]}},
             {"display_name": "gpu", "slug": "gpu", "gpus": 1,
-             "spawner_override": {"image": image}},
+             "spawner_override": {"image": images["gpu"]}},
         ]))
-        hub = Hub(Path(tmp), {"GPUHUB_PROFILES": str(profiles)}, oidc=oidc)
-        await hub.start()
+        ours = Hub(Path(tmp), {"GPUHUB_PROFILES": str(profiles), "GPUHUB_CREDITS": "off"},
+                   oidc=oidc)
+        stock = StockHub(Path(tmp) / "stock", images)
+        await ours.start()
+        await stock.start()
         try:
             for user in ("bench", "holder1", "holder2", "refused"):
-                await hub.create_user(user)
-            spawns, parts = [], []
-            for _ in range(runs):
-                seconds, where = await hub_spawn(hub, "bench")
-                spawns.append(seconds)
-                parts.append(where)
-                await hub.stop_server("bench")
+                await ours.create_user(user)
+            await stock.create_user("bench")
+            for profile in PROFILES:
+                await one_round(0, profile, images[profile], ours, stock,
+                                defaultdict(list), [])  # warm-up, not counted
+            for i in range(runs):
+                for profile in PROFILES:
+                    await one_round(i, profile, images[profile], ours, stock, times,
+                                    parts[profile])
             for holder in ("holder1", "holder2"):  # the simulated node's two GPUs
-                r = await hub.spawn(holder, {"profile": "gpu"})
+                r = await ours.spawn(holder, {"profile": "gpu"})
                 assert r.status_code in (201, 202), r.text
-                await hub.wait_ready(holder)
-            refusals = sorted([await hub_refusal(hub, "refused") for _ in range(runs * 5)])
+                await ours.wait_ready(holder)
+            refusals = sorted([await hub_refusal(ours, "refused") for _ in range(runs * 5)])
         finally:
-            await hub.close(docker.APIClient())
-    p, h = statistics.median(plain), statistics.median(spawns)
+            await ours.close(docker.APIClient())
+            await stock.close(docker.APIClient())
+    print(f"load average before {load_before}, after {_loadavg()} ({os.cpu_count()} cores); "
+          f"{runs} interleaved rounds per profile")
+    for profile in PROFILES:
+        med = {k: statistics.median(times[profile, k]) for k in KINDS}
+        print(f"\n{profile} profile ({images[profile]})")
+        for kind in KINDS:
+            print(f"  {kind:<6}: median {med[kind]:.3f} s  runs "
+                  f"{[round(x, 3) for x in times[profile, kind]]}")
+        for other, target in (("stock", 0.35), ("plain", 1.0), ("floor", 5.0)):
+            ratio = med["ours"] / med[other]
+            print(f"  ours/{other:<6}: {ratio:.2f}  (target <= {target}: "
+                  f"{'met' if ratio <= target else 'NOT met'})")
+        for part, what in (("hub", "the hub's own work"), ("docker", "docker create to started"),
+                           ("server", "jupyterhub-singleuser's start-up in the container")):
+            print(f"    {part:<7}: median "
+                  f"{statistics.median(x[part] for x in parts[profile]):.3f} s  ({what})")
     p99 = refusals[min(len(refusals) - 1, round(0.99 * (len(refusals) - 1)))]
-    print(f"plain docker run  : median {p:.3f} s  runs {[round(x, 3) for x in plain]}")
-    print(f"hub spawn         : median {h:.3f} s  runs {[round(x, 3) for x in spawns]}")
-    print(f"ratio hub/plain   : {h / p:.2f}  (target <= 1.25)")
-    for part, what in (("hub", "the hub's own work"), ("docker", "docker create to started"),
-                       ("server", "jupyterhub-singleuser's start-up in the container")):
-        print(f"  {part:<7}: median {statistics.median(x[part] for x in parts):.3f} s  "
-              f"({what})")
-    print(f"hub GPU refusal   : median {statistics.median(refusals) * 1000:.1f} ms, "
+    print(f"\nours GPU refusal: median {statistics.median(refusals) * 1000:.1f} ms, "
           f"p99 {p99 * 1000:.1f} ms over {len(refusals)} requests (POST until the 409)")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--image", default="gpuhub/base:latest")
+    parser.add_argument("--cpu-image", default="gpuhub/base:latest")
+    parser.add_argument("--gpu-image", default="gpuhub/pytorch:latest")
     args = parser.parse_args()
-    asyncio.run(main(args.runs, args.image))
+    asyncio.run(main(args.runs, {"cpu": args.cpu_image, "gpu": args.gpu_image}))

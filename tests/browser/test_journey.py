@@ -32,6 +32,12 @@ PROFILES = [
 ]
 PROBE = "echo GPUHUB:$NVIDIA_VISIBLE_DEVICES:$(id -u):END"
 PROBE_RE = re.compile(r"GPUHUB:(GPU-[0-9a-f-]+):(\d+):END")
+# What a member types first, in the terminal (a login shell) and in a notebook: the image's
+# Python with its framework, and the GPU the hub gave the server. The answer is the torch
+# version and the device UUID, which the typed line itself does not contain.
+TORCH_CELL = "import torch, os; print(torch.__version__, os.environ['NVIDIA_VISIBLE_DEVICES'])"
+TORCH_PROBE = f'python -c "{TORCH_CELL}"'
+TORCH_RE = re.compile(r"(\d+\.\d+\.\d+\S*) (GPU-[0-9a-f-]+)")
 # Records the lines of the spawn page's event log as they appear: the page reloads into
 # JupyterLab the moment the server is ready, taking the log with it.
 RECORD_PROGRESS = """
@@ -85,8 +91,8 @@ async def start_profile(page, slug: str) -> None:
     await page.get_by_role("button", name="Start").click()
 
 
-async def terminal_says(page, user: str, command: str) -> str:
-    """Open a Terminal from JupyterLab's launcher, type ``command``, read the answer."""
+async def open_terminal(page, user: str):
+    """Open a Terminal from JupyterLab's launcher; return it once its prompt shows."""
     status = await page.evaluate(SCREEN_READER, f"/user/{user}/lab/api/settings/"
                                  "@jupyterlab/terminal-extension:plugin")
     assert status in (200, 204), status
@@ -94,11 +100,30 @@ async def terminal_says(page, user: str, command: str) -> str:
     await page.locator(".jp-LauncherCard[title*='terminal' i]").first.click()
     terminal = page.locator(".jp-Terminal")
     await expect(terminal.locator(".xterm-accessibility-tree")).to_contain_text("$")
+    return terminal
+
+
+async def terminal_says(page, terminal, command: str, answer: re.Pattern) -> re.Match:
+    """Type ``command`` into ``terminal``; wait until its screen shows ``answer``."""
     await terminal.click()
     await page.keyboard.type(command + "\n")
     rows = terminal.locator(".xterm-accessibility-tree")
-    await expect(rows).to_contain_text(re.compile(r"GPUHUB:\S+:END"))
-    return await rows.inner_text()
+    await expect(rows).to_contain_text(answer, timeout=30_000)
+    return answer.search(await rows.inner_text())
+
+
+async def notebook_says(page, code: str) -> str:
+    """Open a Python notebook from JupyterLab's launcher, run ``code`` in its first cell and
+    return what the cell printed."""
+    await page.get_by_title(re.compile("New Launcher")).first.click()
+    await page.locator(".jp-LauncherCard[data-category='Notebook']").first.click()
+    cell = page.locator(".jp-Notebook .jp-Cell").first
+    await cell.locator(".cm-content").click()
+    await page.keyboard.type(code)
+    await page.keyboard.press("Shift+Enter")
+    output = cell.locator(".jp-OutputArea-output")
+    await expect(output).not_to_be_empty(timeout=60_000)  # the kernel starts first
+    return await output.inner_text()
 
 
 @pytest.fixture
@@ -150,10 +175,17 @@ async def test_a_members_journey(journey_hub, person, screenshots):
 
     # 4. JupyterLab; a terminal shows her GPU and that she is not root
     await expect(alice.locator(".jp-Launcher")).to_be_visible(timeout=60_000)
-    answer = await terminal_says(alice, "alice", PROBE)
-    devices, uid = PROBE_RE.search(answer).groups()
+    terminal = await open_terminal(alice, "alice")
+    devices, uid = (await terminal_says(alice, terminal, PROBE, PROBE_RE)).groups()
     assert int(uid) == 1000
+    # the terminal is a login shell: `python` is the image's, with torch, and sees her GPU
+    torch_version, visible = (await terminal_says(alice, terminal, TORCH_PROBE, TORCH_RE)).groups()
+    assert torch_version.startswith("2.13") and visible == devices
     await screenshots.take(alice, "04-terminal")
+    # and so is a notebook's kernel
+    answer = await notebook_says(alice, TORCH_CELL)
+    assert TORCH_RE.search(answer).groups() == (torch_version, devices), answer
+    await screenshots.take(alice, "04-notebook")
 
     # 5. bob's page, never reloaded, now shows one GPU fewer; he takes the last one
     await expect(card(bob, "pytorch")).to_contain_text("1 of 2 GPUs free now", timeout=15_000)

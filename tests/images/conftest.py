@@ -48,9 +48,12 @@ class BuiltImage:
     labels: dict
     container: object = field(repr=False)
 
-    def exec(self, *cmd, env=None):
-        """Run `cmd` in the container as the image's user; return stdout, fail on non-zero exit."""
-        code, (out, err) = self.container.exec_run(list(cmd), environment=env, demux=True)
+    def exec(self, *cmd, env=None, user=""):
+        """Run `cmd` in the container as `user` ("uid:gid"; default: the image's user);
+        return stdout, fail on non-zero exit."""
+        code, (out, err) = self.container.exec_run(
+            list(cmd), environment=env, user=user, demux=True
+        )
         out = (out or b"").decode()
         err = (err or b"").decode()
         assert code == 0, f"{' '.join(cmd)} exited {code} in {self.name}:\n{out}{err}"

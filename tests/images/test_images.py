@@ -93,6 +93,44 @@ def test_bash_and_git_are_on_the_path(image):
     assert image.exec("git", "--version").startswith("git version ")
 
 
+# jovyan, and a member mapped to their own uid with no passwd entry (HOME as the spawner sets it)
+MEMBERS = [
+    pytest.param("", {}, id="jovyan"),
+    pytest.param("4242:100", {"HOME": "/home/jovyan"}, id="own-uid"),
+]
+# JupyterLab's terminal is a login shell (terminado runs `bash -l`), which reads /etc/profile;
+# `docker exec`, kernels and the server itself run with the image's environment.
+SHELLS = [pytest.param("-lc", id="login"), pytest.param("-c", id="non-login")]
+FRAMEWORK_MODULE = {"base": "jupyterhub.singleuser", "pytorch": "torch", "tensorflow": "tensorflow"}
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("user, env", MEMBERS)
+def test_every_shell_has_the_venvs_python_pip_and_jupyter(image, user, env, shell):
+    found = image.exec(
+        "bash", shell, "command -v python pip jupyter python3", user=user, env=env
+    ).splitlines()
+    assert found == [f"/opt/venv/bin/{tool}" for tool in ("python", "pip", "jupyter", "python3")]
+    module = FRAMEWORK_MODULE[image.short]
+    origin = image.exec(
+        "bash", shell, f"python -c 'import {module}; print({module}.__file__)'",
+        user=user, env={"TF_CPP_MIN_LOG_LEVEL": "2", **env},
+    )
+    assert origin.splitlines()[-1].startswith("/opt/venv/lib/")
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_every_shell_finds_nvidia_smi_where_the_nvidia_runtime_puts_it(image, shell):
+    # the NVIDIA container runtime mounts nvidia-smi into /usr/bin; a stand-in takes its place
+    image.exec("sh", "-c", "printf '#!/bin/sh\\necho NVIDIA-SMI stand-in\\n' >/usr/bin/nvidia-smi"
+               " && chmod 0755 /usr/bin/nvidia-smi", user="0")
+    try:
+        assert image.exec("bash", shell, "nvidia-smi", user="4242:100") == "NVIDIA-SMI stand-in"
+        assert image.exec("bash", shell, "command -v nvidia-smi") == "/usr/bin/nvidia-smi"
+    finally:
+        image.exec("rm", "-f", "/usr/bin/nvidia-smi", user="0")
+
+
 def test_environment_suits_nvidia_runtime_and_terminals(image):
     env = dict(line.split("=", 1) for line in image.exec("env").splitlines() if "=" in line)
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
@@ -222,3 +260,63 @@ async def test_terminal_opens_bash_as_jovyan(alice_server, alice_hub):
                 output += content[0]
     finally:
         ws.close()
+
+
+# --- start-up: faster, and nothing the server does is lost (images/README.md "Start-up") -------
+
+# Every server extension the image enables, with a request only that extension answers
+# (None: it adds no handler of its own; its loading is what is checked).
+SERVER_EXTENSIONS = {
+    "jupyterlab": "/lab/api/settings/@jupyterlab/terminal-extension:plugin",
+    "jupyter_server_terminals": "/api/terminals",
+    "jupyter_lsp": "/lsp/status",
+    "notebook_shim": None,
+    "jupyterhub": "/api/me",  # jupyterhub.singleuser's own extension
+}
+
+
+def test_image_enables_exactly_the_server_extensions_this_test_knows(base_image):
+    listing = base_image.exec("sh", "-c", "jupyter server extension list 2>&1")
+    listing = re.sub(r"\x1b\[[0-9;]*m", "", listing)
+    enabled = set(re.findall(r"^\s+(\S+) enabled$", listing, re.M))
+    assert enabled == set(SERVER_EXTENSIONS) - {"jupyterhub"}, listing
+
+
+@pytest.mark.parametrize("extension", list(SERVER_EXTENSIONS))
+def test_every_server_extension_loads_and_answers(alice_server, alice_hub, extension):
+    logs = alice_server.logs()
+    assert f"{extension} | extension was successfully loaded" in logs, logs
+    path = SERVER_EXTENSIONS[extension]
+    if path:
+        alice = {"Authorization": f"token {alice_hub.ALICE_TOKEN}"}
+        response = httpx.get(f"{alice_server.url}{path}", headers=alice)
+        assert response.status_code == 200, (response.status_code, response.text[:500])
+
+
+def test_hub_side_modules_the_image_defers_still_work(base_image):
+    # gpuhub-lazy-imports defers jupyterhub's database imports; the hub's code still finds them
+    out = base_image.python(
+        "import jupyterhub.scopes as s, jupyterhub.utils as u, jupyterhub.log as l; "
+        "import sys; print('jupyterhub.orm' in sys.modules); "
+        "print(s.orm.User.__tablename__, s.roles.get_default_roles()[0]['name']); "
+        "from jupyterhub.handlers.pages import HealthCheckHandler as H; "
+        "h = H.__new__(H); print(l._is_health_check(h))"
+    )
+    assert out.splitlines() == ["False", "users user", "True"]
+
+
+def test_jsonschema_still_checks_the_formats_the_servers_events_use(base_image):
+    # jupyter_events validates events with jsonschema's format checker; the image leaves out
+    # only the IRI checker (rfc3987-syntax), which no event schema of the server uses
+    out = base_image.python(
+        "import jsonschema, pathlib, re, jupyter_server, jupyter_events; "
+        "c = jsonschema.Draft7Validator.FORMAT_CHECKER; "
+        "print(c.conforms('2020-01-01T00:00:00Z', 'date-time'), c.conforms('nope', 'date-time'), "
+        "c.conforms('http://x/y', 'uri'), c.conforms('not a uri', 'uri')); "
+        "used = set(); "
+        "roots = [pathlib.Path(m.__file__).parent for m in (jupyter_server, jupyter_events)]; "
+        "[used.update(re.findall(r'format: *\"?([a-z-]+)', p.read_text())) "
+        " for r in roots for p in r.rglob('*.yaml')]; "
+        "print(sorted(used & {'iri', 'iri-reference'}))"
+    )
+    assert out.splitlines() == ["True False True False", "[]"]
