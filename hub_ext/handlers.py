@@ -18,6 +18,7 @@ from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
 
 from .admin import handlers as admin_handlers
+from .line.handlers import handlers as line_handlers
 from .pool import GPUPool
 
 
@@ -53,4 +54,5 @@ class AvailabilityHandler(APIHandler):
         self.write(json.dumps(model))
 
 
-handlers = [(r"/api/gpuhub/availability", AvailabilityHandler), *admin_handlers]
+handlers = [(r"/api/gpuhub/availability", AvailabilityHandler), *admin_handlers,
+            *line_handlers]

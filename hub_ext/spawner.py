@@ -4,8 +4,10 @@ A start runs in this order (each step yields a ``progress()`` event):
 
 1. load the profile from ``user_options`` (untrusted: a bad one is HTTP 400 naming the
    valid choices) and apply its overrides;
-2. reserve the profile's GPUs from :class:`hub_ext.pool.GPUPool` (refused at once with
-   HTTP 409 and a sentence a member understands when none is free);
+2. reserve the profile's GPUs from :class:`hub_ext.pool.GPUPool`: refused at once with
+   HTTP 409 and a sentence a member understands when none is free, or, when the member
+   asked to wait (``user_options["wait"]``), a wait in line for them
+   (:mod:`hub_ext.spawner_line`, :mod:`hub_ext.line`);
 3. run the pre-start hooks (:attr:`GPUDockerSpawner.before_container_hooks`, e.g. the
    credits debit), each with an undo for a failed start;
 4. create and start the container with a Docker ``DeviceRequest`` for exactly the
@@ -21,10 +23,11 @@ failed start and may call it twice (JupyterHub docs, "Spawners").
 The allocation lives in spawner state (versioned) and in container labels, so a hub
 restart rebuilds it (:mod:`hub_ext.reconcile`).
 
-Two parts live in modules of their own, mixed into the class (their traits are set as
+Three parts live in modules of their own, mixed into the class (their traits are set as
 ``c.GPUDockerSpawner.<trait>`` all the same): the container a member lives in
-(:mod:`hub_ext.container`: workspace, datasets, uid, limits, labels, the device request)
-and the spawn page (:mod:`hub_ext.spawn_page`: the profile cards and their form).
+(:mod:`hub_ext.container`: workspace, datasets, uid, limits, labels, the device request),
+the spawn page (:mod:`hub_ext.spawn_page`: the profile cards and their form) and the
+reservation of the GPUs, at once or after a wait in line (:mod:`hub_ext.spawner_line`).
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from traitlets import (
 
 from . import metrics
 from .container import LABEL_PREFIX, MemberContainer
-from .pool import AllocationRefused, GPUPool, ServerKey
+from .pool import GPUPool, ServerKey
 from .profiles import (
     ProfileError,
     apply_overrides,
@@ -66,6 +69,7 @@ from .profiles import (
     visible_profiles,
 )
 from .spawn_page import SpawnPage
+from .spawner_line import LineSpawner, wants_wait
 
 STATE_VERSION = 1
 
@@ -75,7 +79,7 @@ STATE_VERSION = 1
 PENDING = "pending_start"
 
 
-class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
+class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, DockerSpawner):
     """A DockerSpawner that gives each server exclusive GPUs and a chosen profile."""
 
     profile_list = Union(
@@ -231,6 +235,8 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
         self.pool = GPUPool.instance(config=self.config)
         self.allocation = None
         self.profile_slug = ""
+        self.profile_name = ""
+        self._start_timeout = self.start_timeout  # configured; a wait in line adds to it
         self._configured = {name: copy.deepcopy(getattr(self, name))
                             for name in self._overridable}
         self._events: list[dict] = []
@@ -239,6 +245,8 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
         self._container_may_live = False  # a failed stop left the container behind
         self._labels_read = False  # poll() looked at the container's labels
         self.pool.ensure_reconciler(lambda: self.client, self.hub_id)
+        if self._db() is not None:
+            self.line()  # the places kept from before a restart count from the start
 
     @property
     def hooks(self) -> list:
@@ -282,17 +290,24 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
         for name, value in self._configured.items():
             setattr(self, name, copy.deepcopy(value))
         visible, everything = await self.get_profiles()
+        options = self.user_options
+        if isinstance(options, dict) and "wait" in options:
+            options = dict(options)
+            self.wait_requested = wants_wait(options.pop("wait"))
+        else:
+            self.wait_requested = False
         if not everything:
-            self.profile_slug = ""
+            self.profile_slug = self.profile_name = ""
             return
         try:
-            selection = select_profile(visible, self.user_options, everything)
+            selection = select_profile(visible, options, everything)
         except ProfileError as e:
             metrics.SPAWNS_REFUSED.labels(reason="bad_options").inc()
             self.log.warning("Refusing spawn of %s: %s", self._log_name, e)
             raise web.HTTPError(400, str(e)) from e
         apply_overrides(self, profile_overrides(selection))
         self.profile_slug = selection.slug
+        self.profile_name = selection.profile.get("display_name") or selection.slug
         self._record_choice({"profile": selection.slug, **selection.choices})
         self.log.info("%s uses profile %s %s", self._log_name, selection.slug,
                       selection.choices or "")
@@ -361,22 +376,26 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
         container = await self.container_settings()
         count, mig = gpu_request(self.gpus)
         self.allocation = None
+        self.line_wait = None
+        waited = False
         if count:
             unit = f"{mig} GPU slice" if mig else "GPU"
             what = f"{count} {unit}{'s' if count > 1 else ''}"
-            self.emit(10, f"Reserving {what}")
-            try:
-                self.allocation = await self.pool.allocate(
-                    self.server_key, count, mig_profile=mig, profile=self.profile_slug
-                )
-            except AllocationRefused as e:
-                metrics.SPAWNS_REFUSED.labels(reason=e.reason).inc()
-                self.log.warning("Refusing spawn of %s (%s): %s", self._log_name, e.reason,
-                                 e.message)
-                raise web.HTTPError(409, e.message) from e
-            self.log.info("%s holds GPU(s) %s", self._log_name,
-                          ",".join(self.allocation.uuids))
-            self.emit(20, f"Reserved {what} for you alone: {', '.join(self.allocation.uuids)}")
+            waited = await self.reserve_gpus(count, mig, what)
+            self.log.info("%s holds GPU(s) %s%s", self._log_name,
+                          ",".join(self.allocation.uuids), " after a wait in line" * waited)
+            if not waited:
+                self.emit(20, f"Reserved {what} for you alone: "
+                              f"{', '.join(self.allocation.uuids)}")
+        try:
+            async with self.timed_rest(waited):
+                return await self._start_container(container)
+        finally:
+            if waited:
+                self.line().forget(self.server_key)
+
+    async def _start_container(self, container):
+        """Steps 3 to 5, with the GPUs reserved; undone on failure."""
         done_hooks = []
         try:
             for hook in self.hooks:
