@@ -334,6 +334,9 @@ def apply_config(c, settings: Settings) -> None:
 
     template_vars = dict(c.JupyterHub.template_vars) if "template_vars" in c.JupyterHub else {}
     template_vars["gpuhub_notices"] = home_notices
+    from .line.handlers import home_places
+
+    template_vars["gpuhub_line"] = home_places
     c.JupyterHub.template_vars = template_vars
 
     # The spawner and its pool

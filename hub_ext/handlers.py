@@ -46,8 +46,8 @@ class AvailabilityHandler(APIHandler):
             for card in await spawner.profile_cards(visible):
                 model["profiles"][card["slug"]] = {
                     key: card[key] for key in ("gpus", "mig_profile", "free", "total",
-                                               "available", "why_not", "credits_per_hour",
-                                               "choices")
+                                               "available", "why_not", "can_wait",
+                                               "credits_per_hour", "choices")
                 }
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")

@@ -24,9 +24,14 @@ class SpawnPage(LoggingConfigurable):
     """The spawn page's cards and form (JupyterHub ``Spawner.options_form``)."""
 
     def options_from_form(self, formdata):
-        """Form fields -> ``user_options``: ``profile`` and ``<profile>--<option>`` fields."""
+        """Form fields -> ``user_options``: ``profile`` and ``<profile>--<option>`` fields;
+        the "Wait for a GPU" button (``gpuhub_wait=<profile>``) picks its profile and adds
+        ``wait: true``."""
         options = {}
         profile = formdata.get("profile", [None])[0]
+        wait_for = formdata.get("gpuhub_wait", [None])[0]
+        if wait_for:
+            profile, options["wait"] = wait_for, True
         if profile is not None:
             options["profile"] = profile
             prefix = f"{profile}--"
@@ -89,6 +94,7 @@ class SpawnPage(LoggingConfigurable):
                 "simulated": card["simulated"],
                 "available": available,
                 "why_not": "" if available else card["why_not"],
+                "can_wait": not available and card["can_wait"],
                 "credits_per_hour": card["credits_per_hour"],
                 "choices": choices,
                 "chosen": chosen,
@@ -97,19 +103,25 @@ class SpawnPage(LoggingConfigurable):
 
     async def _assess(self, options: dict, profile: dict, devices: list) -> dict:
         """Can ``options`` (trusted: built by the page itself) start now?  The overrides,
-        the GPU request, the free count and ``why_not`` (``""`` when it can)."""
+        the GPU request, the free count, ``why_not`` (``""`` when it can) and ``can_wait``
+        (no GPU free, or members already waiting, and nothing else in the way: the member
+        may wait in line)."""
         overrides = profile_overrides(select_profile([profile], options))
         count, mig = gpu_request(overrides.get("gpus", self._configured["gpus"]))
         summary = self.pool.summary(devices, mig_profile=mig)
         price = float(overrides.get("credits_per_hour", 0) or 0)
-        why_not = "" if count == 0 or summary.free >= count else (
-            self.pool.refusal_message(devices, count, mig))
-        if not why_not:
-            why_not = await self._hooks_why_not(price)
+        waiting = self.line().waiting(mig or "gpu") if count else 0
+        why_not = ""
+        if count and summary.free < count:
+            why_not = self.pool.refusal_message(devices, count, mig)
+        elif waiting:
+            why_not = f"No GPU free: {waiting} member(s) already wait in line for it."
+        cannot_pay = await self._hooks_why_not(price)
         return {"overrides": overrides, "gpus": count, "mig_profile": mig,
                 "free": summary.free, "total": summary.total,
                 "simulated": summary.kind == "simulated", "credits_per_hour": price,
-                "why_not": why_not}
+                "why_not": why_not or cannot_pay,
+                "can_wait": bool(why_not and summary.total and not cannot_pay)}
 
     async def _hooks_why_not(self, credits_per_hour: float) -> str:
         """The first hook's reason why a profile of this price cannot start now, or ``""``."""

@@ -221,3 +221,58 @@ async def test_refusals_instead_of_a_place(line_hub, credits_service):
     assert r.status_code == 409, r.text  # no GPU and no wait asked: refused as before
     assert r.json()["message"].startswith("No GPU free: all 1 GPUs are in use.")
     assert await places(hub, poor) == []
+
+
+async def progress_messages(client, name: str, until: str) -> list[str]:
+    """The messages of ``name``'s progress event stream, read until one contains ``until``."""
+    xsrf = next((c.value for c in client.cookies.jar if c.name == "_xsrf"), "")
+    seen = []
+    async with client.stream("GET", f"/hub/api/users/{name}/server/progress",
+                             headers={"X-XSRFToken": xsrf}) as stream:
+        async for line in stream.aiter_lines():
+            if line.startswith("data:"):
+                seen.append(json.loads(line[5:]).get("message", ""))
+                if until in seen[-1]:
+                    return seen
+    raise AssertionError(f"no {until!r} in {seen}")
+
+
+async def test_pages_offer_the_wait_and_show_the_place(line_hub):
+    from tests.fixtures.oidc import ADMINS, MEMBERS
+
+    hub = await line_hub()
+    await add(hub, "alice", "carol")
+    await start(hub, "alice")
+    bob = await hub.login("bob")
+    hub.tokens["bob"] = await hub.create_user("bob")
+    page = (await bob.get("/hub/spawn")).text
+    assert 'name="gpuhub_wait"\n            value="gpu" >Wait for a GPU</button>' in page
+    assert "No GPU free: all 1 GPUs are in use." in page  # the refusal sentence stays
+
+    xsrf = next(c.value for c in bob.cookies.jar if c.name == "_xsrf")
+    r = await bob.post("/hub/spawn/bob", data={"_xsrf": xsrf, "profile": "cpu",
+                                               "gpuhub_wait": "gpu"})
+    assert r.status_code == 200, r.text[:500]
+    assert await position(hub, "bob") == 1
+    messages = await progress_messages(bob, "bob", "in line")
+    assert "You are 1st in line for 1 GPU (PyTorch). Estimated wait: " in messages[-1]
+    home = (await bob.get("/hub/home")).text
+    assert "You are 1st in line for 1 GPU (PyTorch)." in home
+    assert "Leave the line" in home
+
+    boss = await hub.login("boss", groups=[MEMBERS, ADMINS])
+    await join_line(hub, "carol")
+    board = (await hub.browser_api(boss, "GET", "/gpuhub/gpus")).json()
+    assert [(p["user"], p["position"], p["profile_name"]) for p in board["line"]] == [
+        ("bob", 1, "PyTorch"), ("carol", 2, "PyTorch")]
+    assert "Move to front" in (await boss.get("/hub/gpus")).text
+    r = await hub.browser_api(boss, "POST", "/gpuhub/line/carol//front")
+    assert r.status_code == 200, r.text
+    assert await position(hub, "carol") == 1 and await position(hub, "bob") == 2
+    r = await hub.browser_api(bob, "POST", "/gpuhub/line/bob//front")
+    assert r.status_code == 403, r.text  # members cannot jump the line
+    r = await hub.browser_api(boss, "DELETE", "/gpuhub/line/bob/")
+    assert r.status_code == 204, r.text
+    await eventually(lambda: hub.stopped("bob"), what="bob's place removed")
+    await hub.stop_server("alice")
+    await hub.wait_ready("carol")

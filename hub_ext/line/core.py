@@ -88,6 +88,7 @@ class Place:
     front: bool = False
     share_hours: float = 0.0
     waiter: asyncio.Future | None = field(default=None, repr=False)
+    on_update: Callable | None = field(default=None, repr=False)
 
     @classmethod
     def of(cls, row: store.LineRow, key_type: Callable = pair) -> Place:
@@ -191,6 +192,7 @@ class Line(SingletonConfigurable):
         self.backend: LineBackend | None = None
         self.key_type: Callable = pair
         self._dispatching = False
+        self._announcing: asyncio.Handle | None = None
         self._seen: set[str] = set()  # profiles with a line-length series
 
     # -- the places ---------------------------------------------------------------------
@@ -286,6 +288,7 @@ class Line(SingletonConfigurable):
         self.log.info("%s left the line for %s (%s)", key, place.profile, reason)
         self._update_metrics()
         self.dispatch()  # the place ahead is gone: backfill may start someone
+        self._announce_soon()
         return place
 
     def forget(self, key) -> None:
@@ -308,6 +311,7 @@ class Line(SingletonConfigurable):
             self.db.commit()
         self.log.info("%s moved to the front of the line for %s", key, place.profile)
         self.dispatch()
+        self._announce_soon()
         return True
 
     # -- the turn -----------------------------------------------------------------------
@@ -321,6 +325,7 @@ class Line(SingletonConfigurable):
         """
         place = self.places[key]
         place.waiter = asyncio.get_running_loop().create_future()
+        place.on_update = on_update
         try:
             on_update(self.describe(key))
             self.dispatch()
@@ -346,7 +351,7 @@ class Line(SingletonConfigurable):
                 self.remove(key, "stopped", "The pending server was stopped.")
             raise
         finally:
-            place.waiter = None
+            place.waiter = place.on_update = None
         metrics.LINE_WAIT.labels(profile=place.profile).observe(
             max(0.0, utcnow() - place.queued_at))
         return grant
@@ -359,12 +364,33 @@ class Line(SingletonConfigurable):
             return
         self._dispatching = True  # a grant may release (and so dispatch) again
         try:
-            self._dispatch()
+            if self._dispatch():
+                self._announce_soon()
         finally:
             self._dispatching = False
         self._update_metrics()
 
-    def _dispatch(self) -> None:
+    def _announce_soon(self) -> None:
+        """Tell every waiting member their new place, once the current step is over (a
+        grant is never held up by the page updates)."""
+        if self._announcing is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._announcing = loop.call_soon(self._announce)
+
+    def _announce(self) -> None:
+        self._announcing = None
+        kinds: dict = {}
+        for place in list(self.places.values()):
+            if place.on_update is not None:
+                place.on_update(self.describe(place.key, kinds))
+
+    def _dispatch(self) -> bool:
+        """One pass of :meth:`dispatch`; True when anything was granted."""
+        granted_any = False
         now = utcnow()
         for units in {p.units for p in self.places.values()}:
             line = self.ordered(units)
@@ -378,28 +404,50 @@ class Line(SingletonConfigurable):
                 del self.places[key]
                 self.granted[key] = place
                 place.waiter.set_result(grant)
+                granted_any = True
                 self.log.info("%s's turn: granted %s after %.1fs in line", key, grant,
                               now - place.queued_at)
+        return granted_any
 
-    def describe(self, key) -> dict:
+    def _kind(self, units: str) -> tuple[dict, list[int], list]:
+        """One kind's line at a glance: position by key, units needed up to each
+        position, and the running servers' expected ends."""
+        line = self.ordered(units)
+        positions = {p.key: i for i, p in enumerate(line)}
+        needed, total = [], 0
+        for p in line:
+            total += p.count
+            needed.append(total)
+        frees = self.backend.frees(units) if self.backend is not None else []
+        return positions, needed, frees
+
+    def describe(self, key, kinds: dict | None = None) -> dict:
         """The place of ``key`` for people: position, estimate (seconds or None), time
-        left (seconds) and the sentence."""
+        left (seconds) and the sentence.  ``kinds`` caches :meth:`_kind` per unit kind
+        when many places are described at once."""
         place = self.places.get(key)
         if place is None:
             return {}
-        line = self.ordered(place.units)
-        position = [p.key for p in line].index(key) + 1
-        needed = sum(p.count for p in line[:position])
-        frees = self.backend.frees(place.units) if self.backend is not None else []
-        estimate = estimate_wait(needed, frees, self.typical_run)
+        kinds = {} if kinds is None else kinds
+        if place.units not in kinds:
+            kinds[place.units] = self._kind(place.units)
+        positions, needed, frees = kinds[place.units]
+        index = positions[key]
+        estimate = estimate_wait(needed[index], frees, self.typical_run)
         left = max(0.0, place.queued_at + self.max_wait - utcnow())
         return {"user": key[0], "server": key[1], "profile": place.profile,
                 "profile_name": place.profile_name, "units": place.units,
-                "count": place.count, "position": position, "estimate_s": estimate,
+                "count": place.count, "position": index + 1, "estimate_s": estimate,
                 "left_s": left, "waiting_since": _iso(place.queued_at),
                 "front": place.front, "waiting": place.waiter is not None,
-                "sentence": place_sentence(position, place.count, place.unit_word,
+                "sentence": place_sentence(index + 1, place.count, place.unit_word,
                                            place.profile_name, estimate, left)}
+
+    def describe_all(self, user: str | None = None) -> list[dict]:
+        """Every place (of ``user`` when given), in order, described."""
+        kinds: dict = {}
+        return [self.describe(p.key, kinds) for p in self.ordered()
+                if user in (None, p.key[0])]
 
     def expected_left(self, age: float, limits: dict) -> float:
         """:func:`hub_ext.line.order.expected_left` with ``typical_run``."""

@@ -22,7 +22,7 @@ from tornado import web
 
 from .core import Line
 
-__all__ = ["handlers"]
+__all__ = ["handlers", "home_places"]
 
 GPUS_SCOPE = "custom:gpuhub:gpus:read"  # hub_ext.admin.GPUS_SCOPE (no import: no cycle)
 
@@ -34,9 +34,14 @@ def the_line(handler) -> Line:
     return line
 
 
-def places_model(line: Line, user: str | None = None) -> list[dict]:
-    """Every place (of ``user`` when given), in order, JSON-ready."""
-    return [line.describe(p.key) for p in line.ordered() if user in (None, p.key[0])]
+def home_places(user) -> list[dict]:
+    """``c.JupyterHub.template_vars["gpuhub_line"]``: the logged-in member's places in line
+    for the home page (JupyterHub calls it with the current user, None when logged out)."""
+    if user is None or getattr(user, "kind", "user") != "user":
+        return []
+    line = Line.instance()
+    line.attach(getattr(user, "db", None))
+    return line.describe_all(user.name)
 
 
 class LineAPIHandler(APIHandler):
@@ -50,7 +55,7 @@ class LineAPIHandler(APIHandler):
         admin = self.has_scope(GPUS_SCOPE)
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
-        self.write(json.dumps({"places": places_model(line, None if admin else who.name)}))
+        self.write(json.dumps({"places": line.describe_all(None if admin else who.name)}))
 
 
 class LinePlaceAPIHandler(APIHandler):
