@@ -58,6 +58,7 @@ from traitlets import (
 
 from . import metrics
 from .container import LABEL_PREFIX, MemberContainer
+from .notices import notices
 from .pool import GPUPool, ServerKey
 from .profiles import (
     ProfileError,
@@ -69,6 +70,7 @@ from .profiles import (
     visible_profiles,
 )
 from .spawn_page import SpawnPage
+from .spawner_line import TOPIC as LINE_TOPIC
 from .spawner_line import LineSpawner, wants_wait
 
 STATE_VERSION = 1
@@ -556,6 +558,7 @@ class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, DockerSpawner):
         finally:
             self.hook_state = {}
             self.release_gpus("stopped")
+            notices().withdraw(self.user.name, self.name or "", LINE_TOPIC)
 
     async def _container_exists(self) -> bool:
         """Whether Docker still has this server's container (True when it cannot tell)."""

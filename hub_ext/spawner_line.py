@@ -147,7 +147,7 @@ class LineSpawner(LoggingConfigurable):
             if not requeued:
                 line.check_one_place(key, self.profile_slug, self.profile_name)
                 await self._check_may_queue(line, count)
-            place = line.join(key, profile=self.profile_slug,
+            place = await line.join(key, profile=self.profile_slug,
                               profile_name=self.profile_name, units=units,
                               count=count, user_options=dict(self.user_options or {}),
                               share_hours=self._share_hours(line))
@@ -161,9 +161,9 @@ class LineSpawner(LoggingConfigurable):
         self.line_wait = max(0.0, utcnow() - place.queued_at)
         self.emit(20, f"Your turn came after {self.line_wait / 60:.0f} min in line: "
                       f"{what} reserved for you alone: {', '.join(self.allocation.uuids)}")
-        notices().post(key.user, key.server, TOPIC,
-                       f"Your turn came: {place.profile_name} "
-                       f"{'on ' + key.server if key.server else ''} is starting.")
+        server = f"your server '{key.server}'" if key.server else "your server"
+        notices().post(key.user, key.server, TOPIC, f"Your turn in line came: {server} "
+                       f"({place.profile_name}) started after {self.line_wait / 60:.0f} min.")
         return True
 
     async def _check_may_queue(self, line, count: int) -> None:

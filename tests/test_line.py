@@ -95,30 +95,31 @@ def line(hub_db):
     return line
 
 
-def join(line, user, profile="gpu", server=""):
-    return line.join((user, server), profile=profile, profile_name="PyTorch", units="gpu",
+async def join(line, user, profile="gpu", server=""):
+    return await line.join((user, server), profile=profile, profile_name="PyTorch", units="gpu",
                      count=1, user_options={"profile": profile})
 
 
 async def test_places_are_kept_in_the_database_in_order(line, hub_db):
     for user in ("bob", "carol", "dave"):
-        join(line, user)
+        await join(line, user)
     line.move_to_front(("dave", ""))
+    await line.written()  # the rows are written in the background
     again = Line()
     again.attach(hub_db)
     assert again.ordered_keys() == [("dave", ""), ("bob", ""), ("carol", "")]
 
 
 async def test_one_place_per_member_and_profile(line):
-    join(line, "bob")
+    await join(line, "bob")
     with pytest.raises(LineRefused, match="already in line for PyTorch"):
-        join(line, "bob", server="other")
-    join(line, "bob", profile="tf", server="other")  # another profile: fine
+        await join(line, "bob", server="other")
+    await join(line, "bob", profile="tf", server="other")  # another profile: fine
 
 
 async def test_a_freed_gpu_goes_to_the_head_and_the_waiter_wakes(line):
-    join(line, "bob")
-    join(line, "carol")
+    await join(line, "bob")
+    await join(line, "carol")
     updates = []
     bob = asyncio.ensure_future(line.wait_turn(("bob", ""), updates.append))
     carol = asyncio.ensure_future(line.wait_turn(("carol", ""), lambda _: None))
@@ -136,13 +137,13 @@ async def test_a_freed_gpu_goes_to_the_head_and_the_waiter_wakes(line):
 
 
 async def test_removal_and_expiry_end_the_wait_with_a_sentence(line):
-    join(line, "bob")
+    await join(line, "bob")
     waiting = asyncio.ensure_future(line.wait_turn(("bob", ""), lambda _: None))
     await asyncio.sleep(0.05)
     line.remove(("bob", ""), "removed", "An admin removed your place in line.")
     with pytest.raises(LineLeft, match="An admin removed"):
         await waiting
     line.max_wait = 0.1
-    join(line, "carol")
+    await join(line, "carol")
     with pytest.raises(LineLeft, match="expired: no GPU freed within 0.1 s"):
         await line.wait_turn(("carol", ""), lambda _: None)

@@ -76,7 +76,6 @@ class LineBackend(Protocol):
 class Place:
     """One waiting server.  ``queued_at`` in seconds since the epoch."""
 
-    row_id: int
     key: tuple[str, str]  # (user, server name): hub_ext.pool.ServerKey
     profile: str
     profile_name: str
@@ -92,7 +91,7 @@ class Place:
 
     @classmethod
     def of(cls, row: store.LineRow, key_type: Callable = pair) -> Place:
-        return cls(row.id, key_type(row.username, row.server_name), row.profile,
+        return cls(key_type(row.username, row.server_name), row.profile,
                    row.profile_name, row.units, row.count, dict(row.user_options or {}),
                    row.queued_epoch(), row.rank, row.front, row.share_hours)
 
@@ -189,9 +188,11 @@ class Line(SingletonConfigurable):
         self.places: dict[tuple, Place] = {}
         self.granted: dict[tuple, Place] = {}  # granted, row kept until the start ends
         self.db = None
+        self.writer: store.Writer | None = None
         self.backend: LineBackend | None = None
         self.key_type: Callable = pair
         self._dispatching = False
+        self._last_rank = 0.0
         self._announcing: asyncio.Handle | None = None
         self._seen: set[str] = set()  # profiles with a line-length series
 
@@ -205,6 +206,7 @@ class Line(SingletonConfigurable):
         if self.db is not None or db is None:
             return
         self.db, self.key_type = db, key_type
+        self.writer = store.Writer(db)
         for row in store.load_rows(db):
             place = Place.of(row, key_type)
             self.places[place.key] = place
@@ -230,10 +232,11 @@ class Line(SingletonConfigurable):
         """Units ``user`` waits for in all their places."""
         return sum(p.count for p in self.places.values() if p.key[0] == user)
 
-    def join(self, key, *, profile: str, profile_name: str, units: str, count: int,
-             user_options: dict, share_hours: float = 0.0) -> Place:
-        """A place for server ``key``, at the end of the line; the same place again when
-        it has one (a spawn started again after a hub restart).  Commits.
+    async def join(self, key, *, profile: str, profile_name: str, units: str, count: int,
+                   user_options: dict, share_hours: float = 0.0) -> Place:
+        """A place for server ``key``, at the end of the line, once it is in the hub
+        database; the same place again when it has one (a spawn started again after a
+        hub restart).
 
         Raises :class:`LineRefused` when the member waits for this profile already.
         """
@@ -241,17 +244,22 @@ class Line(SingletonConfigurable):
         if place is not None:
             return place
         self.check_one_place(key, profile, profile_name)
-        store.ensure_table(self.db)
-        row = store.LineRow(username=key[0], server_name=key[1], profile=profile,
-                            profile_name=profile_name, units=units, count=count,
-                            user_options=user_options, share_hours=share_hours,
-                            queued_at=datetime.fromtimestamp(utcnow(), UTC).replace(tzinfo=None))
-        self.db.add(row)
-        self.db.flush()
-        row.rank = float(row.id)
-        self.db.commit()
-        place = Place.of(row, self.key_type)
-        self.places[key] = place
+        rank = max((p.rank for p in self.places.values()), default=0.0) + 1
+        rank = max(rank, self._last_rank + 1)
+        self._last_rank = rank
+        place = Place(key, profile, profile_name, units, count, dict(user_options),
+                      utcnow(), rank, share_hours=share_hours)
+        self.places[key] = place  # at once: a second join for this profile is refused
+        queued_at = datetime.fromtimestamp(place.queued_at, UTC).replace(tzinfo=None)
+        try:
+            await self.writer.submit(store.insert_row, {
+                "username": key[0], "server_name": key[1], "profile": profile,
+                "profile_name": profile_name, "units": units, "count": count,
+                "user_options": place.user_options, "queued_at": queued_at, "rank": rank,
+                "share_hours": share_hours})
+        except Exception:
+            self.places.pop(key, None)
+            raise
         self._update_metrics()
         self.log.info("%s joined the line for %d %s (profile %s) as %d of %d", key, count,
                       units, profile, self.position(key), self.waiting(units))
@@ -282,20 +290,20 @@ class Line(SingletonConfigurable):
         place = self.places.pop(key, None) or self.granted.pop(key, None)
         if place is None:
             return None
-        store.delete_row(self.db, place.row_id)
+        self._write(store.delete_row, *key)
         if place.waiter is not None and not place.waiter.done():
             place.waiter.set_exception(LineLeft(reason, message))
         self.log.info("%s left the line for %s (%s)", key, place.profile, reason)
         self._update_metrics()
         self.dispatch()  # the place ahead is gone: backfill may start someone
-        self._announce_soon()
+        self.announce_soon()
         return place
 
     def forget(self, key) -> None:
         """A granted place's start ended (started, or failed): delete its row.  Idempotent."""
         place = self.granted.pop(key, None)
-        if place is not None and self.db is not None:
-            store.delete_row(self.db, place.row_id)
+        if place is not None:
+            self._write(store.delete_row, *key)
 
     def move_to_front(self, key) -> bool:
         """Put ``key``'s place ahead of every other of its kind (an admin's choice).
@@ -305,23 +313,37 @@ class Line(SingletonConfigurable):
             return False
         ranks = [p.rank for p in self.places.values()]
         place.front, place.rank = True, min(ranks) - 1
-        row = self.db.get(store.LineRow, place.row_id)
-        if row is not None:
-            row.front, row.rank = True, place.rank
-            self.db.commit()
+        self._write(store.move_row, *key, place.rank)
         self.log.info("%s moved to the front of the line for %s", key, place.profile)
         self.dispatch()
-        self._announce_soon()
+        self.announce_soon()
         return True
+
+    def _write(self, write, *args) -> None:
+        """Mirror a change in the hub database, in the background (in order)."""
+        future = self.writer.submit(write, *args)
+        future.add_done_callback(self._written)
+
+    async def written(self) -> None:
+        """Wait until every change made so far is in the hub database."""
+        if self.writer is not None:
+            await self.writer.submit(lambda session: None)
+
+    def _written(self, future: asyncio.Future) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            self.log.error("The line could not be written to the hub database: %s",
+                           future.exception())
 
     # -- the turn -----------------------------------------------------------------------
 
     async def wait_turn(self, key, on_update: Callable[[dict], None]):
         """Wait until the backend grants ``key``'s place; returns the grant.
 
-        ``on_update(self.describe(key))`` is called at once and every ``update_interval``
-        seconds.  Raises :class:`LineLeft` when the place ends otherwise (left, removed,
-        expired).  Cancelled (the member stopped the pending server), the place ends too.
+        ``on_update(self.describe(key))`` is called at once and whenever the place changes
+        (a grant ahead, a removal, and every ``update_interval`` seconds from the line's
+        keeper: the estimate and the time left).  Raises :class:`LineLeft` when the place
+        ends otherwise (left, removed, expired).  Cancelled (the member stopped the pending
+        server), the place ends too.
         """
         place = self.places[key]
         place.waiter = asyncio.get_running_loop().create_future()
@@ -329,24 +351,18 @@ class Line(SingletonConfigurable):
         try:
             on_update(self.describe(key))
             self.dispatch()
-            while not place.waiter.done():
-                left = place.queued_at + self.max_wait - utcnow()
-                if left <= 0:
-                    within = (f"{self.max_wait:g} s" if self.max_wait < 60
-                              else f"{self.max_wait / 60:g} min")
-                    self.remove(key, "expired", f"Your place in line for {place.profile_name} "
-                                f"expired: no GPU freed within {within}. "
-                                "Try again later or pick another profile.")
-                    break
-                try:
-                    await asyncio.wait_for(asyncio.shield(place.waiter),
-                                           min(self.update_interval, left))
-                except TimeoutError:
-                    self.dispatch()
-                    if not place.waiter.done():
-                        on_update(self.describe(key))
+            left = place.queued_at + self.max_wait - utcnow()
+            try:
+                await asyncio.wait_for(asyncio.shield(place.waiter), max(left, 0))
+            except TimeoutError:
+                within = (f"{self.max_wait:g} s" if self.max_wait < 60
+                          else f"{self.max_wait / 60:g} min")
+                self.remove(key, "expired", f"Your place in line for {place.profile_name} "
+                            f"expired: no GPU freed within {within}. "
+                            "Try again later or pick another profile.")
             grant = place.waiter.result()  # raises LineLeft
         except asyncio.CancelledError:
+            place.waiter.cancel()  # nobody awaits it any more
             if key in self.places:
                 self.remove(key, "stopped", "The pending server was stopped.")
             raise
@@ -365,12 +381,12 @@ class Line(SingletonConfigurable):
         self._dispatching = True  # a grant may release (and so dispatch) again
         try:
             if self._dispatch():
-                self._announce_soon()
+                self.announce_soon()
         finally:
             self._dispatching = False
         self._update_metrics()
 
-    def _announce_soon(self) -> None:
+    def announce_soon(self) -> None:
         """Tell every waiting member their new place, once the current step is over (a
         grant is never held up by the page updates)."""
         if self._announcing is not None:
@@ -381,12 +397,17 @@ class Line(SingletonConfigurable):
             return
         self._announcing = loop.call_soon(self._announce)
 
-    def _announce(self) -> None:
-        self._announcing = None
-        kinds: dict = {}
-        for place in list(self.places.values()):
-            if place.on_update is not None:
+    def _announce(self, todo: list | None = None, kinds: dict | None = None) -> None:
+        """Call the waiting places' ``on_update``, 50 at a time, so that a long line
+        never holds the event loop for long."""
+        if todo is None:
+            self._announcing = None
+            todo, kinds = list(self.places.values()), {}
+        for place in todo[:50]:
+            if place.on_update is not None and place.key in self.places:
                 place.on_update(self.describe(place.key, kinds))
+        if todo[50:]:
+            asyncio.get_running_loop().call_soon(self._announce, todo[50:], kinds)
 
     def _dispatch(self) -> bool:
         """One pass of :meth:`dispatch`; True when anything was granted."""

@@ -100,6 +100,7 @@ def ensure_keeper(line: Line, api_url: str) -> None:
 
     async def tick():
         line.dispatch()
+        line.announce_soon()  # the estimates and the time left move on
         for place in line.ordered():
             if place.waiter is None and utcnow() > place.queued_at + line.max_wait:
                 line.remove(place.key, "expired", "Your place expired.")

@@ -7,6 +7,8 @@ per server (``username, server_name``) and one place per member per profile
 (``username, profile``).  The table is created on first use; JupyterHub's own tables and
 migrations are not touched.  Times are naive UTC, JupyterHub's convention.
 
+Rows are written by :class:`Writer`, off the hub's event loop.
+
 Order: rows marked ``front`` (moved there by an admin) first, then, with fair share on,
 fewer GPU-hours first, then ``rank`` (the row's id when it joined: first come, first
 served).
@@ -14,14 +16,29 @@ served).
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, Integer, String, UniqueConstraint, select
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    Integer,
+    String,
+    UniqueConstraint,
+    create_engine,
+    delete,
+    select,
+    update,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from ..hubdb import ensure_tables
 
-__all__ = ["LineRow", "delete_row", "ensure_table", "load_rows"]
+__all__ = ["LineRow", "Writer", "delete_row", "ensure_table", "insert_row", "load_rows",
+           "move_row"]
 
 
 class Base(DeclarativeBase):
@@ -68,9 +85,58 @@ def load_rows(session: Session) -> list[LineRow]:
     return list(session.scalars(select(LineRow).order_by(LineRow.id)))
 
 
-def delete_row(session: Session, row_id: int) -> None:
-    """Delete row ``row_id``; idempotent.  Commits."""
-    row = session.get(LineRow, row_id)
-    if row is not None:
-        session.delete(row)
-        session.commit()
+def insert_row(session: Session, fields: dict) -> None:
+    """Add a row (``LineRow`` fields); raises IntegrityError when the server or the
+    member's profile has a row already."""
+    ensure_table(session)
+    session.add(LineRow(**fields))
+
+
+def delete_row(session: Session, username: str, server_name: str) -> None:
+    """Delete the row of that server; idempotent."""
+    ensure_table(session)
+    session.execute(delete(LineRow).where(LineRow.username == username,
+                                          LineRow.server_name == server_name))
+
+
+def move_row(session: Session, username: str, server_name: str, rank: float) -> None:
+    """Mark the row of that server as moved to the front, with ``rank``."""
+    ensure_table(session)
+    session.execute(update(LineRow).where(LineRow.username == username,
+                                          LineRow.server_name == server_name)
+                    .values(front=True, rank=rank))
+
+
+class Writer:
+    """Writes rows in one thread of its own, in the order asked, through an engine of its
+    own on the hub database: a slow commit (SQLite's fsync takes tens of milliseconds on a
+    busy disk) never stalls the hub's event loop.  An in-memory SQLite database (one
+    connection's own) is written in the caller's session instead.
+    """
+
+    def __init__(self, session: Session):
+        url = session.get_bind().engine.url
+        self.session = session if url.get_backend_name() == "sqlite" and url.database in (
+            None, "", ":memory:") else None
+        self.engine = None if self.session is not None else create_engine(
+            url.render_as_string(hide_password=False))
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="gpuhub-line-db")
+
+    def _run(self, write, *args) -> None:
+        with Session(self.engine) as session:
+            write(session, *args)
+            session.commit()
+
+    def submit(self, write, *args) -> asyncio.Future:
+        """Run ``write(session, *args)`` and commit; a future of its end (asyncio)."""
+        if self.session is not None:
+            future = asyncio.get_running_loop().create_future()
+            try:
+                write(self.session, *args)
+                self.session.commit()
+                future.set_result(None)
+            except Exception as e:  # noqa: BLE001 - handed to the caller
+                self.session.rollback()
+                future.set_exception(e)
+            return future
+        return asyncio.wrap_future(self._thread.submit(self._run, write, *args))
