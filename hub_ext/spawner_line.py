@@ -7,8 +7,9 @@ page is).  Step 2 of a start (:meth:`LineSpawner.reserve_gpus`):
 - none free (or members already waiting: nobody overtakes the line), and the member did
   not ask to wait: refused at once (HTTP 409), in plain words, as before the line existed;
 - none free and ``user_options["wait"]`` is true: after the same checks as a start (the
-  profile is one the member may use, they can pay for it: the hooks' ``why_not``, the
-  per-member GPU limit counting their other places), the start joins the line
+  profile is one the member may use; they can pay for it: the hooks' ``before_reserve``,
+  asked by ``check_hooks`` before this step; the per-member GPU limit counting their other
+  places; one place per profile), the start joins the line
   (:class:`hub_ext.line.Line`) and waits for its turn, holding no GPU and no debit.  The
   progress page shows the place and the estimate, updated live.  When the turn comes the
   pool has reserved the GPUs and the start goes on as any other (debit, container).
@@ -27,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 
 from sqlalchemy.orm import object_session
 from tornado import web
@@ -89,42 +89,12 @@ class LineSpawner(LoggingConfigurable):
         self.log.warning("Refusing spawn of %s (%s): %s", self._log_name, reason, message)
         return web.HTTPError(status, message)
 
-    async def cannot_pay(self) -> str:
-        """Why this member cannot pay for this profile now, or ``""``.  Asked before
-        anyone queues: nobody waits for what they cannot pay for.
-
-        The hooks' ``why_not`` (a balance known from login), then a fresh balance from
-        the credits hook's ledger (a member with no account has 0).  A ledger that does not
-        answer is no reason here: the debit at the turn fails closed.
-        """
-        why = await self._hooks_why_not(self.credits_per_hour)
-        if why or self.credits_per_hour <= 0:
-            return why
-        from .credits.errors import AccountNotFound, CreditsError
-        from .credits.hook import CreditsHook, too_little
-        from .credits.metering import interval_amount
-
-        for hook in self.hooks:
-            if not isinstance(hook, CreditsHook):
-                continue
-            try:
-                balance = (await hook.client.balance(self.user.name)).balance
-            except AccountNotFound:
-                balance = Decimal(0)
-            except (CreditsError, TimeoutError) as e:
-                self.log.warning("Balance of %s unknown before queueing: %s", self._log_name, e)
-                continue
-            price = Decimal(str(self.credits_per_hour))
-            if balance < interval_amount(price, hook.interval):
-                return too_little(price, balance)
-        return ""
-
     async def reserve_gpus(self, count: int, mig: str | None, what: str) -> bool:
         """Reserve ``count`` units (``mig``: a MIG slice profile) into
         ``self.allocation``; returns True when the start waited in line.
 
         Raises ``HTTPError(409)`` (no GPU and no wait asked, a place that ended, the
-        per-member limit, one place per profile), ``HTTPError(402)`` (cannot pay).
+        per-member limit, one place per profile).
         """
         line = self.line()
         key, units = self.server_key, mig or "gpu"
@@ -167,9 +137,8 @@ class LineSpawner(LoggingConfigurable):
         return True
 
     async def _check_may_queue(self, line, count: int) -> None:
-        why = await self.cannot_pay()
-        if why:
-            raise self._refuse("credits", why, 402)
+        """The per-member GPU limit, counting the GPUs of the member's places too.  (That
+        they can pay was asked before any reservation: ``check_hooks``.)"""
         limit = self.pool.max_gpus_per_user
         if limit:
             held = self.pool.held_by(self.user.name) + line.queued_units(self.user.name)
