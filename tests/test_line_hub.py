@@ -121,11 +121,13 @@ async def test_newcomer_arriving_as_a_gpu_frees_does_not_overtake_the_line(line_
     await join_line(hub, "bob")
     holder, waiter = "alice", "bob"
     for _ in range(20):
-        stopped, newcomer = await asyncio.gather(
-            hub.stop_server(holder), hub.spawn("dave", {"profile": "gpu"}))
-        assert newcomer.status_code == 409, newcomer.text
-        assert "No GPU free" in newcomer.json()["message"]
-        await hub.wait_ready(waiter)
+        # dave asks again and again while the holder stops and the waiter's server starts
+        stopping = asyncio.create_task(hub.stop_server(holder))
+        while not await hub.running(waiter):
+            newcomer = await hub.spawn("dave", {"profile": "gpu"})
+            assert newcomer.status_code == 409, newcomer.text
+            assert "No GPU free" in newcomer.json()["message"]
+        await stopping
         assert await hub.stopped("dave")
         await join_line(hub, holder)
         holder, waiter = waiter, holder

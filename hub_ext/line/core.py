@@ -187,6 +187,7 @@ class Line(SingletonConfigurable):
         super().__init__(**kwargs)
         self.places: dict[tuple, Place] = {}
         self.granted: dict[tuple, Place] = {}  # granted, row kept until the start ends
+        self._joining: dict[tuple, Place] = {}  # being written to the database
         self.db = None
         self.writer: store.Writer | None = None
         self.backend: LineBackend | None = None
@@ -225,12 +226,14 @@ class Line(SingletonConfigurable):
         return [p.key for p in self.ordered()]
 
     def waiting(self, units: str) -> int:
-        """How many places wait for this kind of unit."""
-        return sum(1 for p in self.places.values() if p.units == units)
+        """How many places wait for this kind of unit (those joining included)."""
+        return sum(1 for p in [*self.places.values(), *self._joining.values()]
+                   if p.units == units)
 
     def queued_units(self, user: str) -> int:
-        """Units ``user`` waits for in all their places."""
-        return sum(p.count for p in self.places.values() if p.key[0] == user)
+        """Units ``user`` waits for in all their places (those joining included)."""
+        return sum(p.count for p in [*self.places.values(), *self._joining.values()]
+                   if p.key[0] == user)
 
     async def join(self, key, *, profile: str, profile_name: str, units: str, count: int,
                    user_options: dict, share_hours: float = 0.0) -> Place:
@@ -243,13 +246,18 @@ class Line(SingletonConfigurable):
         place = self.places.get(key)
         if place is not None:
             return place
+        if key in self._joining:
+            raise LineRefused("joining", "This server is joining the line already.")
         self.check_one_place(key, profile, profile_name)
-        rank = max((p.rank for p in self.places.values()), default=0.0) + 1
+        rank = max((p.rank for p in [*self.places.values(), *self._joining.values()]),
+                   default=0.0) + 1
         rank = max(rank, self._last_rank + 1)
         self._last_rank = rank
         place = Place(key, profile, profile_name, units, count, dict(user_options),
                       utcnow(), rank, share_hours=share_hours)
-        self.places[key] = place  # at once: a second join for this profile is refused
+        # counted at once (a second join for this profile is refused), in the line only
+        # once its row is in the database: nobody is told of a place a crash could lose
+        self._joining[key] = place
         queued_at = datetime.fromtimestamp(place.queued_at, UTC).replace(tzinfo=None)
         try:
             await self.writer.submit(store.insert_row, {
@@ -257,9 +265,9 @@ class Line(SingletonConfigurable):
                 "profile_name": profile_name, "units": units, "count": count,
                 "user_options": place.user_options, "queued_at": queued_at, "rank": rank,
                 "share_hours": share_hours})
-        except Exception:
-            self.places.pop(key, None)
-            raise
+        finally:
+            del self._joining[key]
+        self.places[key] = place
         self._update_metrics()
         self.log.info("%s joined the line for %d %s (profile %s) as %d of %d", key, count,
                       units, profile, self.position(key), self.waiting(units))
@@ -268,7 +276,7 @@ class Line(SingletonConfigurable):
     def check_one_place(self, key, profile: str, profile_name: str) -> None:
         """Raise :class:`LineRefused` when ``key``'s member waits for ``profile`` with
         another server already (one place per member per profile)."""
-        other = next((p for p in self.places.values()
+        other = next((p for p in [*self.places.values(), *self._joining.values()]
                       if p.key[0] == key[0] and p.profile == profile and p.key != key), None)
         if other is not None:
             where = f"server '{other.key[1]}'" if other.key[1] else "your default server"
