@@ -147,3 +147,41 @@ async def test_removal_and_expiry_end_the_wait_with_a_sentence(line):
     await join(line, "carol")
     with pytest.raises(LineLeft, match="expired: no GPU freed within 0.1 s"):
         await line.wait_turn(("carol", ""), lambda _: None)
+
+
+def test_the_wait_button_picks_its_profile_and_asks_to_wait():
+    from hub_ext.spawn_page import SpawnPage
+
+    form = {"profile": ["cpu"], "gpuhub_wait": ["pytorch"], "pytorch--gpus": ["2"]}
+    assert SpawnPage().options_from_form(form) == {"profile": "pytorch", "wait": True,
+                                                   "gpus": "2"}
+    assert SpawnPage().options_from_form({"profile": ["cpu"]}) == {"profile": "cpu"}
+
+
+def test_line_config_gives_its_service_a_private_token_and_only_server_scopes(tmp_path):
+    import stat
+
+    from traitlets.config import Config
+
+    from hub_ext.config import Settings
+    from hub_ext.line.hubconfig import LINE_SERVICE, apply_line_config
+
+    settings = Settings(state_dir=tmp_path, line_max_wait=600, line_backfill_age=0)
+    c = Config()
+    apply_line_config(c, settings)
+    token_file = tmp_path / "gpuhub-line-token"
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert c.Line.api_token == token_file.read_text().strip()
+    assert (c.Line.max_wait, c.Line.backfill_age, c.Line.fair_share_days) == (600, 0, 0)
+    [service] = [s for s in c.JupyterHub.services if s["name"] == LINE_SERVICE]
+    [role] = [r for r in c.JupyterHub.load_roles if r["services"] == [LINE_SERVICE]]
+    assert role["scopes"] == ["servers", "read:users:name"]
+    apply_line_config(c, settings)  # the same token across restarts
+    assert c.Line.api_token == service["api_token"]
+
+
+@pytest.mark.parametrize("trait, value", [("max_wait", 0), ("backfill_age", -1),
+                                          ("fair_share_days", -2)])
+def test_line_settings_are_checked(trait, value):
+    with pytest.raises(ValueError, match=f"c.Line.{trait}"):
+        Line(**{trait: value})
