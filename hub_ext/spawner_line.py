@@ -34,6 +34,7 @@ from tornado import web
 from traitlets.config import LoggingConfigurable
 
 from . import metrics
+from .choice import wants_wait
 from .line import LineLeft, LineRefused
 from .line.core import utcnow
 from .line.resume import ensure_keeper
@@ -43,13 +44,6 @@ from .pool_line import attach_line
 
 #: notices topic of the line's messages on the home page
 TOPIC = "line"
-
-
-def wants_wait(value) -> bool:
-    """``user_options["wait"]``: true, "1", "true", "on", "yes" ask to wait in line."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "on", "yes")
-    return value is True or value == 1
 
 
 class LineSpawner(LoggingConfigurable):
@@ -84,7 +78,7 @@ class LineSpawner(LoggingConfigurable):
             return contextlib.nullcontext()
         return asyncio.timeout(self._start_timeout)
 
-    def _refuse(self, reason: str, message: str, status: int = 409):
+    def _refuse_gpus(self, reason: str, message: str, status: int = 409):
         metrics.SPAWNS_REFUSED.labels(reason=reason).inc()
         self.log.warning("Refusing spawn of %s (%s): %s", self._log_name, reason, message)
         return web.HTTPError(status, message)
@@ -108,9 +102,9 @@ class LineSpawner(LoggingConfigurable):
                 return False
             except AllocationRefused as e:
                 if e.reason != "no_gpu_free" or not self.wait_requested:
-                    raise self._refuse(e.reason, e.message) from e
+                    raise self._refuse_gpus(e.reason, e.message) from e
         elif not requeued and not self.wait_requested:
-            raise self._refuse("line", f"No GPU free: {ahead} member(s) already wait in line "
+            raise self._refuse_gpus("line", f"No GPU free: {ahead} member(s) already wait in line "
                                f"for {what}. Choose \"Wait for a GPU\" to join them, or try "
                                "the CPU profile.")
         try:
@@ -122,12 +116,12 @@ class LineSpawner(LoggingConfigurable):
                               count=count, user_options=dict(self.user_options or {}),
                               share_hours=self._share_hours(line))
         except LineRefused as e:
-            raise self._refuse(e.reason, e.message) from e
+            raise self._refuse_gpus(e.reason, e.message) from e
         notices().withdraw(key.user, key.server, TOPIC)
         try:
             self.allocation = await line.wait_turn(key, self._show_place)
         except LineLeft as e:
-            raise self._refuse(f"line_{e.reason}", e.message) from e
+            raise self._refuse_gpus(f"line_{e.reason}", e.message) from e
         self.line_wait = max(0.0, utcnow() - place.queued_at)
         self.emit(20, f"Your turn came after {self.line_wait / 60:.0f} min in line: "
                       f"{what} reserved for you alone: {', '.join(self.allocation.uuids)}")
@@ -143,7 +137,7 @@ class LineSpawner(LoggingConfigurable):
         if limit:
             held = self.pool.held_by(self.user.name) + line.queued_units(self.user.name)
             if held + count > limit:
-                raise self._refuse(
+                raise self._refuse_gpus(
                     "user_limit", f"You already hold or wait for {held} GPU(s) and each "
                     f"member may hold {limit}. Leave the line or stop another server first.")
 

@@ -150,12 +150,12 @@ async def test_removal_and_expiry_end_the_wait_with_a_sentence(line):
 
 
 def test_the_wait_button_picks_its_profile_and_asks_to_wait():
-    from hub_ext.spawn_page import SpawnPage
+    from hub_ext.choice import ProfileChoice
 
     form = {"profile": ["cpu"], "gpuhub_wait": ["pytorch"], "pytorch--gpus": ["2"]}
-    assert SpawnPage().options_from_form(form) == {"profile": "pytorch", "wait": True,
-                                                   "gpus": "2"}
-    assert SpawnPage().options_from_form({"profile": ["cpu"]}) == {"profile": "cpu"}
+    assert ProfileChoice().options_from_form(form) == {"profile": "pytorch", "wait": True,
+                                                       "gpus": "2"}
+    assert ProfileChoice().options_from_form({"profile": ["cpu"]}) == {"profile": "cpu"}
 
 
 def test_line_config_gives_its_service_a_private_token_and_only_server_scopes(tmp_path):
