@@ -5,7 +5,9 @@
   holding it (user, server, profile, since when) and a button that stops that server
   through JupyterHub's own REST API (``DELETE /hub/api/users/<name>/server``), so the stop
   takes the usual path: pro rata credit refund, GPU back to the pool.  Unhealthy devices
-  and processes outside the hub have their rows too.  The page refreshes itself from:
+  and processes outside the hub have their rows too.  Below, the line of members waiting
+  for a GPU (member, profile, waiting since, position), with buttons that remove a place or
+  move it to the front (:mod:`hub_ext.line.handlers`).  The page refreshes itself from:
 - ``GET /hub/api/gpuhub/gpus``: the same data as JSON, for scripts.
 
 Both need the custom scope ``custom:gpuhub:gpus:read`` (JupyterHub 3+ custom scopes);
@@ -123,7 +125,20 @@ async def board_model(handler) -> dict:
         "checked_at": _iso(datetime.now(UTC)),
         "devices": board(devices, pool.holder, culler.activity.last_busy, culler.server_view,
                          handler.hub.base_url),
+        "line": line_rows(handler),
     }
+
+
+def line_rows(handler) -> list[dict]:
+    """The line, in order, with the URLs of its actions (remove, move to front)."""
+    from .line.handlers import the_line
+
+    rows = []
+    for place in the_line(handler).describe_all():
+        url = (f"{handler.hub.base_url}api/gpuhub/line/{quote(place['user'], safe='')}/"
+               f"{quote(place['server'], safe='')}")
+        rows.append({**place, "remove_url": url, "front_url": url + "/front"})
+    return rows
 
 
 def _require_scope(handler) -> None:

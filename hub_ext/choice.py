@@ -40,7 +40,7 @@ from .profiles import (
     visible_profiles,
 )
 
-__all__ = ["ProfileChoice", "guard_stored_options", "json_size"]
+__all__ = ["ProfileChoice", "guard_stored_options", "json_size", "wants_wait"]
 
 
 def json_size(value) -> int:
@@ -56,6 +56,14 @@ def too_large(size: int, limit: int) -> str:
     return (f"Your choices are too large ({size} bytes; at most {limit}). Pick a profile on "
             "the spawn page.")
 
+
+
+def wants_wait(value) -> bool:
+    """``user_options["wait"]``: true, 1, "1", "true", "on", "yes" ask to wait in line for
+    a GPU (:mod:`hub_ext.spawner_line`); anything else does not."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "on", "yes")
+    return value is True or value == 1
 
 class _StoredOptions:
     """What :func:`guard_stored_options` keeps: one limit and log for the hub process."""
@@ -128,7 +136,9 @@ class ProfileChoice(LoggingConfigurable):
         self._accepted_choice = copy.deepcopy(stored) if isinstance(stored, dict) else {}
 
     def options_from_form(self, formdata):
-        """Form fields -> ``user_options``: ``profile`` and ``<profile>--<option>`` fields.
+        """Form fields -> ``user_options``: ``profile`` and ``<profile>--<option>`` fields;
+        the "Wait for a GPU" button (``gpuhub_wait=<profile>``) picks its profile and adds
+        ``wait: true``.
 
         Raises ``HTTPError(413)`` when the fields are larger than ``user_options_max_bytes``
         (JupyterHub's spawn page shows the message above the form).
@@ -140,6 +150,9 @@ class ProfileChoice(LoggingConfigurable):
             raise web.HTTPError(413, too_large(size, self.user_options_max_bytes))
         options = {}
         profile = formdata.get("profile", [None])[0]
+        wait_for = formdata.get("gpuhub_wait", [None])[0]
+        if wait_for:  # the card's "Wait for a GPU" button
+            profile, options["wait"] = wait_for, True
         if profile is not None:
             options["profile"] = profile
             prefix = f"{profile}--"
@@ -177,15 +190,21 @@ class ProfileChoice(LoggingConfigurable):
         if size > self.user_options_max_bytes:
             self._refuse(413, too_large(size, self.user_options_max_bytes))
         visible, everything = await self.get_profiles()
+        options = self.user_options
+        self.wait_requested = False
+        if isinstance(options, dict) and "wait" in options:  # hub_ext.spawner_line
+            options = dict(options)
+            self.wait_requested = wants_wait(options.pop("wait"))
         if not everything:
-            self.profile_slug = ""
+            self.profile_slug = self.profile_name = ""
             return
         try:
-            selection = select_profile(visible, self.user_options, everything)
+            selection = select_profile(visible, options, everything)
         except ProfileError as e:
             self._refuse(400, str(e))
         apply_overrides(self, profile_overrides(selection))
         self.profile_slug = selection.slug
+        self.profile_name = selection.profile.get("display_name") or selection.slug
         self._accepted_choice = {"profile": selection.slug, **selection.choices}
         self._keep_choice(self._accepted_choice)
         self.log.info("%s uses profile %s %s", self._log_name, selection.slug,

@@ -547,7 +547,8 @@ class Culler(SingletonConfigurable):
             spawner, runs.open_run, username=watched.key.user, server_name=watched.key.server,
             profile=watched.profile, groups=[g.name for g in getattr(spawner.user, "groups", [])],
             devices=list(allocation.uuids) if allocation is not None else [],
-            started_at=watched.started_at, credits_run=_credits_run(spawner))
+            started_at=watched.started_at, credits_run=_credits_run(spawner),
+            line_wait=getattr(spawner, "line_wait", None))
 
     def _db_write(self, spawner, write, *args, **kwargs):
         db = getattr(spawner, "db", None)

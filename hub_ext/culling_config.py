@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from .culler_arbiter import CONFIG_TEXT, ENV, ProfileIdleLimits
+from .services import add_service
 
 SERVICE_NAME = "idle-culler"
 ROLE_NAME = "idle-culler"
@@ -108,12 +109,8 @@ def apply_culling_config(c, settings, profiles: list[dict]) -> None:
     service = culler_service(settings, profiles)
     if service is None:
         return
-    services = list(c.JupyterHub.services) if "services" in c.JupyterHub else []
-    c.JupyterHub.services = [s for s in services if s.get("name") != SERVICE_NAME] + [service]
-    roles = list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
-    c.JupyterHub.load_roles = [r for r in roles if r.get("name") != ROLE_NAME] + [{
+    add_service(c, service, {
         "name": ROLE_NAME,
         "description": "jupyterhub-idle-culler: list servers and their activity, stop them",
         "scopes": list(SCOPES),
-        "services": [SERVICE_NAME],
-    }]
+    })

@@ -18,6 +18,7 @@ from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
 
 from .admin import handlers as admin_handlers
+from .line.handlers import handlers as line_handlers
 from .pool import GPUPool
 
 
@@ -45,12 +46,13 @@ class AvailabilityHandler(APIHandler):
             for card in await spawner.profile_cards(visible):
                 model["profiles"][card["slug"]] = {
                     key: card[key] for key in ("gpus", "mig_profile", "free", "total",
-                                               "available", "why_not", "credits_per_hour",
-                                               "choices")
+                                               "available", "why_not", "can_wait",
+                                               "credits_per_hour", "choices")
                 }
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.write(json.dumps(model))
 
 
-handlers = [(r"/api/gpuhub/availability", AvailabilityHandler), *admin_handlers]
+handlers = [(r"/api/gpuhub/availability", AvailabilityHandler), *admin_handlers,
+            *line_handlers]

@@ -1,10 +1,10 @@
-"""Prometheus metrics of the GPU pool, the credits hook and culling.
+"""Prometheus metrics of the GPU pool, the line, the credits hook and culling.
 
 They are registered in prometheus_client's default registry, which JupyterHub serves at
 ``/hub/metrics`` (JupyterHub docs, "Monitoring"), so no endpoint of our own is needed.
 """
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 GPUS = Gauge(
     "gpuhub_gpus",
@@ -30,4 +30,18 @@ CULLS = Counter(
     "Servers stopped by culling, by reason: idle (no activity; jupyterhub-idle-culler), "
     "idle_gpu (GPUs idle past the profile's gpu_idle_timeout), max_age",
     ["reason"],
+)
+
+LINE_LENGTH = Gauge(
+    "gpuhub_line_length",
+    "Places in the line of members waiting for a GPU, by profile",
+    ["profile"],
+)
+
+LINE_WAIT = Histogram(
+    "gpuhub_line_wait_seconds",
+    "Seconds a member waited in line before their turn came (the server then starts), "
+    "by profile",
+    ["profile"],
+    buckets=(10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, float("inf")),
 )

@@ -197,6 +197,8 @@ class GPUPool(SingletonConfigurable):
         self._reconciler: asyncio.Task | None = None
         self._version = 0  # bumped on every allocation change
         self._free_cache: dict = {}
+        #: called with each released Allocation (see :meth:`release`)
+        self.on_release: list = []
 
     def ensure_reconciler(self, client_factory, hub_id: str) -> None:
         """Start the periodic reconciliation (once per hub process; needs a running loop)."""
@@ -312,7 +314,13 @@ class GPUPool(SingletonConfigurable):
                 "The GPUs of this node cannot be read right now. Try the CPU profile, "
                 "or ask an admin to check the GPU driver.",
             ) from e
-        # From here to the end: no await, so the check and the record are atomic.
+        return self.take(devices, owner, count, mig_profile=mig_profile, profile=profile)
+
+    def take(self, devices: list[Device], owner: ServerKey, count: int = 1, *,
+             mig_profile: str | None = None, profile: str = "") -> Allocation:
+        """:meth:`allocate` on an inventory read already made, without yielding to the
+        event loop (so the check and the record are atomic).  The line's grants use it
+        (:mod:`hub_ext.pool_line`).  Raises :class:`AllocationRefused`."""
         existing = self.allocations.get(owner)
         if existing is not None:
             if len(existing.uuids) == count:
@@ -322,9 +330,7 @@ class GPUPool(SingletonConfigurable):
                 return existing
             self.release(owner)
         if self.max_gpus_per_user:
-            held_by_user = sum(
-                len(a.uuids) for a in self.allocations.values() if a.owner.user == owner.user
-            )
+            held_by_user = self.held_by(owner.user)
             if held_by_user + count > self.max_gpus_per_user:
                 metrics.ALLOCATIONS_REFUSED.labels(reason="user_limit").inc()
                 raise AllocationRefused(
@@ -367,11 +373,27 @@ class GPUPool(SingletonConfigurable):
                 f"of {len(units)} are free. Try a smaller profile or come back later.")
 
     def release(self, owner: ServerKey) -> Allocation | None:
-        """Give back what ``owner`` holds.  Idempotent: releasing twice returns None."""
+        """Give back what ``owner`` holds.  Idempotent: releasing twice returns None.
+
+        The listeners in ``on_release`` (the line, which hands the freed units to its
+        head) are called before this returns, with no await in between."""
         allocation = self.allocations.pop(owner, None)
         if allocation is not None:
             self._update_metrics()
+            for listener in list(self.on_release):
+                try:
+                    listener(allocation)
+                except Exception:  # noqa: BLE001 - a release never fails
+                    self.log.exception("A release listener failed for %s", owner)
         return allocation
+
+    def held_by(self, user: str) -> int:
+        """Units ``user`` holds across all their servers."""
+        return sum(len(a.uuids) for a in self.allocations.values() if a.owner.user == user)
+
+    def free_count(self, mig_profile: str | None = None) -> int:
+        """Units of this kind free by the last inventory read (no NVML call)."""
+        return len(self._free_units(self._devices, mig_profile))
 
     def disown(self, owner: ServerKey) -> Allocation | None:
         """Keep ``owner``'s devices busy as held by a container the hub no longer runs

@@ -11,6 +11,8 @@ Rows are written by :class:`hub_ext.culling.Culler`, which watches every server'
 UTC, JupyterHub's convention for its own timestamps.  ``credits_run`` is the credits
 meter's id of the run (``server_id`` in the metadata of its ledger debits,
 :mod:`hub_ext.credits.metering`), which joins a run to what it was charged.
+``line_wait_s`` is set when the start came from the line (:mod:`hub_ext.line`): the
+seconds the member waited for their turn.
 
 Stop reasons: ``stopped`` (by the member, an admin or the API), ``idle`` (no activity,
 jupyterhub-idle-culler), ``idle_gpu`` (GPUs idle), ``max_age``, ``credits`` (credits ran
@@ -21,9 +23,21 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import JSON, DateTime, Integer, String, UniqueConstraint, select
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Float,
+    Integer,
+    String,
+    UniqueConstraint,
+    inspect,
+    select,
+    text,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from .hubdb import ensure_tables
 
 __all__ = [
     "ServerRun",
@@ -61,6 +75,8 @@ class ServerRun(Base):
     stopped_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     stop_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
     credits_run: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    #: seconds the server waited in line before it started; None: it started at once
+    line_wait_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     @property
     def gpus(self) -> int:
@@ -74,22 +90,25 @@ def naive_utc(when: datetime) -> datetime:
     return when.astimezone(UTC).replace(tzinfo=None)
 
 
-_created: set[str] = set()
+def _add_line_wait(engine) -> None:
+    """A table made before the line existed lacks ``line_wait_s``: add it."""
+    columns = {c["name"] for c in inspect(engine).get_columns(ServerRun.__tablename__)}
+    if "line_wait_s" not in columns:
+        with engine.begin() as conn:
+            conn.execute(text(f"ALTER TABLE {ServerRun.__tablename__} "
+                              "ADD COLUMN line_wait_s FLOAT"))
 
 
 def ensure_table(session: Session) -> None:
     """Create ``gpuhub_server_runs`` if the database lacks it (once per process and URL)."""
-    bind = session.get_bind()
-    key = str(bind.engine.url)
-    if key not in _created:
-        Base.metadata.create_all(bind.engine, checkfirst=True)
-        _created.add(key)
+    ensure_tables(session, Base.metadata, _add_line_wait)
 
 
 def open_run(session: Session, *, username: str, server_name: str, profile: str,
              groups: list[str], devices: list[str], started_at: datetime,
-             credits_run: str | None = None) -> int:
-    """Record that a run began; returns its id.  Commits.
+             credits_run: str | None = None, line_wait: float | None = None) -> int:
+    """Record that a run began; returns its id.  Commits.  ``line_wait``: seconds it
+    waited in line first (None: it started at once).
 
     Idempotent: a second call for the same (user, server, start) returns the first row's id.
     """
@@ -97,7 +116,7 @@ def open_run(session: Session, *, username: str, server_name: str, profile: str,
     started = naive_utc(started_at)
     run = ServerRun(username=username, server_name=server_name, profile=profile,
                     groups=sorted(groups), devices=list(devices), started_at=started,
-                    credits_run=credits_run)
+                    credits_run=credits_run, line_wait_s=line_wait)
     session.add(run)
     try:
         session.commit()

@@ -79,6 +79,7 @@ class SpawnPage(LoggingConfigurable):
                 "simulated": card["simulated"],
                 "available": available,
                 "why_not": "" if available else card["why_not"],
+                "can_wait": not available and card["can_wait"],
                 "credits_per_hour": card["credits_per_hour"],
                 "limits": limits_text(card["overrides"].get("mem_limit"),
                                       card["overrides"].get("cpu_limit")),
@@ -89,19 +90,25 @@ class SpawnPage(LoggingConfigurable):
 
     async def _assess(self, options: dict, profile: dict, devices: list) -> dict:
         """Can ``options`` (trusted: built by the page itself) start now?  The overrides,
-        the GPU request, the free count and ``why_not`` (``""`` when it can)."""
+        the GPU request, the free count, ``why_not`` (``""`` when it can) and ``can_wait``
+        (no GPU free, or members already waiting, and nothing else in the way: the member
+        may wait in line)."""
         overrides = profile_overrides(select_profile([profile], options))
         count, mig = gpu_request(overrides.get("gpus", self._configured["gpus"]))
         summary = self.pool.summary(devices, mig_profile=mig)
         price = float(overrides.get("credits_per_hour", 0) or 0)
-        why_not = "" if count == 0 or summary.free >= count else (
-            self.pool.refusal_message(devices, count, mig))
-        if not why_not:
-            why_not = await self._hooks_why_not(price)
+        waiting = self.line().waiting(mig or "gpu") if count else 0
+        why_not = ""
+        if count and summary.free < count:
+            why_not = self.pool.refusal_message(devices, count, mig)
+        elif waiting:
+            why_not = f"No GPU free: {waiting} member(s) already wait in line for it."
+        cannot_pay = await self._hooks_why_not(price)
         return {"overrides": overrides, "gpus": count, "mig_profile": mig,
                 "free": summary.free, "total": summary.total,
                 "simulated": summary.kind == "simulated", "credits_per_hour": price,
-                "why_not": why_not}
+                "why_not": why_not or cannot_pay,
+                "can_wait": bool(why_not and summary.total and not cannot_pay)}
 
     async def _hooks_why_not(self, credits_per_hour: float) -> str:
         """The first hook's reason why a profile of this price cannot start now, or ``""``."""

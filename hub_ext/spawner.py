@@ -7,9 +7,11 @@ A start runs in this order (each step yields a ``progress()`` event):
    overrides;
 2. ask the hooks whether the start may go on at all (:meth:`GPUDockerSpawner.check_hooks`:
    the credits hook refuses a balance below the first interval with HTTP 402), before
-   anything is reserved;
-3. reserve the profile's GPUs from :class:`hub_ext.pool.GPUPool` (refused at once with
-   HTTP 409 and a sentence a member understands when none is free);
+   anything is reserved or any place in the line taken;
+3. reserve the profile's GPUs from :class:`hub_ext.pool.GPUPool`: refused at once with
+   HTTP 409 and a sentence a member understands when none is free, or, when the member
+   asked to wait (``user_options["wait"]``), a wait in line for them
+   (:mod:`hub_ext.spawner_line`, :mod:`hub_ext.line`);
 4. run the pre-start hooks (:attr:`GPUDockerSpawner.before_container_hooks`, e.g. the
    credits debit), each with an undo for a failed start;
 5. create and start the container with a Docker ``DeviceRequest`` for exactly the
@@ -25,12 +27,13 @@ failed start and may call it twice (JupyterHub docs, "Spawners").
 The allocation lives in spawner state (versioned) and in container labels, so a hub
 restart rebuilds it (:mod:`hub_ext.reconcile`).
 
-Three parts live in modules of their own, mixed into the class (their traits are set as
+Four parts live in modules of their own, mixed into the class (their traits are set as
 ``c.GPUDockerSpawner.<trait>`` all the same): the member's choice (:mod:`hub_ext.choice`:
 the profile list, ``user_options`` validated and kept small, the form's fields), the
 container a member lives in (:mod:`hub_ext.container`: workspace, datasets, uid, limits,
-labels, the device request) and the spawn page (:mod:`hub_ext.spawn_page`: the profile
-cards).
+labels, the device request), the spawn page (:mod:`hub_ext.spawn_page`: the profile
+cards) and the reservation of the GPUs, at once or after a wait in line
+(:mod:`hub_ext.spawner_line`).
 """
 
 from __future__ import annotations
@@ -57,18 +60,20 @@ from traitlets import (
     validate,
 )
 
-from . import metrics
 from .choice import ProfileChoice
 from .container import LABEL_PREFIX, MemberContainer
 from .hooks import PENDING, check_before_reserve, resolve_hooks
-from .pool import AllocationRefused, GPUPool, ServerKey
+from .notices import notices
+from .pool import GPUPool, ServerKey
 from .profiles import gpu_request
 from .spawn_page import SpawnPage
+from .spawner_line import TOPIC as LINE_TOPIC
+from .spawner_line import LineSpawner
 
 STATE_VERSION = 1
 
 
-class GPUDockerSpawner(SpawnPage, MemberContainer, ProfileChoice, DockerSpawner):
+class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, ProfileChoice, DockerSpawner):
     """A DockerSpawner that gives each server exclusive GPUs and a chosen profile."""
 
     gpus = Union(
@@ -218,6 +223,8 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, ProfileChoice, DockerSpawner)
         self.pool = GPUPool.instance(config=self.config)
         self.allocation = None
         self.profile_slug = ""
+        self.profile_name = ""
+        self._start_timeout = self.start_timeout  # configured; a wait in line adds to it
         self._configured = {name: copy.deepcopy(getattr(self, name))
                             for name in self._overridable}
         self._events: list[dict] = []
@@ -226,6 +233,8 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, ProfileChoice, DockerSpawner)
         self._container_may_live = False  # a failed stop left the container behind
         self._labels_read = False  # poll() looked at the container's labels
         self.pool.ensure_reconciler(lambda: self.client, self.hub_id)
+        if self._db() is not None:
+            self.line()  # the places kept from before a restart count from the start
 
     @property
     def hooks(self) -> list:
@@ -290,22 +299,26 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, ProfileChoice, DockerSpawner)
         await self.check_hooks()
         count, mig = gpu_request(self.gpus)
         self.allocation = None
+        self.line_wait = None
+        waited = False
         if count:
             unit = f"{mig} GPU slice" if mig else "GPU"
             what = f"{count} {unit}{'s' if count > 1 else ''}"
-            self.emit(10, f"Reserving {what}")
-            try:
-                self.allocation = await self.pool.allocate(
-                    self.server_key, count, mig_profile=mig, profile=self.profile_slug
-                )
-            except AllocationRefused as e:
-                metrics.SPAWNS_REFUSED.labels(reason=e.reason).inc()
-                self.log.warning("Refusing spawn of %s (%s): %s", self._log_name, e.reason,
-                                 e.message)
-                raise web.HTTPError(409, e.message) from e
-            self.log.info("%s holds GPU(s) %s", self._log_name,
-                          ",".join(self.allocation.uuids))
-            self.emit(20, f"Reserved {what} for you alone: {', '.join(self.allocation.uuids)}")
+            waited = await self.reserve_gpus(count, mig, what)
+            self.log.info("%s holds GPU(s) %s%s", self._log_name,
+                          ",".join(self.allocation.uuids), " after a wait in line" * waited)
+            if not waited:
+                self.emit(20, f"Reserved {what} for you alone: "
+                              f"{', '.join(self.allocation.uuids)}")
+        try:
+            async with self.timed_rest(waited):
+                return await self._start_container(container)
+        finally:
+            if waited:
+                self.line().forget(self.server_key)
+
+    async def _start_container(self, container):
+        """Steps 3 to 5, with the GPUs reserved; undone on failure."""
         done_hooks = []
         try:
             for hook in self.hooks:
@@ -489,6 +502,7 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, ProfileChoice, DockerSpawner)
         finally:
             self.hook_state = {}
             self.release_gpus("stopped")
+            notices().withdraw(self.user.name, self.name or "", LINE_TOPIC)
 
     async def _container_exists(self) -> bool:
         """Whether Docker still has this server's container (True when it cannot tell)."""

@@ -14,6 +14,9 @@ Two sources, joined by the credits meter's run id:
 - the credits ledger (the Credits API, read with the hub's or the admin token): *credits*
   are the run's debits made in the period, less their refunds made in the period.
 
+*Line starts* are the runs that began in the period after a wait in line
+(:mod:`hub_ext.line`), and *average wait* their mean wait in minutes (``-`` when none).
+
 A run counts for its user, and for each group its user was in when it started (so group
 rows can add up to more than the users').  Settings come from the hub's environment
 (``GPUHUB_STATE_DIR``, ``GPUHUB_DB_URL``, ``GPUHUB_CREDITS*``); with credits off, or a
@@ -41,12 +44,20 @@ __all__ = ["UsageRow", "add_arguments", "credits_by_run", "gpu_seconds", "summar
 
 @dataclass
 class UsageRow:
-    """One line of the report: a user or a group.  Hours of GPU time; credits or None."""
+    """One line of the report: a user or a group.  Hours of GPU time; credits or None;
+    starts that came from the line and their summed wait in seconds."""
 
     name: str
     servers: int = 0
     gpu_hours: float = 0.0
     credits: Decimal | None = None
+    line_starts: int = 0
+    line_wait_s: float = 0.0
+
+    @property
+    def average_wait(self) -> str:
+        """Mean wait in line in minutes ("12.5"), or "-" when no start came from it."""
+        return f"{self.line_wait_s / self.line_starts / 60:.1f}" if self.line_starts else "-"
 
 
 def gpu_seconds(run: ServerRun, since: datetime, until: datetime) -> float:
@@ -88,6 +99,8 @@ def summarise(runs: Iterable[ServerRun], charged: dict[str, Decimal] | None, sin
     ``charged`` is :func:`credits_by_run`'s result, or None when the ledger was not read.
     Raises ValueError for another ``by``.
     """
+    from .runs import naive_utc
+
     if by not in ("user", "group"):
         raise ValueError(f"--by {by!r}: use 'user' or 'group'")
     rows: dict[str, UsageRow] = {}
@@ -100,6 +113,9 @@ def summarise(runs: Iterable[ServerRun], charged: dict[str, Decimal] | None, sin
             row.gpu_hours += gpu_seconds(run, since, until) / 3600
             if charged is not None and run.credits_run:
                 row.credits += charged.get(run.credits_run, Decimal("0.00"))
+            if run.line_wait_s is not None and naive_utc(since) <= run.started_at:
+                row.line_starts += 1
+                row.line_wait_s += run.line_wait_s
     return [rows[name] for name in sorted(rows)]
 
 
@@ -162,15 +178,18 @@ def _print(rows: list[UsageRow], by: str, as_csv: bool, out) -> None:
 
     if as_csv:
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow([by, "servers", "gpu_hours", "credits"])
+        writer.writerow([by, "servers", "gpu_hours", "credits", "line_starts",
+                         "average_wait_min"])
         for row in rows:
-            writer.writerow([row.name, row.servers, f"{row.gpu_hours:.2f}", credits(row)])
+            writer.writerow([row.name, row.servers, f"{row.gpu_hours:.2f}", credits(row),
+                             row.line_starts, row.average_wait])
         return
     width = max([len(by), *(len(r.name) for r in rows)])
-    print(f"{by.upper():<{width}}  {'SERVERS':>7}  {'GPU-HOURS':>9}  {'CREDITS':>9}", file=out)
+    print(f"{by.upper():<{width}}  {'SERVERS':>7}  {'GPU-HOURS':>9}  {'CREDITS':>9}  "
+          f"{'LINE STARTS':>11}  {'AVG WAIT MIN':>12}", file=out)
     for row in rows:
         print(f"{row.name:<{width}}  {row.servers:>7}  {row.gpu_hours:>9.2f}  "
-              f"{credits(row):>9}", file=out)
+              f"{credits(row):>9}  {row.line_starts:>11}  {row.average_wait:>12}", file=out)
 
 
 def usage(args) -> int:

@@ -113,9 +113,11 @@ async def test_idle_gpu_server_is_culled_and_the_member_told_why(
     period = ["--since", time.strftime("%Y-%m-%d", time.gmtime(clock.start - 86400)),
               "--until", time.strftime("%Y-%m-%d", time.gmtime(clock.start + 2 * 86400))]
     assert usage(hub, *period, "--csv").splitlines() == [
-        "user,servers,gpu_hours,credits", f"{member},1,0.75,3.01"]
+        "user,servers,gpu_hours,credits,line_starts,average_wait_min",
+        f"{member},1,0.75,3.01,0,-"]
     by_group = usage(hub, *period, "--by", "group", "--csv").splitlines()
-    assert by_group == ["group,servers,gpu_hours,credits", "gpu-members,1,0.75,3.01"]
+    assert by_group == ["group,servers,gpu_hours,credits,line_starts,average_wait_min",
+                        "gpu-members,1,0.75,3.01,0,-"]
 
 
 async def test_busy_gpu_server_is_never_culled_as_idle(culling_hub, clock, ledger_admin, member):

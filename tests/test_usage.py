@@ -38,10 +38,38 @@ def db(request, hub_db):
 
 
 def start(db, user="alice", server="", devices=("GPU-0",), hours=0.0, groups=("ml101",),
-          credits_run=None) -> int:
+          credits_run=None, line_wait=None) -> int:
     return runs.open_run(db, username=user, server_name=server, profile="gpu",
                          groups=list(groups), devices=list(devices), started_at=at(hours),
-                         credits_run=credits_run)
+                         credits_run=credits_run, line_wait=line_wait)
+
+
+def test_starts_from_the_line_are_counted_with_their_wait(db):
+    start(db, user="alice", line_wait=600)
+    start(db, user="alice", server="b", hours=1, line_wait=1200)
+    start(db, user="alice", server="c", hours=2)
+    start(db, user="bob", hours=-1, line_wait=60)  # began before the period
+    [alice, bob] = summarise(runs.runs_overlapping(db, at(0)), None, at(0), at(24), "user")
+    assert (alice.line_starts, alice.average_wait) == (2, "15.0")
+    assert (bob.line_starts, bob.average_wait) == (0, "-")
+
+
+def test_a_runs_table_from_before_the_line_gains_its_column(tmp_path):
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.orm import Session
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'old.sqlite'}")
+    with engine.begin() as conn:
+        conn.execute(text(
+            "CREATE TABLE gpuhub_server_runs (id INTEGER PRIMARY KEY, username VARCHAR(255), "
+            "server_name VARCHAR(255), profile VARCHAR(255), groups JSON, devices JSON, "
+            "started_at DATETIME, stopped_at DATETIME, stop_reason VARCHAR(32), "
+            "credits_run VARCHAR(64))"))
+    with Session(engine) as session:
+        start(session, line_wait=30)
+        [run] = runs.runs_overlapping(session, at(-1))
+        assert run.line_wait_s == 30
+    engine.dispose()
 
 
 def test_a_retried_start_records_one_run(db):
@@ -119,15 +147,16 @@ def test_report_by_user_and_by_group(db):
 
 
 def test_report_prints_a_table_or_csv():
-    rows = [UsageRow("alice", 2, 1.256, Decimal("3.01")), UsageRow("bob", 1, 0.0, None)]
+    rows = [UsageRow("alice", 2, 1.256, Decimal("3.01"), line_starts=2, line_wait_s=1500),
+            UsageRow("bob", 1, 0.0, None)]
     out = io.StringIO()
     _print(rows, "user", True, out)
-    assert out.getvalue() == ("user,servers,gpu_hours,credits\n"
-                              "alice,2,1.26,3.01\nbob,1,0.00,-\n")
+    assert out.getvalue() == ("user,servers,gpu_hours,credits,line_starts,average_wait_min\n"
+                              "alice,2,1.26,3.01,2,12.5\nbob,1,0.00,-,0,-\n")
     out = io.StringIO()
     _print(rows, "user", False, out)
     assert out.getvalue().splitlines() == [
-        "USER   SERVERS  GPU-HOURS    CREDITS",
-        "alice        2       1.26       3.01",
-        "bob          1       0.00          -",
+        "USER   SERVERS  GPU-HOURS    CREDITS  LINE STARTS  AVG WAIT MIN",
+        "alice        2       1.26       3.01            2          12.5",
+        "bob          1       0.00          -            0             -",
     ]

@@ -1,0 +1,14 @@
+"""The line of members waiting for a GPU, shared by every backend.
+
+- :mod:`hub_ext.line.order`: the rules as pure functions (order, backfill, estimate);
+- :mod:`hub_ext.line.store`: the places in the hub database;
+- :mod:`hub_ext.line.core`: :class:`Line`, the places of this hub and each one's turn;
+- :mod:`hub_ext.line.resume`: after a hub restart, the waiting spawns started again;
+- :mod:`hub_ext.line.handlers`: the member's and the admins' endpoints.
+
+A backend grants freed units to the line (Docker: :mod:`hub_ext.pool_line`).
+"""
+
+from .core import Line, LineBackend, LineLeft, LineRefused, Place
+
+__all__ = ["Line", "LineBackend", "LineLeft", "LineRefused", "Place"]

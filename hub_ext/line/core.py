@@ -1,0 +1,496 @@
+"""The line of members waiting for GPUs: places, their order, and the turn of each.
+
+One :class:`Line` per hub process (``Line.instance()``), shared by every spawner and the
+line's endpoints.  It is backend-neutral: what "free units" and "a grant" mean is asked of
+a *backend* (:class:`LineBackend`): the Docker backend's pool hands a freed GPU to the
+head of the line (:mod:`hub_ext.pool_line`); a Slurm backend, where a pending job is the
+place in line, needs none of the granting and uses the order and the sentences.
+
+A place is a pending spawn: the spawner's ``start()`` joins the line and awaits its turn
+(:meth:`Line.wait_turn`); it holds no GPU and no debit while it waits.  The places are
+mirrored in the hub database (:mod:`hub_ext.line.store`), so a restart keeps them and their
+order; :mod:`hub_ext.line.resume` starts their spawns again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+from traitlets import Float, Unicode, default, validate
+from traitlets.config import SingletonConfigurable
+
+from .. import metrics
+from . import store
+from .order import Waiting, estimate_wait, expected_left, grants, place_sentence, sort_key
+
+__all__ = ["Line", "LineBackend", "LineLeft", "LineRefused", "Place", "utcnow"]
+
+
+def pair(user: str, server: str) -> tuple[str, str]:
+    """A place's key: (user, server name), as :class:`hub_ext.pool.ServerKey` is."""
+    return (user, server)
+
+
+def utcnow() -> float:
+    """Seconds since the epoch; the one clock of the line, replaced by tests."""
+    return time.time()
+
+
+class LineRefused(Exception):
+    """A member may not join the line: ``reason`` is a metrics label (``one_per_profile``,
+    ``user_limit``, ``credits``), ``message`` a sentence for the member."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason, self.message = reason, message
+
+
+class LineLeft(Exception):
+    """A place ended without a turn: ``reason`` is ``left``, ``removed``, ``expired`` or
+    ``stopped``; ``message`` says so to the member."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason, self.message = reason, message
+
+
+class LineBackend(Protocol):
+    """What the line asks of a backend (the Docker pool, or Slurm)."""
+
+    def free_units(self, units: str) -> int:
+        """Units of this kind (``"gpu"`` or a MIG profile) free now, without waiting."""
+
+    def grant(self, place: Place) -> object | None:
+        """Take ``place.count`` units for ``place.key`` now; None when it cannot."""
+
+    def frees(self, units: str) -> list[tuple[float, int]]:
+        """(seconds until it frees, units) per running server of this kind."""
+
+
+@dataclass
+class Place:
+    """One waiting server.  ``queued_at`` in seconds since the epoch."""
+
+    key: tuple[str, str]  # (user, server name): hub_ext.pool.ServerKey
+    profile: str
+    profile_name: str
+    units: str
+    count: int
+    user_options: dict
+    queued_at: float
+    rank: float
+    front: bool = False
+    share_hours: float = 0.0
+    waiter: asyncio.Future | None = field(default=None, repr=False)
+    on_update: Callable | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, row: store.LineRow, key_type: Callable = pair) -> Place:
+        return cls(key_type(row.username, row.server_name), row.profile,
+                   row.profile_name, row.units, row.count, dict(row.user_options or {}),
+                   row.queued_epoch(), row.rank, row.front, row.share_hours)
+
+    @property
+    def unit_word(self) -> str:
+        return "GPU" if self.units == "gpu" else f"{self.units} GPU slice"
+
+
+class Line(SingletonConfigurable):
+    """The waiting places of every member, by kind of unit, in order."""
+
+    max_wait = Float(
+        3600.0,
+        config=True,
+        help="""Seconds a place is kept at most; then it expires and the member is told.
+
+            c.Line.max_wait = 2 * 3600
+        """,
+    )
+
+    fair_share_days = Float(
+        0.0,
+        config=True,
+        help="""Fair share: a member who used fewer GPU-hours in this many past days goes
+        ahead of those who used more (from the run records); 0 is first come, first served.
+
+            c.Line.fair_share_days = 7
+        """,
+    )
+
+    backfill_age = Float(
+        900.0,
+        config=True,
+        help="""Seconds a request that does not fit in the free units (2 GPUs asked, 1
+        free) lets smaller requests behind it start first; after that nobody passes it.
+        0 is strict order.
+
+            c.Line.backfill_age = 900
+        """,
+    )
+
+    update_interval = Float(
+        5.0,
+        config=True,
+        help="""Seconds between updates of a waiting member's place and estimate on the
+        progress page, and between the line's own checks for free units.
+
+            c.Line.update_interval = 5
+        """,
+    )
+
+    typical_run = Float(
+        3600.0,
+        config=True,
+        help="""Seconds a server is taken to run when its profile has no maximum age and
+        no culler timeout, for the wait estimate only.
+
+            c.Line.typical_run = 3600
+        """,
+    )
+
+    api_token = Unicode(
+        "",
+        config=True,
+        help="""Token of the hub service that starts the waiting servers again after a
+        hub restart (set by hub_ext.config from the state dir).
+
+            c.Line.api_token = open("/srv/gpuhub/line-token").read().strip()
+        """,
+    )
+
+    @validate("max_wait", "update_interval", "typical_run")
+    def _positive(self, proposal):
+        if proposal["value"] <= 0:
+            raise ValueError(f"c.Line.{proposal['trait'].name} must be a positive number of "
+                             f"seconds, got {proposal['value']!r}")
+        return proposal["value"]
+
+    @validate("fair_share_days", "backfill_age")
+    def _not_negative(self, proposal):
+        if proposal["value"] < 0:
+            raise ValueError(f"c.Line.{proposal['trait'].name} must be 0 (off) or positive, "
+                             f"got {proposal['value']!r}")
+        return proposal["value"]
+
+    @default("log")
+    def _default_log(self):
+        from traitlets import log
+
+        return log.get_logger()
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.places: dict[tuple, Place] = {}
+        self.granted: dict[tuple, Place] = {}  # granted, row kept until the start ends
+        self._joining: dict[tuple, Place] = {}  # being written to the database
+        self.db = None
+        self.writer: store.Writer | None = None
+        self.backend: LineBackend | None = None
+        self.key_type: Callable = pair
+        self._dispatching = False
+        self._last_rank = 0.0
+        self._announcing: asyncio.Handle | None = None
+        self._seen: set[str] = set()  # profiles with a line-length series
+
+    # -- the places ---------------------------------------------------------------------
+
+    def attach(self, db, backend: LineBackend | None = None, key_type: Callable = pair) -> None:
+        """Use the hub database ``db`` (a SQLAlchemy session) and ``backend``; loads the
+        places kept there on the first call (a hub restart)."""
+        if backend is not None:
+            self.backend = backend
+        if self.db is not None or db is None:
+            return
+        self.db, self.key_type = db, key_type
+        self.writer = store.Writer(db)
+        for row in store.load_rows(db):
+            place = Place.of(row, key_type)
+            self.places[place.key] = place
+        if self.places:
+            self.log.info("The line has %d place(s) kept from before the restart: %s",
+                          len(self.places), ", ".join(str(k) for k in self.ordered_keys()))
+        self._update_metrics()
+
+    def ordered(self, units: str | None = None) -> list[Place]:
+        """The places (of one kind of unit, or all), in the line's order."""
+        fair = bool(self.fair_share_days)
+        places = [p for p in self.places.values() if units is None or p.units == units]
+        return sorted(places, key=lambda p: sort_key(p.front, p.share_hours, p.rank, fair))
+
+    def ordered_keys(self) -> list:
+        return [p.key for p in self.ordered()]
+
+    def waiting(self, units: str) -> int:
+        """How many places wait for this kind of unit (those joining included)."""
+        return sum(1 for p in [*self.places.values(), *self._joining.values()]
+                   if p.units == units)
+
+    def queued_units(self, user: str) -> int:
+        """Units ``user`` waits for in all their places (those joining included)."""
+        return sum(p.count for p in [*self.places.values(), *self._joining.values()]
+                   if p.key[0] == user)
+
+    async def join(self, key, *, profile: str, profile_name: str, units: str, count: int,
+                   user_options: dict, share_hours: float = 0.0) -> Place:
+        """A place for server ``key``, at the end of the line, once it is in the hub
+        database; the same place again when it has one (a spawn started again after a
+        hub restart).
+
+        Raises :class:`LineRefused` when the member waits for this profile already.
+        """
+        place = self.places.get(key)
+        if place is not None:
+            return place
+        if key in self._joining:
+            raise LineRefused("joining", "This server is joining the line already.")
+        self.check_one_place(key, profile, profile_name)
+        rank = max((p.rank for p in [*self.places.values(), *self._joining.values()]),
+                   default=0.0) + 1
+        rank = max(rank, self._last_rank + 1)
+        self._last_rank = rank
+        place = Place(key, profile, profile_name, units, count, dict(user_options),
+                      utcnow(), rank, share_hours=share_hours)
+        # counted at once (a second join for this profile is refused), in the line only
+        # once its row is in the database: nobody is told of a place a crash could lose
+        self._joining[key] = place
+        queued_at = datetime.fromtimestamp(place.queued_at, UTC).replace(tzinfo=None)
+        try:
+            await self.writer.submit(store.insert_row, {
+                "username": key[0], "server_name": key[1], "profile": profile,
+                "profile_name": profile_name, "units": units, "count": count,
+                "user_options": place.user_options, "queued_at": queued_at, "rank": rank,
+                "share_hours": share_hours})
+        finally:
+            del self._joining[key]
+        self.places[key] = place
+        self._update_metrics()
+        self.log.info("%s joined the line for %d %s (profile %s) as %d of %d", key, count,
+                      units, profile, self.position(key), self.waiting(units))
+        return place
+
+    def check_one_place(self, key, profile: str, profile_name: str) -> None:
+        """Raise :class:`LineRefused` when ``key``'s member waits for ``profile`` with
+        another server already (one place per member per profile)."""
+        other = next((p for p in [*self.places.values(), *self._joining.values()]
+                      if p.key[0] == key[0] and p.profile == profile and p.key != key), None)
+        if other is not None:
+            where = f"server '{other.key[1]}'" if other.key[1] else "your default server"
+            raise LineRefused("one_per_profile",
+                              f"You are already in line for {profile_name} ({where}); "
+                              "each member has one place per profile.")
+
+    def position(self, key) -> int:
+        """1 for the head of its kind's line; 0 when ``key`` has no place."""
+        place = self.places.get(key)
+        if place is None:
+            return 0
+        return [p.key for p in self.ordered(place.units)].index(key) + 1
+
+    def remove(self, key, reason: str, message: str) -> Place | None:
+        """End ``key``'s place without a turn (``reason``: left, removed, expired,
+        stopped); a waiting spawn fails with :class:`LineLeft` and ``message``.  Commits;
+        idempotent."""
+        place = self.places.pop(key, None) or self.granted.pop(key, None)
+        if place is None:
+            return None
+        self._write(store.delete_row, *key)
+        if place.waiter is not None and not place.waiter.done():
+            place.waiter.set_exception(LineLeft(reason, message))
+        self.log.info("%s left the line for %s (%s)", key, place.profile, reason)
+        self._update_metrics()
+        self.dispatch()  # the place ahead is gone: backfill may start someone
+        self.announce_soon()
+        return place
+
+    def forget(self, key) -> None:
+        """A granted place's start ended (started, or failed): delete its row.  Idempotent."""
+        place = self.granted.pop(key, None)
+        if place is not None:
+            self._write(store.delete_row, *key)
+
+    def move_to_front(self, key) -> bool:
+        """Put ``key``'s place ahead of every other of its kind (an admin's choice).
+        Commits.  False when it has no place."""
+        place = self.places.get(key)
+        if place is None:
+            return False
+        ranks = [p.rank for p in self.places.values()]
+        place.front, place.rank = True, min(ranks) - 1
+        self._write(store.move_row, *key, place.rank)
+        self.log.info("%s moved to the front of the line for %s", key, place.profile)
+        self.dispatch()
+        self.announce_soon()
+        return True
+
+    def _write(self, write, *args) -> None:
+        """Mirror a change in the hub database, in the background (in order)."""
+        future = self.writer.submit(write, *args)
+        future.add_done_callback(self._written)
+
+    async def written(self) -> None:
+        """Wait until every change made so far is in the hub database."""
+        if self.writer is not None:
+            await self.writer.submit(lambda session: None)
+
+    def _written(self, future: asyncio.Future) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            self.log.error("The line could not be written to the hub database: %s",
+                           future.exception())
+
+    # -- the turn -----------------------------------------------------------------------
+
+    async def wait_turn(self, key, on_update: Callable[[dict], None]):
+        """Wait until the backend grants ``key``'s place; returns the grant.
+
+        ``on_update(self.describe(key))`` is called at once and whenever the place changes
+        (a grant ahead, a removal, and every ``update_interval`` seconds from the line's
+        keeper: the estimate and the time left).  Raises :class:`LineLeft` when the place
+        ends otherwise (left, removed, expired).  Cancelled (the member stopped the pending
+        server), the place ends too.
+        """
+        place = self.places[key]
+        place.waiter = asyncio.get_running_loop().create_future()
+        place.on_update = on_update
+        try:
+            on_update(self.describe(key))
+            self.dispatch()
+            left = place.queued_at + self.max_wait - utcnow()
+            try:
+                await asyncio.wait_for(asyncio.shield(place.waiter), max(left, 0))
+            except TimeoutError:
+                within = (f"{self.max_wait:g} s" if self.max_wait < 60
+                          else f"{self.max_wait / 60:g} min")
+                self.remove(key, "expired", f"Your place in line for {place.profile_name} "
+                            f"expired: no GPU freed within {within}. "
+                            "Try again later or pick another profile.")
+            grant = place.waiter.result()  # raises LineLeft
+        except asyncio.CancelledError:
+            place.waiter.cancel()  # nobody awaits it any more
+            if key in self.places:
+                self.remove(key, "stopped", "The pending server was stopped.")
+            raise
+        finally:
+            place.waiter = place.on_update = None
+        metrics.LINE_WAIT.labels(profile=place.profile).observe(
+            max(0.0, utcnow() - place.queued_at))
+        return grant
+
+    def dispatch(self) -> None:
+        """Grant freed units to the heads of the lines, now (no await: nobody arriving in
+        between can take them).  Called when units free, a place joins or leaves, and every
+        ``update_interval`` seconds."""
+        if self.backend is None or not self.places or self._dispatching:
+            return
+        self._dispatching = True  # a grant may release (and so dispatch) again
+        try:
+            if self._dispatch():
+                self.announce_soon()
+        finally:
+            self._dispatching = False
+        self._update_metrics()
+
+    def announce_soon(self) -> None:
+        """Tell every waiting member their new place, once the current step is over (a
+        grant is never held up by the page updates)."""
+        if self._announcing is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._announcing = loop.call_soon(self._announce)
+
+    def _announce(self, todo: list | None = None, kinds: dict | None = None) -> None:
+        """Call the waiting places' ``on_update``, 50 at a time, so that a long line
+        never holds the event loop for long."""
+        if todo is None:
+            self._announcing = None
+            todo, kinds = list(self.places.values()), {}
+        for place in todo[:50]:
+            if place.on_update is not None and place.key in self.places:
+                place.on_update(self.describe(place.key, kinds))
+        if todo[50:]:
+            asyncio.get_running_loop().call_soon(self._announce, todo[50:], kinds)
+
+    def _dispatch(self) -> bool:
+        """One pass of :meth:`dispatch`; True when anything was granted."""
+        granted_any = False
+        now = utcnow()
+        for units in {p.units for p in self.places.values()}:
+            line = self.ordered(units)
+            waiting = [Waiting(p.key, p.count, now - p.queued_at,
+                               p.waiter is not None and not p.waiter.done()) for p in line]
+            for key in grants(waiting, self.backend.free_units(units), self.backfill_age):
+                place = self.places[key]
+                grant = self.backend.grant(place)
+                if grant is None:
+                    break
+                del self.places[key]
+                self.granted[key] = place
+                place.waiter.set_result(grant)
+                granted_any = True
+                self.log.info("%s's turn: granted %s after %.1fs in line", key, grant,
+                              now - place.queued_at)
+        return granted_any
+
+    def _kind(self, units: str) -> tuple[dict, list[int], list]:
+        """One kind's line at a glance: position by key, units needed up to each
+        position, and the running servers' expected ends."""
+        line = self.ordered(units)
+        positions = {p.key: i for i, p in enumerate(line)}
+        needed, total = [], 0
+        for p in line:
+            total += p.count
+            needed.append(total)
+        frees = self.backend.frees(units) if self.backend is not None else []
+        return positions, needed, frees
+
+    def describe(self, key, kinds: dict | None = None) -> dict:
+        """The place of ``key`` for people: position, estimate (seconds or None), time
+        left (seconds) and the sentence.  ``kinds`` caches :meth:`_kind` per unit kind
+        when many places are described at once."""
+        place = self.places.get(key)
+        if place is None:
+            return {}
+        kinds = {} if kinds is None else kinds
+        if place.units not in kinds:
+            kinds[place.units] = self._kind(place.units)
+        positions, needed, frees = kinds[place.units]
+        index = positions[key]
+        estimate = estimate_wait(needed[index], frees, self.typical_run)
+        left = max(0.0, place.queued_at + self.max_wait - utcnow())
+        return {"user": key[0], "server": key[1], "profile": place.profile,
+                "profile_name": place.profile_name, "units": place.units,
+                "count": place.count, "position": index + 1, "estimate_s": estimate,
+                "left_s": left, "waiting_since": _iso(place.queued_at),
+                "front": place.front, "waiting": place.waiter is not None,
+                "sentence": place_sentence(index + 1, place.count, place.unit_word,
+                                           place.profile_name, estimate, left)}
+
+    def describe_all(self, user: str | None = None) -> list[dict]:
+        """Every place (of ``user`` when given), in order, described."""
+        kinds: dict = {}
+        return [self.describe(p.key, kinds) for p in self.ordered()
+                if user in (None, p.key[0])]
+
+    def expected_left(self, age: float, limits: dict) -> float:
+        """:func:`hub_ext.line.order.expected_left` with ``typical_run``."""
+        return expected_left(age, limits.get("max_age", 0), limits.get("idle_timeout", 0),
+                             limits.get("gpu_idle_timeout", 0), self.typical_run)
+
+    def _update_metrics(self) -> None:
+        counts: dict[str, int] = {}
+        for p in self.places.values():
+            counts[p.profile] = counts.get(p.profile, 0) + 1
+        self._seen |= set(counts)
+        for profile in self._seen:  # a line that emptied reads 0, not its last length
+            metrics.LINE_LENGTH.labels(profile=profile).set(counts.get(profile, 0))
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")

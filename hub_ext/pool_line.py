@@ -1,0 +1,74 @@
+"""The Docker backend's part of the line: the GPU pool grants freed units to its head.
+
+:class:`PoolGrants` is the :class:`hub_ext.line.LineBackend` of the pool.  The pool calls
+the line back whenever it releases an allocation (:attr:`hub_ext.pool.GPUPool.on_release`),
+in the same step and with no await in between, so the freed GPU is granted to the head of
+the line before any newcomer's spawn can run; a newcomer finds the line not empty and
+waits behind it (:meth:`hub_ext.spawner.GPUDockerSpawner.reserve_gpus`).
+
+Grants use the pool's last inventory read (no NVML call on the event loop); the line's own
+checks every ``c.Line.update_interval`` seconds pick up a device that became healthy or
+free in between.
+"""
+
+from __future__ import annotations
+
+from .line import Line, Place
+from .pool import AllocationRefused, GPUPool, ServerKey, utcnow
+
+__all__ = ["PoolGrants", "attach_line"]
+
+
+def _mig(units: str) -> str | None:
+    return None if units == "gpu" else units
+
+
+class PoolGrants:
+    """Free units, grants and the running servers' expected ends, from the pool."""
+
+    def __init__(self, pool: GPUPool, line: Line, server_limits=None):
+        self.pool, self.line = pool, line
+        #: ServerKey -> culling limits (dict of seconds) of a running server, or None
+        self.server_limits = server_limits or (lambda key: None)
+
+    def free_units(self, units: str) -> int:
+        return self.pool.free_count(_mig(units))
+
+    def grant(self, place: Place):
+        try:
+            return self.pool.take(self.pool._devices, ServerKey(*place.key), place.count,
+                                  mig_profile=_mig(place.units), profile=place.profile)
+        except AllocationRefused as e:
+            self.line.log.info("Cannot grant %s yet: %s", place.key, e.reason)
+            return None
+
+    def frees(self, units: str) -> list[tuple[float, int]]:
+        now = utcnow()
+        mig = _mig(units)
+        kinds = {d.uuid: d.mig_profile for d in self.pool._devices}
+        out = []
+        for allocation in self.pool.allocations.values():
+            if not allocation.uuids or kinds.get(allocation.uuids[0]) != mig:
+                continue
+            limits = self.server_limits(allocation.owner) or {}
+            out.append((self.line.expected_left(now - allocation.since, limits),
+                        len(allocation.uuids)))
+        return out
+
+
+def attach_line(pool: GPUPool, db) -> Line:
+    """The hub's line, attached to ``db`` and granting from ``pool`` (once per process)."""
+    line = Line.instance(config=pool.config)
+    if not isinstance(line.backend, PoolGrants):
+        from .culling import Culler
+
+        def limits(key):
+            if not Culler.initialized():
+                return None
+            view = Culler.instance().server_view(key) or {}
+            return view.get("limits")
+
+        line.backend = PoolGrants(pool, line, limits)
+        pool.on_release.append(lambda allocation: line.dispatch())
+    line.attach(db, key_type=ServerKey)
+    return line

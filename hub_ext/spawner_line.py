@@ -1,0 +1,161 @@
+"""Reserving a start's GPUs, at once or after a wait in line: a part of the spawner.
+
+:class:`LineSpawner` is mixed into :class:`hub_ext.spawner.GPUDockerSpawner` (as the spawn
+page is).  Step 2 of a start (:meth:`LineSpawner.reserve_gpus`):
+
+- GPUs free and nobody waiting for this kind of unit: the pool reserves them at once;
+- none free (or members already waiting: nobody overtakes the line), and the member did
+  not ask to wait: refused at once (HTTP 409), in plain words, as before the line existed;
+- none free and ``user_options["wait"]`` is true: after the same checks as a start (the
+  profile is one the member may use; they can pay for it: the hooks' ``before_reserve``,
+  asked by ``check_hooks`` before this step; the per-member GPU limit counting their other
+  places; one place per profile), the start joins the line
+  (:class:`hub_ext.line.Line`) and waits for its turn, holding no GPU and no debit.  The
+  progress page shows the place and the estimate, updated live.  When the turn comes the
+  pool has reserved the GPUs and the start goes on as any other (debit, container).
+
+JupyterHub wraps ``Spawner.start()`` in ``asyncio.wait_for(..., start_timeout)``, reading
+``start_timeout`` before ``start()`` runs (JupyterHub ``User.spawn``).  A start that may
+wait gets ``start_timeout`` raised by the line's ``max_wait`` in
+:meth:`run_pre_spawn_hook` (the last step before ``start()``); the line ends the wait at
+``max_wait`` itself, and the rest of the start runs under the configured
+``start_timeout``, counted from the grant.  The readiness wait (``http_timeout``) starts
+after ``start()`` returns, so the wait in line never counts against it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy.orm import object_session
+from tornado import web
+from traitlets.config import LoggingConfigurable
+
+from . import metrics
+from .choice import wants_wait
+from .line import LineLeft, LineRefused
+from .line.core import utcnow
+from .line.resume import ensure_keeper
+from .notices import notices
+from .pool import AllocationRefused
+from .pool_line import attach_line
+
+#: notices topic of the line's messages on the home page
+TOPIC = "line"
+
+
+class LineSpawner(LoggingConfigurable):
+    """Step 2 of a start: the GPUs, at once or after a wait in line."""
+
+    wait_requested = False
+    #: seconds this start waited in line (None: it did not): the run record says so
+    line_wait = None
+
+    def _db(self):
+        orm_spawner = getattr(self, "orm_spawner", None)
+        return object_session(orm_spawner) if orm_spawner is not None else None
+
+    def line(self):
+        """The hub's line, attached to the hub database and the pool."""
+        line = attach_line(self.pool, self._db())
+        if self.hub is not None and self.hub.api_url:
+            ensure_keeper(line, self.hub.api_url)
+        return line
+
+    def run_pre_spawn_hook(self):
+        """Give a start that may wait in line the time to wait (see the module doc)."""
+        self.start_timeout = self._start_timeout
+        options = self.user_options if isinstance(self.user_options, dict) else {}
+        if wants_wait(options.get("wait")) or self.server_key in self.line().places:
+            self.start_timeout = int(self._start_timeout + self.line().max_wait + 60)
+        return super().run_pre_spawn_hook()
+
+    def timed_rest(self, waited: bool):
+        """The configured ``start_timeout`` for the rest of a start that waited in line."""
+        if not waited:
+            return contextlib.nullcontext()
+        return asyncio.timeout(self._start_timeout)
+
+    def _refuse_gpus(self, reason: str, message: str, status: int = 409):
+        metrics.SPAWNS_REFUSED.labels(reason=reason).inc()
+        self.log.warning("Refusing spawn of %s (%s): %s", self._log_name, reason, message)
+        return web.HTTPError(status, message)
+
+    async def reserve_gpus(self, count: int, mig: str | None, what: str) -> bool:
+        """Reserve ``count`` units (``mig``: a MIG slice profile) into
+        ``self.allocation``; returns True when the start waited in line.
+
+        Raises ``HTTPError(409)`` (no GPU and no wait asked, a place that ended, the
+        per-member limit, one place per profile).
+        """
+        line = self.line()
+        key, units = self.server_key, mig or "gpu"
+        requeued = key in line.places  # a spawn started again after a hub restart
+        ahead = line.waiting(units) - (1 if requeued else 0)
+        self.emit(10, f"Reserving {what}")
+        if not requeued and not ahead:
+            try:
+                self.allocation = await self.pool.allocate(
+                    key, count, mig_profile=mig, profile=self.profile_slug)
+                return False
+            except AllocationRefused as e:
+                if e.reason != "no_gpu_free" or not self.wait_requested:
+                    raise self._refuse_gpus(e.reason, e.message) from e
+        elif not requeued and not self.wait_requested:
+            raise self._refuse_gpus("line", f"No GPU free: {ahead} member(s) already wait in line "
+                               f"for {what}. Choose \"Wait for a GPU\" to join them, or try "
+                               "the CPU profile.")
+        try:
+            if not requeued:
+                line.check_one_place(key, self.profile_slug, self.profile_name)
+                await self._check_may_queue(line, count)
+            place = await line.join(key, profile=self.profile_slug,
+                              profile_name=self.profile_name, units=units,
+                              count=count, user_options=dict(self.user_options or {}),
+                              share_hours=self._share_hours(line))
+        except LineRefused as e:
+            raise self._refuse_gpus(e.reason, e.message) from e
+        notices().withdraw(key.user, key.server, TOPIC)
+        try:
+            self.allocation = await line.wait_turn(key, self._show_place)
+        except LineLeft as e:
+            raise self._refuse_gpus(f"line_{e.reason}", e.message) from e
+        self.line_wait = max(0.0, utcnow() - place.queued_at)
+        self.emit(20, f"Your turn came after {self.line_wait / 60:.0f} min in line: "
+                      f"{what} reserved for you alone: {', '.join(self.allocation.uuids)}")
+        server = f"your server '{key.server}'" if key.server else "your server"
+        notices().post(key.user, key.server, TOPIC, f"Your turn in line came: {server} "
+                       f"({place.profile_name}) started after {self.line_wait / 60:.0f} min.")
+        return True
+
+    async def _check_may_queue(self, line, count: int) -> None:
+        """The per-member GPU limit, counting the GPUs of the member's places too.  (That
+        they can pay was asked before any reservation: ``check_hooks``.)"""
+        limit = self.pool.max_gpus_per_user
+        if limit:
+            held = self.pool.held_by(self.user.name) + line.queued_units(self.user.name)
+            if held + count > limit:
+                raise self._refuse_gpus(
+                    "user_limit", f"You already hold or wait for {held} GPU(s) and each "
+                    f"member may hold {limit}. Leave the line or stop another server first.")
+
+    def _share_hours(self, line) -> float:
+        """GPU-hours of this member in the last ``c.Line.fair_share_days`` (0 when off)."""
+        if not line.fair_share_days or self._db() is None:
+            return 0.0
+        from . import runs
+        from .usage import gpu_seconds
+
+        now = datetime.now(UTC)
+        since = now - timedelta(days=line.fair_share_days)
+        return sum(gpu_seconds(r, since, now) for r in runs.runs_overlapping(self._db(), since)
+                   if r.username == self.user.name) / 3600
+
+    def _show_place(self, place: dict) -> None:
+        """A waiting start's place on the progress page (only when it changed)."""
+        sentence = place.get("sentence")
+        last = self._events[-1]["message"] if self._events else ""
+        if sentence and sentence != last:
+            self.emit(5, sentence)
