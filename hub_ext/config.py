@@ -105,6 +105,15 @@ class Settings:
     GPUHUB_GPU_IDLE_TIMEOUT      seconds a server's GPUs may idle at 0%; 0: never 1800
     GPUHUB_CULL_MAX_AGE          seconds a server may run at most; 0: no limit    0
     GPUHUB_CULL_WARNING          seconds before the maximum age to warn members  900
+    GPUHUB_BACKEND               ``docker`` (this machine) or ``slurm``           docker
+    GPUHUB_SLURM_CONF            the cluster's slurm.conf (SLURM_CONF)            Slurm's own
+    GPUHUB_SLURM_PARTITION       partition of profiles that name none            Slurm's default
+    GPUHUB_SLURM_ACCOUNT         Slurm account the jobs are charged to           none
+    GPUHUB_SLURM_QOS             QoS of the jobs                                 none
+    GPUHUB_SLURM_TIME            time limit of profiles that name none           partition's
+    GPUHUB_SLURM_IMAGE_DIR       shared folder with the unpacked images           see README
+    GPUHUB_SLURM_WORKSPACE       workspace on shared storage, ``{username}``      see README
+    GPUHUB_SLURM_GPU_DEVICE      a node's GPU device file, bash, index ``$i``    /dev/nvidia$i
     ===========================  ==============================================  =========
     """
 
@@ -164,6 +173,15 @@ class Settings:
     gpu_idle_timeout: int = 1800
     cull_max_age: int = 0
     cull_warning: int = 900
+    backend: str = "docker"
+    slurm_conf: str = ""
+    slurm_partition: str = ""
+    slurm_account: str = ""
+    slurm_qos: str = ""
+    slurm_time: str = ""
+    slurm_image_dir: str = ""
+    slurm_workspace: str = ""
+    slurm_gpu_device: str = ""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -228,6 +246,12 @@ class Settings:
         s.gpu_idle_timeout = _int("GPUHUB_GPU_IDLE_TIMEOUT", s.gpu_idle_timeout)
         s.cull_max_age = _int("GPUHUB_CULL_MAX_AGE", s.cull_max_age)
         s.cull_warning = _int("GPUHUB_CULL_WARNING", s.cull_warning)
+        s.backend = _env("GPUHUB_BACKEND", s.backend).lower()
+        if s.backend not in ("docker", "slurm"):
+            raise ValueError(f"GPUHUB_BACKEND={s.backend!r}: use 'docker' or 'slurm'")
+        for name in ("conf", "partition", "account", "qos", "time", "image_dir",
+                     "workspace", "gpu_device"):
+            setattr(s, f"slurm_{name}", _env(f"GPUHUB_SLURM_{name.upper()}"))
         return s
 
 
@@ -392,3 +416,8 @@ def apply_config(c, settings: Settings) -> None:
     from .serving import apply_serving_config
 
     apply_serving_config(c, settings)
+
+    if settings.backend == "slurm":
+        from .slurm.config import apply_slurm_config
+
+        apply_slurm_config(c, settings)

@@ -7,6 +7,10 @@
 #   scripts/slurm-cluster.sh stop     # stops the daemons, removes namespaces and bridge
 #   scripts/slurm-cluster.sh status   # exit 0 when every node is up (sinfo)
 #   scripts/slurm-cluster.sh env      # prints SLURM_CONF=... for the Slurm commands
+#   scripts/slurm-cluster.sh image gpuhub/base:latest
+#                                     # unpacks a local Docker image for the nodes'
+#                                     # container runtime: DIR/images/gpuhub_base_latest/rootfs
+#                                     # (kept while the image id is the same)
 #
 # Why namespaces: Debian's slurm-wlm 22.05 *is* built with multiple-slurmd mode
 # (`scontrol show config` says MULTIPLE_SLURMD = Yes, `slurmd -N <node>` picks the node, and
@@ -189,10 +193,27 @@ stop() {
   say "stopped"
 }
 
+image() {  # unpack a Docker image's filesystem where every node reads it
+  local name=$1 id dest tmp
+  id=$(docker image inspect --format '{{.Id}}' "$name")
+  dest=$DIR/images/$(tr '/:' '__' <<<"$name")
+  if [ "$(cat "$dest/image-id" 2>/dev/null)" = "$id" ]; then say "$name is current in $dest"; return; fi
+  tmp=$dest.new
+  rm -rf "$tmp"; mkdir -p "$tmp/rootfs"
+  local cid; cid=$(docker create "$name")
+  docker export "$cid" | tar -x -C "$tmp/rootfs"
+  docker rm "$cid" >/dev/null
+  echo "$id" >"$tmp/image-id"
+  chmod 0755 "$tmp" "$tmp/rootfs"
+  rm -rf "$dest"; mv "$tmp" "$dest"
+  say "$name unpacked in $dest"
+}
+
 case ${1:-} in
   start) start ;;
   stop) stop ;;
   status) all_idle && sinfo -N -o '%N %T %G %C' ;;
   env) echo "SLURM_CONF=$SLURM_CONF" ;;
-  *) echo "usage: $0 start|stop|status|env" >&2; exit 2 ;;
+  image) shift; for name in "$@"; do image "$name"; done ;;
+  *) echo "usage: $0 start|stop|status|env|image NAME..." >&2; exit 2 ;;
 esac
