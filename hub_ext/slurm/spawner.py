@@ -55,6 +55,7 @@ BATCH_SCRIPT = """#!/bin/bash
 #SBATCH --job-name={{job_name}}
 #SBATCH --chdir=/
 #SBATCH --export={{keepvars}}
+#SBATCH --no-requeue
 {% if partition %}#SBATCH --partition={{partition}}
 {% endif %}{% if account %}#SBATCH --account={{account}}
 {% endif %}{% if qos %}#SBATCH --qos={{qos}}
