@@ -4,6 +4,7 @@ shown with plain batch jobs submitted by members under their own uids."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 
 import pytest
@@ -102,3 +103,34 @@ def test_a_job_cannot_open_a_gpu_it_was_not_given(slurm_cluster, members):
                        else "Operation not permitted")
         for g in (0, 1)
     }
+
+
+async def test_a_pending_job_has_its_place_in_line_and_slurms_estimate(slurm_cluster,
+                                                                       members):
+    """Position from Slurm's priority order; the estimate from ``squeue --start`` (the
+    running jobs' 10-minute limits tell Slurm when a GPU frees)."""
+    from hub_ext.slurm.cluster import SlurmCluster
+    from hub_ext.slurm.line import place_in_line
+
+    holds = [_submit(slurm_cluster, name, HOLD, "--time=10") for name in members[:4]]
+    slurm_cluster.wait_for("every GPU to be taken", lambda: all(
+        slurm_cluster.job_state(j) == "RUNNING" for j in holds))
+    first = _submit(slurm_cluster, members[4], "true", "--time=5")
+    second = _submit(slurm_cluster, members[0], "true", "--time=5")
+    cluster = SlurmCluster(env=slurm_cluster.env)
+    start_times = {}
+
+    async def estimated():
+        start_times.update(await cluster.start_times())
+        return first in start_times and second in start_times
+
+    deadline = asyncio.get_running_loop().time() + 60
+    while not await estimated():  # the backfill pass (bf_interval) makes the estimates
+        assert asyncio.get_running_loop().time() < deadline, start_times
+        await asyncio.sleep(0.5)
+    one, two = await place_in_line(cluster, first), await place_in_line(cluster, second)
+    assert (one.position, two.position) == (1, 2)
+    assert one.minutes is not None and 0 < one.minutes <= 10
+    assert one.sentence() == (f"You are number 1 in line for a GPU; expected wait: about "
+                              f"{one.minutes} min.")
+    assert await place_in_line(cluster, holds[0]) is None  # running: not in line
