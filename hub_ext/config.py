@@ -55,6 +55,8 @@ class Settings:
     GPUHUB_DB_URL                the hub database (SQLAlchemy URL)               sqlite in state dir
     GPUHUB_GPUS                  ``nvml``, ``simulated:N`` or ``simulated:F``    nvml
     GPUHUB_DOCKER_NETWORK        ``host`` or a Docker bridge network name        gpuhub
+    GPUHUB_HOST_NETWORK_ACK      ``1``: host networking off loopback, knowing    off
+                                 containers can take the hub's ports
     GPUHUB_PROFILES              JSON file with a profile_list                   built-in
     GPUHUB_IMAGE                 image of profiles that name none                gpuhub/base
     GPUHUB_WORKSPACE             named volume or host path, ``{username}``        see below
@@ -123,6 +125,7 @@ class Settings:
     db_url: str = ""
     gpus: str = "nvml"
     docker_network: str = "gpuhub"
+    host_network_ack: bool = False
     profiles_file: str = ""
     image: str = "gpuhub/base:latest"
     hub_port: int = 8081
@@ -193,6 +196,7 @@ class Settings:
         s.db_url = _env("GPUHUB_DB_URL")
         s.gpus = _env("GPUHUB_GPUS", s.gpus)
         s.docker_network = _env("GPUHUB_DOCKER_NETWORK", s.docker_network)
+        s.host_network_ack = _flag("GPUHUB_HOST_NETWORK_ACK", False)
         s.profiles_file = _env("GPUHUB_PROFILES")
         s.image = _env("GPUHUB_IMAGE", s.image)
         s.hub_port = _int("GPUHUB_HUB_PORT", s.hub_port)
@@ -322,14 +326,18 @@ def proxy_command(settings: Settings) -> list[str]:
 def apply_config(c, settings: Settings) -> None:
     """Fill the JupyterHub config object ``c`` from ``settings``.
 
-    Raises ValueError for a setting that cannot work (e.g. the demo login on a
-    non-loopback address, plain HTTP off loopback without ``GPUHUB_ALLOW_HTTP=1``, a
-    secret file that others may read: :mod:`hub_ext.serving`).
+    The state directory is made mode 0700 and a SQLite hub database mode 0600
+    (:mod:`hub_ext.private_files`); managed services are guarded to die with the hub
+    (:mod:`hub_ext.service_guard`).  Raises ValueError for a setting that cannot work
+    (e.g. the demo login on a non-loopback address, plain HTTP off loopback without
+    ``GPUHUB_ALLOW_HTTP=1``, a secret file that others may read: :mod:`hub_ext.serving`).
     """
-    state = settings.state_dir
-    state.mkdir(parents=True, exist_ok=True)
+    from .private_files import private_dir, private_sqlite
+
+    state = private_dir(settings.state_dir)
 
     c.JupyterHub.db_url = hub_db_url(settings)
+    private_sqlite(c.JupyterHub.db_url)
     c.JupyterHub.cookie_secret_file = str(state / "jupyterhub_cookie_secret")
     c.JupyterHub.pid_file = str(state / "jupyterhub.pid")
     c.ConfigurableHTTPProxy.pid_file = str(state / "jupyterhub-proxy.pid")
@@ -416,6 +424,10 @@ def apply_config(c, settings: Settings) -> None:
     from .serving import apply_serving_config
 
     apply_serving_config(c, settings)
+
+    from .service_guard import guard_services
+
+    guard_services(c, state)
 
     if settings.backend == "slurm":
         from .slurm.config import apply_slurm_config

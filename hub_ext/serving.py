@@ -11,6 +11,11 @@
   (host networking); on a Docker bridge network the hub listens on ``0.0.0.0`` and the
   servers connect to a name they can resolve there (``docker-compose.yml``: ``pod``).
 - **Proxy API** (``GPUHUB_PROXY_API_PORT``): always on 127.0.0.1; only the hub uses it.
+- **Host networking** (``GPUHUB_DOCKER_NETWORK=host``): a demo and test mode.  A container
+  on the host network can listen on every interface of the node, so a member's code can
+  take the proxy's, the hub's or the credits service's port while one of them restarts.
+  With the hub off loopback it is refused unless ``GPUHUB_HOST_NETWORK_ACK=1`` says the
+  operator accepts that risk.
 - **Secret files** (``GPUHUB_SECRET_FILES``, and the TLS key): the hub refuses to start
   while another user may read or write one of them (mode bits ``0o007``, the rule
   JupyterHub applies to its cookie secret file).
@@ -67,12 +72,33 @@ def check_secret_file(path: str, variable: str, *, readable: bool = False) -> No
         )
 
 
+def check_host_network(settings) -> None:
+    """Refuse host networking with the hub off loopback, unless acknowledged.
+
+    Raises ValueError naming the risk and ``GPUHUB_HOST_NETWORK_ACK=1``.  On loopback the
+    hub is a demo or a test (MACHINE.md: these machines have no bridge), so no flag is
+    needed there.
+    """
+    if settings.docker_network != "host" or is_loopback(settings.ip):
+        return
+    if settings.host_network_ack:
+        return
+    raise ValueError(
+        f"GPUHUB_DOCKER_NETWORK=host with GPUHUB_IP={settings.ip!r}: containers on the host "
+        "network can listen on every interface of this machine and take the proxy's, the "
+        "hub's or the credits service's port, so host networking is a demo and test mode. "
+        "Use a Docker bridge network (GPUHUB_DOCKER_NETWORK=gpuhub), or set "
+        "GPUHUB_HOST_NETWORK_ACK=1 to accept that risk (README: Production)"
+    )
+
+
 def apply_serving_config(c, settings) -> None:
     """Set the public address, TLS, the hub API and the proxy API from ``settings``.
 
     Raises ValueError, naming the variable and the fix, for plain HTTP off loopback without
     ``GPUHUB_ALLOW_HTTP=1``, a certificate without its key (or the reverse), a missing
-    certificate, and a secret file (``GPUHUB_SECRET_FILES``, the key) that is missing or
+    certificate, host networking off loopback without ``GPUHUB_HOST_NETWORK_ACK=1``, and a
+    secret file (``GPUHUB_SECRET_FILES``, the key) that is missing or
     readable by other users.
     """
     c.JupyterHub.ip = settings.ip
@@ -95,6 +121,7 @@ def apply_serving_config(c, settings) -> None:
         )
     for path in split_list(settings.secret_files):
         check_secret_file(path, "GPUHUB_SECRET_FILES")
+    check_host_network(settings)
 
     c.JupyterHub.hub_ip = settings.hub_ip
     c.JupyterHub.hub_port = settings.hub_port

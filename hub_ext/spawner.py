@@ -4,16 +4,19 @@ A start runs in this order (each step yields a ``progress()`` event):
 
 1. load the profile from ``user_options`` (untrusted: a bad one is HTTP 400 naming the
    valid choices) and apply its overrides;
-2. reserve the profile's GPUs from :class:`hub_ext.pool.GPUPool` (refused at once with
+2. ask the hooks whether the start may go on at all (:meth:`GPUDockerSpawner.check_hooks`:
+   the credits hook refuses a balance below the first interval with HTTP 402), before
+   anything is reserved;
+3. reserve the profile's GPUs from :class:`hub_ext.pool.GPUPool` (refused at once with
    HTTP 409 and a sentence a member understands when none is free);
-3. run the pre-start hooks (:attr:`GPUDockerSpawner.before_container_hooks`, e.g. the
+4. run the pre-start hooks (:attr:`GPUDockerSpawner.before_container_hooks`, e.g. the
    credits debit), each with an undo for a failed start;
-4. create and start the container with a Docker ``DeviceRequest`` for exactly the
+5. create and start the container with a Docker ``DeviceRequest`` for exactly the
    reserved device UUIDs and labels that name the owner and the devices;
-5. wait for the server to answer, polling briskly so that the hub's own exponential
+6. wait for the server to answer, polling briskly so that the hub's own exponential
    back-off (JupyterHub ``wait_for_http_server``) finds it up at its first try.
 
-If any step after 2 fails or the start is cancelled, everything taken is given back:
+If any step after 3 fails or the start is cancelled, everything taken is given back:
 the container is removed, the undo hooks run, the GPUs return to the pool.  ``stop()``
 and ``clear_state()`` release too, idempotently: JupyterHub calls ``stop()`` after a
 failed start and may call it twice (JupyterHub docs, "Spawners").
@@ -55,6 +58,7 @@ from traitlets import (
 
 from . import metrics
 from .container import LABEL_PREFIX, MemberContainer
+from .hooks import PENDING, check_before_reserve, resolve_hooks
 from .pool import AllocationRefused, GPUPool, ServerKey
 from .profiles import (
     ProfileError,
@@ -68,11 +72,6 @@ from .profiles import (
 from .spawn_page import SpawnPage
 
 STATE_VERSION = 1
-
-#: In a hook's part of the state (a dict), marks a write-ahead record: written to the hub
-#: database before the hook's side effect (the credits debit) and replaced once it is
-#: done, so a hub killed mid-start knows the start was unfinished.
-PENDING = "pending_start"
 
 
 class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
@@ -190,7 +189,12 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
         ``SingletonConfigurable`` classes (one instance per hub, configured from the hub's
         config).  A hook has
 
+        - optionally ``async before_reserve(spawner)``: a quick check before anything is
+          reserved (the credits hook: can the balance pay the first interval?); raise
+          ``tornado.web.HTTPError`` to refuse.  The waiting line asks it too, before it
+          queues a member (``spawner.check_hooks()``, hub_ext.hooks);
         - ``async before_container(spawner)``: raise ``tornado.web.HTTPError`` to refuse;
+          this is the authority (the debit), the check above only spares the GPU;
         - ``async undo(spawner)``: a later step failed; idempotent;
         - optionally ``async after_stop(spawner)``: the server stopped; idempotent;
         - optionally ``restore(spawner)``: the hub restarted with this server running;
@@ -243,14 +247,13 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
     @property
     def hooks(self) -> list:
         """``before_container_hooks`` with import strings resolved to their instances."""
-        resolved = []
-        for hook in self.before_container_hooks:
-            if isinstance(hook, str):
-                from traitlets.utils.importstring import import_item
+        return resolve_hooks(self.before_container_hooks, self.config)
 
-                hook = import_item(hook).instance(config=self.config)
-            resolved.append(hook)
-        return resolved
+    async def check_hooks(self) -> None:
+        """Whether the hooks let this start go on, asked before anything is reserved
+        (:func:`hub_ext.hooks.check_before_reserve`); the profile must be loaded.  Raises
+        the first hook's ``HTTPError`` (402: the balance cannot pay the first interval)."""
+        await check_before_reserve(self.hooks, self)
 
     @property
     def server_key(self) -> ServerKey:
@@ -359,6 +362,7 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
         self._labels_read = True  # this start writes state and labels alike
         await self.load_profile()
         container = await self.container_settings()
+        await self.check_hooks()
         count, mig = gpu_request(self.gpus)
         self.allocation = None
         if count:

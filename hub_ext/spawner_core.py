@@ -6,7 +6,8 @@ calls, in its ``start()``:
 
 1. :meth:`SpawnerCore.load_profile` (``user_options`` are untrusted: HTTP 400 naming the
    valid choices);
-2. its own reservation (the Docker pool; on Slurm, the job being scheduled);
+2. :meth:`SpawnerCore.check_hooks` before anything is reserved or queued, then its own
+   reservation (the Docker pool; on Slurm, the job being scheduled);
 3. :meth:`SpawnerCore.run_start_hooks` just before the server's resources are in use
    (the credits debit), and :meth:`SpawnerCore.undo_start_hooks` when a later step fails;
 4. in ``stop()``, :meth:`SpawnerCore.run_stop_hooks` (credits settle and refund, culling,
@@ -29,6 +30,7 @@ from traitlets import Any, Callable, Float, List, Union, validate
 from traitlets.config import LoggingConfigurable
 
 from . import metrics
+from .hooks import PENDING, check_before_reserve, resolve_hooks
 from .profiles import (
     ProfileError,
     apply_overrides,
@@ -38,12 +40,9 @@ from .profiles import (
     visible_profiles,
 )
 
-STATE_VERSION = 1
+__all__ = ["PENDING", "STATE_VERSION", "SpawnerCore"]
 
-#: In a hook's part of the state (a dict), marks a write-ahead record: written to the hub
-#: database before the hook's side effect (the credits debit) and replaced once it is
-#: done, so a hub killed mid-start knows the start was unfinished.
-PENDING = "pending_start"
+STATE_VERSION = 1
 
 
 class SpawnerCore(LoggingConfigurable):
@@ -107,14 +106,14 @@ class SpawnerCore(LoggingConfigurable):
     @property
     def hooks(self) -> list:
         """``before_container_hooks`` with import strings resolved to their instances."""
-        resolved = []
-        for hook in self.before_container_hooks:
-            if isinstance(hook, str):
-                from traitlets.utils.importstring import import_item
+        return resolve_hooks(self.before_container_hooks, self.config)
 
-                hook = import_item(hook).instance(config=self.config)
-            resolved.append(hook)
-        return resolved
+    async def check_hooks(self) -> None:
+        """Whether the hooks let this start go on, asked before anything is reserved or
+        queued (:func:`hub_ext.hooks.check_before_reserve`); the profile must be loaded.
+        Raises the first hook's ``HTTPError`` (402: the balance cannot pay the first
+        interval)."""
+        await check_before_reserve(self.hooks, self)
 
     # -- profiles ----------------------------------------------------------------------
 

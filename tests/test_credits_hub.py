@@ -243,7 +243,7 @@ async def test_unreachable_api_refuses_the_spawn_and_keeps_nothing(
     assert "Traceback" not in r.text
     assert hub.containers(docker_client) == []
     if mode != "refused":
-        assert faults.writes(), "the hub never asked the API"
+        assert faults.requests, "the hub never asked the API"
 
     # the API is back: the same member gets both GPUs, and pays exactly once
     faults.set("forward")
@@ -561,3 +561,35 @@ async def test_default_runs_the_reference_service_for_the_hub(hub_factory, clock
                            headers={"Authorization": f"Bearer {admin_token}"})
         assert r.status_code == 200, r.text
         assert r.json()["balance"] == "2.00"
+
+
+# -- affordability before the GPU -------------------------------------------------------------
+
+
+async def test_members_who_cannot_pay_never_hold_the_gpu(credits_hub, clock, admin, member,
+                                                         docker_client):
+    # one GPU, four members without credits and one who can pay, all at once: the ones
+    # who cannot pay are refused before they reserve anything, so the GPU is never held
+    # by a start that is refused anyway and nobody hears "No GPU free"
+    hub = await credits_hub(GPUHUB_GPUS="simulated:1")
+    poor = [f"{member}p{i}" for i in range(4)]
+    for name in [member, *poor]:
+        await hub.create_user(name)
+    await grant(admin, member, "50.00")
+    for round_ in range(20):
+        clock.at(round_)  # each round is a new run of the server
+        everyone = [member, *poor]
+        answers = await asyncio.gather(*(hub.spawn(name, {"profile": "gpu"})
+                                         for name in everyone))
+        said = {name: (r.status_code, r.text)
+                for name, r in zip(everyone, answers, strict=True)}
+        assert not any("No GPU free" in text for _, text in said.values()), (round_, said)
+        assert said[member][0] in (201, 202), (round_, said)
+        for name in poor:
+            code, text = said[name]
+            assert code == 402, (round_, said)
+            assert json.loads(text)["message"].startswith(
+                "This profile costs 4.00 credits per hour; your balance is 0.00."), text
+        await hub.wait_ready(member)
+        await hub.stop_server(member)
+    assert [kind for kind, _ in await ledger(admin, member)].count("debit") == 20

@@ -103,3 +103,28 @@ def test_database_password_stays_out_of_the_url_setting(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="GPUHUB_DB_PASSWORD is set and the database URL has"):
         configure(tmp_path, monkeypatch, **OIDC, GPUHUB_DB_PASSWORD="x",
                   GPUHUB_DB_URL="postgresql+psycopg://hub:old@db/jupyterhub")
+
+
+@pytest.mark.parametrize("ip", ["0.0.0.0", "192.0.2.10", "hub.example.org"])
+def test_host_network_off_loopback_is_refused_naming_the_risk(tmp_path, monkeypatch, ip):
+    with pytest.raises(ValueError, match="GPUHUB_HOST_NETWORK_ACK=1") as e:
+        configure(tmp_path, monkeypatch, **OIDC, GPUHUB_IP=ip, GPUHUB_ALLOW_HTTP="1",
+                  GPUHUB_DOCKER_NETWORK="host")
+    assert "take the proxy's, the hub's or the credits service's port" in str(e.value)
+
+
+def test_host_network_off_loopback_when_acknowledged(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch, **OIDC, GPUHUB_IP="0.0.0.0", GPUHUB_ALLOW_HTTP="1",
+                  GPUHUB_DOCKER_NETWORK="host", GPUHUB_HOST_NETWORK_ACK="1")
+    assert c.GPUDockerSpawner.network_name == "host"
+
+
+@pytest.mark.parametrize("ip", ["127.0.0.1", "::1", "localhost"])
+def test_host_network_on_loopback_needs_no_acknowledgement(tmp_path, monkeypatch, ip):
+    c = configure(tmp_path, monkeypatch, **OIDC, GPUHUB_IP=ip, GPUHUB_DOCKER_NETWORK="host")
+    assert c.GPUDockerSpawner.network_name == "host"
+
+
+def test_a_bridge_network_off_loopback_needs_no_acknowledgement(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch, **OIDC, GPUHUB_IP="0.0.0.0", GPUHUB_ALLOW_HTTP="1")
+    assert c.GPUDockerSpawner.network_name == "gpuhub"

@@ -4,7 +4,10 @@ The contract is ``hub_ext/credits/openapi.yaml`` (a copy of the organisation's
 ``credits-api.yaml``); this module follows it exactly and refuses answers that do not:
 
 - Amounts are credits, held as :class:`decimal.Decimal` and sent as decimal strings with
-  two places ("1.50"); floats are refused before anything is sent.
+  two places ("1.50"); floats, and amounts moved that are not greater than zero (contract
+  1.1, ``PositiveAmount``), are refused before anything is sent.
+- Usernames, ``reason``, ``metadata`` and ``debit_id`` are checked against the contract's
+  limits (:mod:`hub_ext.credits.contract`) before anything is sent: ValueError.
 - Every write carries the caller's ``Idempotency-Key``.  The hub derives keys from the
   server and the metering interval, so a retry of the same write can never take credits
   twice: the service answers a replay with the original transaction (status 200).
@@ -40,13 +43,15 @@ from traitlets import Any as AnyTrait
 from traitlets import Float, Integer, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
-from .amounts import format_amount, parse_amount
+from .amounts import format_amount, parse_amount, to_cents
+from .contract import MAX_ID, MAX_TEXT, metadata_problem, username_problem
 from .errors import (
     AccountNotFound,
     CreditsAuthError,
     CreditsContractError,
     CreditsError,
     CreditsUnavailable,
+    DebitNotFound,
     IdempotencyConflict,
     InsufficientCredits,
     InvalidCreditsRequest,
@@ -63,7 +68,7 @@ _DOCUMENTED = {
     "debit": {200, 201, 400, 401, 402, 404, 409, 422},
     "refund": {200, 201, 400, 401, 404, 409, 422},
     "grant": {200, 201, 401, 403, 409, 422},
-    "transactions": {200, 401, 404},
+    "transactions": {200, 400, 401, 404},
 }
 
 
@@ -267,10 +272,13 @@ class CreditsClient(LoggingConfigurable):
 
         Several partial refunds of one debit are allowed up to the debit's amount.  Raises
         :class:`RefundExceedsDebit` (more than what is left of the debit),
+        :class:`DebitNotFound` (404: ``debit_id`` is not a debit of this account),
         :class:`AccountNotFound`, :class:`IdempotencyConflict` or
-        :class:`InvalidCreditsRequest` (e.g. ``debit_id`` is not a debit of this account).
+        :class:`InvalidCreditsRequest`; ValueError for a ``debit_id`` not 1 to 255 characters.
         """
         body = _write_body(amount, reason=reason)
+        if not isinstance(debit_id, str) or not 1 <= len(debit_id) <= MAX_ID:
+            raise ValueError(f"debit_id must be a transaction id of 1 to {MAX_ID} characters")
         body["debit_id"] = debit_id
         response = await self._request(
             "POST",
@@ -466,6 +474,8 @@ class CreditsClient(LoggingConfigurable):
             raise CreditsAuthError(text, status=status, code=code)
         if status == 404 and code == "account_not_found":
             raise AccountNotFound(text, username=username, code=code)
+        if status == 404 and operation == "refund" and code == "debit_not_found":
+            raise DebitNotFound(text, status=status, code=code)
         if status == 409:
             raise IdempotencyConflict(text, status=status, code=code)
         if status == 422 and code == "refund_exceeds_debit":
@@ -496,8 +506,9 @@ class CreditsClient(LoggingConfigurable):
 
 
 def _account_path(username: str, operation: str | None = None) -> str:
-    if not isinstance(username, str) or not 1 <= len(username) <= 255:
-        raise ValueError("username must be a string of 1 to 255 characters")
+    problem = username_problem(username)
+    if problem:
+        raise ValueError(f"username {str(username)[:40]!r} breaks the contract: {problem}")
     path = "v1/accounts/" + quote(username, safe="")
     return f"{path}/{operation}" if operation else path
 
@@ -514,13 +525,24 @@ def _write_body(
     reason: str | None = None,
     metadata: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
+    """The JSON body of a write; raises ValueError (TypeError for wrong types) for what the
+    contract refuses: an amount not greater than zero, a reason over 500 characters,
+    metadata beyond 20 entries or with values over 500 characters."""
+    if to_cents(amount) == 0:
+        raise ValueError("an amount moved must be greater than zero (contract: PositiveAmount)")
     body: dict[str, Any] = {"amount": format_amount(amount)}
     if reason is not None:
+        if not isinstance(reason, str) or len(reason) > MAX_TEXT:
+            raise ValueError(f"reason must be a string of at most {MAX_TEXT} characters")
         body["reason"] = reason
     if metadata is not None:
+        metadata = dict(metadata)
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
             raise TypeError("metadata keys and values must be strings")
-        body["metadata"] = dict(metadata)
+        problem = metadata_problem(metadata)
+        if problem:
+            raise ValueError(problem)
+        body["metadata"] = metadata
     return body
 
 

@@ -24,6 +24,8 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
+from ..private_files import private_dir, private_sqlite
+
 __all__ = ["READ_ONLY", "alembic_config", "make_engine", "upgrade"]
 
 HERE = Path(__file__).resolve().parent
@@ -35,14 +37,17 @@ READ_ONLY = "credits_read_only"
 def make_engine(db_url: str, *, pool_size: int = 8) -> Engine:
     """An engine for ``db_url`` set up for the ledger's locking (see the module docstring).
 
-    Raises :class:`ValueError` for an in-memory SQLite URL: the service's worker threads
+    A SQLite file is created mode 0600 (:mod:`hub_ext.private_files`).  Raises
+    :class:`ValueError` for an in-memory SQLite URL: the service's worker threads
     would each see a different, empty database.
     """
     url = make_url(db_url)
     if url.get_backend_name() == "sqlite":
         if url.database in (None, "", ":memory:"):
             raise ValueError("the credits service needs a SQLite file, not an in-memory database")
-        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        if not Path(url.database).parent.exists():
+            private_dir(Path(url.database).parent)
+        private_sqlite(db_url)  # mode 0600, and so its -wal and -shm files
         engine = create_engine(
             url,
             connect_args={"timeout": 30, "check_same_thread": False},

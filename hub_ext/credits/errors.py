@@ -11,6 +11,7 @@ answer                          error
 409                             :class:`IdempotencyConflict`
 401, 403                        :class:`CreditsAuthError`
 422 ``refund_exceeds_debit``    :class:`RefundExceedsDebit`
+404 ``debit_not_found``         :class:`DebitNotFound` (a refund; contract 1.1)
 other 400, 404, 422             :class:`InvalidCreditsRequest`
 no answer, timeout, 5xx         :class:`CreditsUnavailable` (after retries)
 anything the contract excludes  :class:`CreditsContractError`
@@ -29,6 +30,7 @@ __all__ = [
     "CreditsContractError",
     "CreditsError",
     "CreditsUnavailable",
+    "DebitNotFound",
     "IdempotencyConflict",
     "InsufficientCredits",
     "InvalidCreditsRequest",
@@ -108,3 +110,7 @@ class InvalidCreditsRequest(CreditsError):
 
 class RefundExceedsDebit(InvalidCreditsRequest):
     """422 ``refund_exceeds_debit``: more than what is left of the debit to refund."""
+
+
+class DebitNotFound(InvalidCreditsRequest):
+    """404 ``debit_not_found``: the refund's ``debit_id`` names no debit of the account."""

@@ -4,8 +4,10 @@ Used as a spawner hook (:attr:`hub_ext.spawner.GPUDockerSpawner.before_container
 
     c.GPUDockerSpawner.before_container_hooks = ["hub_ext.credits.hook.CreditsHook"]
 
-A start runs: profile -> GPUs -> :meth:`CreditsHook.before_container` (debit of the first
-interval at the profile's ``credits_per_hour``) -> container.  A refusal is an immediate
+A start runs: profile -> :meth:`CreditsHook.before_reserve` (can the balance pay the first
+interval? so a member who cannot pay never holds a GPU) -> GPUs ->
+:meth:`CreditsHook.before_container` (debit of the first interval at the profile's
+``credits_per_hour``) -> container.  A refusal is an immediate
 ``tornado.web.HTTPError`` with a sentence a member understands: 402 when the balance is too
 low, 503 when the Credits API cannot be reached (fail closed, unless
 ``c.CreditsHook.fail_open``).  The spawner releases the GPUs when a hook refuses, and calls
@@ -47,9 +49,9 @@ from traitlets.config import SingletonConfigurable
 
 from .. import metrics
 from ..auth_credits import MemberAccount, remember_balance
+from ..hooks import PENDING
 from ..notices import notices
 from ..periodic import ensure_task, every
-from ..spawner import PENDING
 from ..stopping import stop_server
 from .client import CreditsClient
 from .errors import (
@@ -131,7 +133,8 @@ class CreditsHook(SingletonConfigurable):
 
     All spawner-facing methods take the spawner (a :class:`hub_ext.spawner.GPUDockerSpawner`
     or anything with ``user``, ``name``, ``credits_per_hour``, ``profile_slug``,
-    ``hook_state`` and ``emit``).  ``before_container`` raises ``tornado.web.HTTPError``;
+    ``hook_state`` and ``emit``).  ``before_reserve`` and ``before_container`` raise
+    ``tornado.web.HTTPError``;
     ``undo``, ``after_stop`` and ``restore`` never raise and are idempotent.
     """
 
@@ -251,6 +254,50 @@ class CreditsHook(SingletonConfigurable):
 
     # -- the spawner's hooks ----------------------------------------------------------------
 
+    async def before_reserve(self, spawner) -> None:
+        """Refuse, before any GPU is reserved, a priced start the member cannot pay.
+
+        Reads the balance from the Credits API (not a cached one; within ``spawn_timeout``)
+        and compares it with the first interval at the profile's ``credits_per_hour``.
+        Raises ``HTTPError(402)`` with the sentence of the debit's refusal when it is lower
+        or there is no account, and ``HTTPError(503)`` when the API cannot be reached
+        (with ``fail_open``: no refusal, the debit decides as it always did).  The debit
+        in :meth:`before_container` stays the authority: a balance spent in between is
+        refused there.  A free profile makes no API call.
+        """
+        price = as_decimal(spawner.credits_per_hour)
+        if price <= 0:
+            return
+        who = getattr(spawner, "_log_name", spawner.user.name)
+        try:
+            account = await asyncio.wait_for(self.client.balance(spawner.user.name),
+                                             self.spawn_timeout)
+            balance = account.balance
+        except AccountNotFound:
+            balance = None
+        except (CreditsError, TimeoutError) as e:
+            why = "timed out" if isinstance(e, TimeoutError) else str(e)
+            if self.fail_open:
+                self.log.warning("Credits API unavailable checking the balance of %s (%s); "
+                                 "the debit decides (fail_open)", who, why)
+                return
+            metrics.SPAWNS_REFUSED.labels(reason="credits_unavailable").inc()
+            self.log.error("Refusing spawn of %s: its balance cannot be read: %s", who, why)
+            raise web.HTTPError(503, UNREACHABLE) from None
+        refusal = self._cannot_pay(price, balance)
+        if refusal:
+            metrics.SPAWNS_REFUSED.labels(reason="insufficient_credits").inc()
+            self.log.warning("Refusing spawn of %s before reserving anything: balance %s is "
+                             "below the first interval", who, _money(balance))
+            raise web.HTTPError(402, refusal)
+
+    def _cannot_pay(self, price: Decimal, balance: Decimal | None) -> str:
+        """The sentence of :func:`too_little` when ``balance`` (None: no account) is below
+        the first interval at ``price`` credits per hour, else ``""``."""
+        if balance is not None and balance >= interval_amount(price, self.interval):
+            return ""
+        return too_little(price, balance)
+
     async def before_container(self, spawner) -> None:
         """Debit the first interval of a priced profile; a free one makes no API call.
 
@@ -337,10 +384,7 @@ class CreditsHook(SingletonConfigurable):
         account = await MemberAccount().credits(spawner.user)
         if account["status"] != "ok" or account["balance"] is None:
             return ""
-        balance = Decimal(account["balance"])
-        if balance >= interval_amount(price, self.interval):
-            return ""
-        return too_little(price, balance)
+        return self._cannot_pay(price, Decimal(account["balance"]))
 
     async def undo(self, spawner) -> None:
         """The start failed after the debit: refund it in full.  Idempotent; never raises."""

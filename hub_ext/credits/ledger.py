@@ -196,7 +196,8 @@ class Ledger:
         return self._write("debit", request, apply)
 
     def refund(self, request: WriteRequest) -> tuple[dict, bool]:
-        """Give back part or all of a debit; 422 ``refund_exceeds_debit`` past its amount."""
+        """Give back part or all of a debit; 422 ``refund_exceeds_debit`` past its amount,
+        404 ``debit_not_found`` when ``debit_id`` names no debit of the account (contract 1.1)."""
 
         def apply(session: Session, account: Account) -> int:
             debit = session.scalar(
@@ -208,7 +209,7 @@ class Ledger:
             )
             if debit is None:
                 raise LedgerError(
-                    422,
+                    404,
                     "debit_not_found",
                     f"{request.debit_id!r} is not a debit of {request.username!r}.",
                 )

@@ -13,15 +13,18 @@ and exits, for deploys).  The database password may come from
 Two tokens: the hub token may read, debit, refund and list; the admin token may also grant.
 Requests without either get 401, a hub token on a grant 403.
 
-Status codes follow the contract.  Where the contract leaves a choice:
+Status codes follow the contract (version 1.1).  Where it leaves a choice:
 
 - a request the service cannot read (body not JSON, Idempotency-Key missing or not 8 to
   255 characters) is 400 on debits and refunds and 422 on grants, whose contract has no 400;
-- a body that is JSON but not a valid request (unknown field, bad amount, zero amount,
-  over-long reason) is 422 ``invalid_request``;
-- a refund of a transaction that is not a debit of the account is 422 ``debit_not_found``;
+- a body that is JSON but not a valid request (unknown field, an amount that is not a
+  ``PositiveAmount``, over-long reason, metadata beyond its limits, a ``debit_id`` not 1 to
+  255 characters) is 422 ``invalid_request`` (a zero amount: ``invalid_amount``);
+- a username that breaks the contract's rule (:mod:`hub_ext.credits.contract`) names no
+  account: 404 ``account_not_found``, and on a grant 422 ``invalid_username``;
+- a refund naming no debit of the account is 404 ``debit_not_found`` (the contract's rule);
 - an unknown ``before`` in a listing is 404 ``transaction_not_found``; a ``limit`` outside
-  1 to 500 is 400 (the listing's contract names no status for it).
+  1 to 500 is 400 (the contract's rule).
 
 Behind JupyterHub's proxy the routes live under ``JUPYTERHUB_SERVICE_PREFIX``
 (``--base-url``).
@@ -47,7 +50,8 @@ from tornado import httpserver, netutil, web
 from tornado.log import access_log, enable_pretty_logging
 
 from ..config import with_password
-from .amounts import format_cents, to_cents
+from .amounts import AMOUNT_PATTERN, POSITIVE_AMOUNT_PATTERN, format_cents, to_cents
+from .contract import MAX_ID, MAX_TEXT, metadata_problem, username_problem
 from .db import make_engine, upgrade
 from .ledger import Ledger, LedgerError, WriteRequest
 
@@ -147,7 +151,7 @@ class BaseHandler(web.RequestHandler):
 
     def known_username(self, username: str) -> str:
         """A username that can exist; any other is 404 (grants refuse them with 422)."""
-        if not 1 <= len(username) <= 255 or "\x00" in username:
+        if username_problem(username) or not _storable(username):
             raise APIError(404, "account_not_found", f"No credits account for user {username!r}.")
         return username
 
@@ -218,33 +222,24 @@ class WriteHandler(BaseHandler):
         missing = sorted(self.required - set(body))
         if missing:
             raise APIError(422, "invalid_request", f"Missing field(s): {', '.join(missing)}.")
-        amount = body["amount"]
-        if not isinstance(amount, str):
-            raise APIError(422, "invalid_request", 'amount must be a decimal string like "1.50".')
-        try:
-            cents = to_cents(amount)
-        except ValueError:
-            raise APIError(
-                422, "invalid_request", 'amount must be a decimal string like "1.50".'
-            ) from None
-        if cents == 0:
-            raise APIError(422, "invalid_amount", "amount must be greater than zero.")
+        cents = _positive_cents(body["amount"])
+        # optional fields may be left out, never sent as null (the schemas are not nullable)
         reason = body.get("reason")
-        if reason is not None and (not isinstance(reason, str) or not _storable(reason, 500)):
+        if "reason" in body and (not isinstance(reason, str) or not _storable(reason, MAX_TEXT)):
             raise APIError(
-                422, "invalid_request", "reason must be a string of at most 500 characters."
+                422, "invalid_request", f"reason must be a string of at most {MAX_TEXT} characters."
             )
         metadata = body.get("metadata")
-        if metadata is not None and not (
-            isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())
-        ):
-            raise APIError(422, "invalid_request", "metadata must be an object of strings.")
+        problem = metadata_problem(metadata) if "metadata" in body else None
+        if problem:
+            raise APIError(422, "invalid_request", problem + ".")
         debit_id = body.get("debit_id")
         if "debit_id" in self.fields:
-            if not isinstance(debit_id, str) or not debit_id:
-                raise APIError(422, "invalid_request", "debit_id must be a transaction id.")
-            if not _storable(debit_id, 255):
-                raise APIError(422, "debit_not_found", f"{debit_id!r} is not a debit.")
+            if not isinstance(debit_id, str) or not 1 <= len(debit_id) <= MAX_ID:
+                raise APIError(422, "invalid_request",
+                               f"debit_id must be a transaction id of 1 to {MAX_ID} characters.")
+            if not _storable(debit_id):
+                raise APIError(404, "debit_not_found", f"{debit_id!r} is not a debit.")
         return WriteRequest(
             username=username,
             key=key,
@@ -256,10 +251,9 @@ class WriteHandler(BaseHandler):
 
     async def post(self, username: str) -> None:
         if self.kind == "grant":
-            if not 1 <= len(username) <= 255 or not _storable(username):
-                raise APIError(
-                    422, "invalid_username", "username must be 1 to 255 characters, no NUL."
-                )
+            problem = username_problem(username)
+            if problem or not _storable(username):
+                raise APIError(422, "invalid_username", (problem or "a username is UTF-8") + ".")
         else:
             self.known_username(username)
         request = self.write_request(username)
@@ -310,6 +304,19 @@ class NotFoundHandler(BaseHandler):
 
     def prepare(self) -> None:
         raise APIError(404, "not_found", "No such endpoint.")
+
+
+def _positive_cents(amount: object) -> int:
+    """The hundredths of a ``PositiveAmount`` string; APIError 422 for anything else."""
+    if isinstance(amount, str) and POSITIVE_AMOUNT_PATTERN.fullmatch(amount):
+        return to_cents(amount)
+    if isinstance(amount, str) and AMOUNT_PATTERN.fullmatch(amount) and to_cents(amount) == 0:
+        raise APIError(422, "invalid_amount", "amount must be greater than zero.")
+    raise APIError(
+        422, "invalid_request",
+        'amount must be a decimal string greater than zero, with at most two places and no '
+        'leading zeros, like "1.50".',
+    )
 
 
 def _storable(text: str, max_length: int | None = None) -> bool:

@@ -300,6 +300,7 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
             await self.load_profile()
             if self.gpus and not self.req_gres:
                 self.req_gres = f"gpu:{self.gpus}"
+            await self.check_hooks()  # a member who cannot pay is not queued at all
             workspace = self.prepare_workspace()
             try:
                 await self.cluster.nodes(fresh=True)

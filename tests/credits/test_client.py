@@ -21,6 +21,7 @@ from hub_ext.credits import (
     CreditsContractError,
     CreditsError,
     CreditsUnavailable,
+    DebitNotFound,
     IdempotencyConflict,
     InsufficientCredits,
     InvalidCreditsRequest,
@@ -153,11 +154,12 @@ async def test_short_idempotency_key_is_refused_before_sending():
 
 
 async def test_username_is_one_path_segment():
-    ledger = ScriptedLedger(answer(200, {"username": "a/b c", "balance": "1.00"}))
+    # contract 1.1 forbids "/" (JupyterHub does too); anything else is quoted
+    ledger = ScriptedLedger(answer(200, {"username": "a?b c%", "balance": "1.00"}))
     async with make_client(ledger) as client:
-        account = await client.balance("a/b c")
-    assert ledger.requests[0].url.raw_path == b"/v1/accounts/a%2Fb%20c"
-    assert account.username == "a/b c"
+        account = await client.balance("a?b c%")
+    assert ledger.requests[0].url.raw_path == b"/v1/accounts/a%3Fb%20c%25"
+    assert account.username == "a?b c%"
 
 
 async def test_url_with_a_prefix_keeps_the_prefix():
@@ -451,3 +453,68 @@ async def test_url_and_token_from_traitlets_config():
         await client.balance("alice")
     assert client.max_attempts == 2
     assert str(ledger.requests[0].url) == "http://configured.test:8123/v1/accounts/alice"
+
+
+# -- contract 1.1: what the client refuses to send, what it reads ----------------------------
+
+
+async def test_refund_of_an_unknown_debit_raises_debit_not_found():
+    ledger = ScriptedLedger(answer(404, {"error": "debit_not_found", "message": "no"}))
+    async with make_client(ledger) as client:
+        with pytest.raises(DebitNotFound) as info:
+            await client.refund("alice", "txn_nope", "1.00", key="refund-key-1")
+    assert (info.value.status, info.value.code) == (404, "debit_not_found")
+    assert isinstance(info.value, InvalidCreditsRequest)
+
+
+async def test_a_refused_page_size_is_a_refusal_not_a_contract_error():
+    ledger = ScriptedLedger(answer(400, {"error": "invalid_request", "message": "limit"}))
+    async with make_client(ledger) as client:
+        with pytest.raises(InvalidCreditsRequest) as info:
+            await client.transactions("alice", limit=10)
+    assert info.value.status == 400
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        pytest.param(lambda c: c.debit("alice", "0", key="debit-key-1"), "greater than zero",
+                     id="zero-debit"),
+        pytest.param(lambda c: c.refund("alice", "txn_1", Decimal("0.00"), key="refund-key-1"),
+                     "greater than zero", id="zero-refund"),
+        pytest.param(lambda c: c.grant("alice", 0, key="grant-key-1"), "greater than zero",
+                     id="zero-grant"),
+        pytest.param(lambda c: c.balance("a/b"), '"/"', id="slash-in-username"),
+        pytest.param(lambda c: c.balance("tab\tname"), "control characters",
+                     id="control-character-in-username"),
+        pytest.param(lambda c: c.balance("x" * 256), "1 to 255", id="long-username"),
+        pytest.param(lambda c: c.debit("alice", "1", key="debit-key-1", reason="r" * 501),
+                     "at most 500", id="long-reason"),
+        pytest.param(lambda c: c.debit("alice", "1", key="debit-key-1",
+                                       metadata={str(i): "v" for i in range(21)}),
+                     "at most 20 entries", id="metadata-21-entries"),
+        pytest.param(lambda c: c.debit("alice", "1", key="debit-key-1",
+                                       metadata={"k": "v" * 501}),
+                     "at most 500", id="metadata-long-value"),
+        pytest.param(lambda c: c.refund("alice", "", "1", key="refund-key-1"), "1 to 255",
+                     id="empty-debit-id"),
+    ],
+)
+async def test_requests_the_contract_refuses_are_never_sent(call, match):
+    ledger = ScriptedLedger(answer(500, {}))
+    async with make_client(ledger) as client:
+        with pytest.raises(ValueError, match=match):
+            await call(client)
+    assert ledger.requests == []
+
+
+async def test_amounts_are_sent_as_positive_amounts(sleeps):
+    from hub_ext.credits.amounts import POSITIVE_AMOUNT_PATTERN
+
+    ledger = ScriptedLedger(answer(201, transaction(amount="0.05", balance="1.00")))
+    async with make_client(ledger) as client:
+        for amount in ("0.05", Decimal("0.5"), 1, "12.30"):
+            await client.debit("alice", amount, key="debit-key-1")
+    sent = [json.loads(r.content)["amount"] for r in ledger.requests]
+    assert sent == ["0.05", "0.50", "1.00", "12.30"]
+    assert all(POSITIVE_AMOUNT_PATTERN.fullmatch(a) for a in sent)

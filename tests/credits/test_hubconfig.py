@@ -36,7 +36,8 @@ def test_default_runs_the_reference_service_as_a_managed_service(tmp_path, monke
     c = configure(tmp_path, monkeypatch)
     [service] = [s for s in c.JupyterHub.services if s["name"] == "credits"]
     assert service["url"] == "http://127.0.0.1:8123"
-    assert service["command"][1:3] == REF_SERVICE
+    command = service["command"][service["command"].index("--") + 1:]  # service_guard's
+    assert command[1:3] == REF_SERVICE
     assert f"sqlite:///{tmp_path / 'credits.sqlite'}" in service["command"]
     hub_token = (tmp_path / HUB_TOKEN_FILE).read_text().strip()
     admin_token = (tmp_path / ADMIN_TOKEN_FILE).read_text().strip()

@@ -261,6 +261,9 @@ def test_a_refused_debit_stores_nothing_so_its_key_works_after_a_grant(api, cred
         pytest.param("", id="empty"),
         pytest.param("1000000000000", id="thirteen-digits"),
         pytest.param(" 1.00", id="space"),
+        pytest.param("01.50", id="leading-zero"),
+        pytest.param("00.50", id="leading-zeros-below-one"),
+        pytest.param("1.00\n", id="trailing-newline"),
     ],
 )
 def test_amounts_outside_the_contract_are_422(api, credits_username, amount):
@@ -279,6 +282,11 @@ def test_amounts_outside_the_contract_are_422(api, credits_username, amount):
         pytest.param({"amount": "1.00", "metadata": {"n": 1}}, id="metadata-not-strings"),
         pytest.param({"amount": "1.00", "metadata": ["x"]}, id="metadata-not-object"),
         pytest.param(["1.00"], id="not-an-object"),
+        pytest.param({"amount": "1.00", "reason": None}, id="reason-null"),
+        pytest.param({"amount": "1.00", "metadata": None}, id="metadata-null"),
+        pytest.param({"amount": "1.00", "metadata": {str(i): "v" for i in range(21)}},
+                     id="metadata-21-entries"),
+        pytest.param({"amount": "1.00", "metadata": {"k": "v" * 501}}, id="metadata-long-value"),
     ],
 )
 def test_invalid_debit_bodies_are_422(api, credits_username, body):
@@ -349,7 +357,7 @@ def test_refund_replay_returns_the_original(api, credits_username):
 
 
 @pytest.mark.parametrize("target", ["missing", "grant", "other-account"])
-def test_refund_of_something_that_is_not_this_accounts_debit_is_422(api, credits_username, target):
+def test_refund_of_something_that_is_not_this_accounts_debit_is_404(api, credits_username, target):
     grant = api.grant(credits_username, "10.00")
     other = credits_username + "-x"
     api.grant(other, "10.00")
@@ -360,7 +368,7 @@ def test_refund_of_something_that_is_not_this_accounts_debit_is_422(api, credits
         "other-account": other_debit["transaction_id"],
     }[target]
     response = api.post(credits_username, "refunds", {"amount": "1.00", "debit_id": debit_id})
-    assert response.status_code == 422
+    assert response.status_code == 404  # contract 1.1
     assert response.json()["error"] == "debit_not_found"
     assert api.balance(credits_username) == "10.00"
 
@@ -369,7 +377,7 @@ def test_nul_characters_never_reach_the_database(api, credits_username):
     """PostgreSQL text cannot hold NUL; the service answers instead of failing with 500."""
     api.grant(credits_username, "10.00")
     refund = api.post(credits_username, "refunds", {"amount": "1.00", "debit_id": "txn\x00"})
-    assert refund.status_code == 422
+    assert refund.status_code == 404  # names no debit
     assert (
         api.post(credits_username, "debits", {"amount": "1.00", "reason": "a\x00"}).status_code
         == 422
@@ -532,3 +540,24 @@ def test_unknown_paths_are_404_in_the_error_shape(credits_service):
     response = httpx.get(credits_service.url + "/v2/nothing")
     assert response.status_code == 404
     assert response.json()["error"] == "not_found"
+
+
+@pytest.mark.parametrize("username", ["a%2Fb", "tab%09name", "del%7F", "nl%0A"])
+def test_usernames_outside_the_contracts_rule_name_no_account(api, username):
+    """1.1: a username has no "/" and no control characters: 404 on reads and debits,
+    422 on a grant, which would otherwise make the account."""
+    grant = api.http.post(f"/v1/accounts/{username}/grants",
+                          headers={**api.headers(api.service.admin_token),
+                                   "Idempotency-Key": "grant-bad-name"},
+                          json={"amount": "1.00"})
+    assert grant.status_code == 422, grant.text
+    assert grant.json()["error"] == "invalid_username"
+    assert api.get(f"/v1/accounts/{username}").status_code == 404
+
+
+def test_a_refund_needs_a_debit_id_of_1_to_255_characters(api, credits_username):
+    api.grant(credits_username, "10.00")
+    for debit_id in ("", "t" * 256):
+        response = api.post(credits_username, "refunds", {"amount": "1.00", "debit_id": debit_id})
+        assert response.status_code == 422, response.text
+    assert api.balance(credits_username) == "10.00"
