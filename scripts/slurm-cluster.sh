@@ -29,7 +29,8 @@
 # Settings (environment): GPUHUB_SLURM_DIR (default /srv/gpuhub-slurm: configuration, state,
 # logs, devices, and the shared storage DIR/shared that every node sees),
 # GPUHUB_SLURM_NODES (2), GPUHUB_SLURM_SUBNET (10.215.15), GPUHUB_SLURM_PORT (6817),
-# GPUHUB_SLURM_SCHEDULER_PARAMETERS (see deploy/slurm/slurm.conf.in).
+# GPUHUB_SLURM_SCHEDULER_PARAMETERS (see deploy/slurm/slurm.conf.in; bf_interval=30 gives
+# Slurm's own defaults, for comparison).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DIR=${GPUHUB_SLURM_DIR:-/srv/gpuhub-slurm}
