@@ -29,10 +29,15 @@ from tornado import web
 from .inventory import Device, allocatable_units
 from .pool import Allocation, GPUPool, unit_state
 
-__all__ = ["GPUS_SCOPE", "ROLE_NAME", "apply_admin_config", "board", "handlers"]
+__all__ = ["CLI_SERVICE", "CLI_TOKEN_FILE", "GPUS_SCOPE", "ROLE_NAME", "apply_admin_config",
+           "board", "handlers"]
 
 GPUS_SCOPE = "custom:gpuhub:gpus:read"
 ROLE_NAME = "gpuhub-gpu-admins"
+#: The service (no process, a token only) that ``gpuhub gpus`` reads the board as.
+CLI_SERVICE = "gpuhub-cli"
+#: Its token, in the state dir (mode 0600), made at the hub's first start.
+CLI_TOKEN_FILE = "gpuhub-cli-token"
 #: Seconds between the page's refreshes.
 REFRESH_SECONDS = 5
 
@@ -157,8 +162,13 @@ handlers = [(r"/gpus", GPUBoardHandler), (r"/api/gpuhub/gpus", GPUBoardAPIHandle
 
 
 def apply_admin_config(c, settings) -> None:
-    """Define the board's custom scope and the role that gives it to the admin groups."""
+    """Define the board's custom scope, the role that gives it to the admin groups, and the
+    service ``gpuhub-cli`` whose token (``<state dir>/gpuhub-cli-token``, 0600) lets
+    ``gpuhub gpus`` on this machine read the board and nothing else."""
+    from pathlib import Path
+
     from .auth_config import split_list
+    from .credits.hubconfig import token_file
 
     custom = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
     custom[GPUS_SCOPE] = {
@@ -166,9 +176,21 @@ def apply_admin_config(c, settings) -> None:
     }
     c.JupyterHub.custom_scopes = custom
     roles = list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
-    c.JupyterHub.load_roles = [r for r in roles if r.get("name") != ROLE_NAME] + [{
+    c.JupyterHub.load_roles = [r for r in roles if r.get("name") not in (
+        ROLE_NAME, CLI_SERVICE)] + [{
         "name": ROLE_NAME,
         "description": "Admins of GPU Cluster Hub: see the GPU board",
         "scopes": [GPUS_SCOPE],
         "groups": split_list(settings.admin_groups),
+    }, {
+        "name": CLI_SERVICE,
+        "description": "gpuhub gpus on the hub's machine: read the GPU board",
+        "scopes": [GPUS_SCOPE],
+        "services": [CLI_SERVICE],
+    }]
+    services = list(c.JupyterHub.services) if "services" in c.JupyterHub else []
+    c.JupyterHub.services = [s for s in services if s.get("name") != CLI_SERVICE] + [{
+        "name": CLI_SERVICE,
+        "api_token": token_file(Path(settings.state_dir) / CLI_TOKEN_FILE),
+        "display": False,
     }]

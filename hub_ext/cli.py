@@ -9,8 +9,10 @@
 
 ``init`` and ``upgrade`` are in :mod:`hub_ext.deploy`; README.md "Production" uses them.
 
-``gpuhub gpus`` needs no running hub: it reads the inventory the hub is configured with
-(GPUHUB_GPUS) and the owners from the labels on the hub's containers (GPUHUB_HUB_ID).
+``gpuhub gpus`` asks the running hub for its GPU board (``/hub/api/gpuhub/gpus``, the hub's
+own inventory: NVML or simulated) with a token the hub keeps in its state dir
+(``gpuhub-cli-token``, mode 0600, scope ``custom:gpuhub:gpus:read`` only, see
+:mod:`hub_ext.admin`); with no hub answering it says so in one line and exits 1.
 """
 
 from __future__ import annotations
@@ -19,73 +21,83 @@ import argparse
 import json
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 from .config import Settings
-from .inventory import SimulatedInventory, allocatable_units
 
 
-def _inventory(settings: Settings):
-    if settings.gpus.startswith("simulated:"):
-        spec = settings.gpus.split(":", 1)[1]
-        return (SimulatedInventory(count=int(spec)) if spec.isdigit()
-                else SimulatedInventory(path=spec))
-    from .nvml import NVMLInventory
-
-    return NVMLInventory()
+def hub_api_url(settings: Settings) -> str:
+    """The hub's own REST API on this machine (``GPUHUB_HUB_IP``:``GPUHUB_HUB_PORT``; an
+    address that means every interface is reached on loopback)."""
+    ip = settings.hub_ip if settings.hub_ip not in ("", "0.0.0.0", "::") else "127.0.0.1"
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{settings.hub_port}/hub/api"
 
 
-def _owners(hub_id: str) -> dict[str, dict]:
-    """Device UUID -> {owner, profile, since, container}, from container labels."""
-    import docker
+def board_from_hub(settings: Settings) -> dict:
+    """The running hub's GPU board (``GET /hub/api/gpuhub/gpus``, :mod:`hub_ext.admin`), with
+    the CLI's token from the state dir.  Raises :class:`HubUnreachable` with one sentence."""
+    import httpx
 
-    from .reconcile import containers_by_owner
+    from .admin import CLI_TOKEN_FILE
 
+    token_path = Path(settings.state_dir) / CLI_TOKEN_FILE
+    url = hub_api_url(settings) + "/gpuhub/gpus"
+    if not token_path.exists():
+        raise HubUnreachable(f"no hub token in {token_path}: no hub has run with this "
+                             "GPUHUB_STATE_DIR; start it, or set GPUHUB_STATE_DIR to its")
+    token = token_path.read_text().strip()
     try:
-        live = containers_by_owner(docker.APIClient(), hub_id)
-    except Exception as e:  # noqa: BLE001 - a table without owners is still useful
-        print(f"gpuhub: cannot read containers from Docker ({e}); owners unknown",
-              file=sys.stderr)
-        return {}
-    return {
-        uuid: {"owner": str(owner), "profile": info["profile"], "since": info["since"],
-               "container": info["name"]}
-        for owner, info in live.items() for uuid in info["uuids"]
-    }
+        r = httpx.get(url, headers={"Authorization": f"token {token}"}, timeout=10)
+    except httpx.HTTPError as e:
+        raise HubUnreachable(f"no hub answers at {url} ({type(e).__name__}); start it, or "
+                             "set GPUHUB_HUB_PORT / GPUHUB_STATE_DIR to the running "
+                             "hub's") from None
+    if r.status_code in (401, 403):
+        raise HubUnreachable(f"the hub at {url} refused the token in {token_path} "
+                             f"({r.status_code}); restart the hub so it loads it")
+    if r.status_code != 200:
+        raise HubUnreachable(f"the hub at {url} answered {r.status_code}")
+    return r.json()
 
 
-def _ago(since: float) -> str:
-    minutes = int((time.time() - since) // 60)
+class HubUnreachable(Exception):
+    """No running hub gave the board; ``str()`` is the one line ``gpuhub`` prints."""
+
+
+def _ago(since: str) -> str:
+    minutes = int((time.time() - datetime.fromisoformat(since).timestamp()) // 60)
     return f"{minutes // 60}h{minutes % 60:02d}m" if minutes >= 60 else f"{minutes}m"
 
 
 def gpus(args) -> int:
-    from .pool import unit_state  # traitlets: not needed by ``gpuhub init``
-
-    settings = Settings.from_env()
-    inventory = _inventory(settings)
-    devices = inventory.read()
-    owners = _owners(settings.hub_id)
-    rows = []
-    for unit in allocatable_units(devices):
-        held = owners.get(unit.uuid)
-        state = unit_state(unit, held is not None)
-        rows.append({**unit.to_dict(), "state": state, "owner": held})
+    """The running hub's GPU board as a table (or its JSON); exit 1 with one line when no
+    hub answers."""
+    try:
+        board = board_from_hub(Settings.from_env())
+    except (HubUnreachable, ValueError) as e:
+        print(f"gpuhub gpus: {e}", file=sys.stderr)
+        return 1
     if args.json:
-        print(json.dumps({"inventory": inventory.kind, "devices": rows}, indent=2))
+        print(json.dumps(board, indent=2))
         return 0
-    if inventory.kind == "simulated":
+    if board["inventory"] == "simulated":
         print("SIMULATED GPUs (no driver): for demos and tests only")
+    if board.get("error"):
+        print(f"GPU inventory error: {board['error']}")
     header = f"{'IDX':>3}  {'UUID':<40} {'STATE':<9} {'UTIL':>4} {'MEMORY (MiB)':>15}  OWNER"
     print(header)
     print("-" * len(header))
-    for r in rows:
+    for r in board["devices"]:
         mem = (f"{r['memory_used_mib']}/{r['memory_total_mib']}"
                if r["memory_total_mib"] is not None else "?")
         util = f"{r['utilization_pct']}%" if r["utilization_pct"] is not None else "?"
-        if r["owner"]:
-            who = (f"{r['owner']['owner']} ({r['owner']['profile'] or '-'}, "
-                   f"{_ago(r['owner']['since'])})")
+        owner = r["owner"]
+        if owner:
+            name = owner["user"] + (f":{owner['server']}" if owner["server"] else "")
+            since = _ago(owner["since"]) if owner["since"] else "?"
+            who = f"{name} ({owner['profile'] or '-'}, {since})"
         elif r["state"] == "outside":
             who = "outside the hub: pid " + ",".join(str(p["pid"]) for p in r["processes"])
         elif r["state"] == "unhealthy":

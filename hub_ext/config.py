@@ -15,7 +15,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-#: The profiles a fresh install offers; sites replace them with GPUHUB_PROFILES.
+#: The profiles a fresh install offers; sites replace them with GPUHUB_PROFILES.  The hub
+#: adds a memory and CPU limit from the node to each (:func:`hub_ext.limits.limited_profiles`).
 DEFAULT_PROFILES = [
     {
         "display_name": "CPU only",
@@ -64,6 +65,9 @@ class Settings:
     GPUHUB_DATASETS              JSON file: {name: {path, groups}}               none
     GPUHUB_UID_MAP               JSON file: {user: {uid, gid}}                   none
     GPUHUB_MAX_GPUS_PER_USER     GPUs one member may hold (0: no limit)          0
+    GPUHUB_NAMED_SERVER_LIMIT    named servers per member (0: no limit)          2
+    GPUHUB_ACTIVE_SERVER_LIMIT   servers running at once (0: no limit)           4 per GPU
+    GPUHUB_CONCURRENT_SPAWN_LIMIT  spawns in progress at once (0: no limit)      20
     GPUHUB_CONTAINER_PREFIX      container names: ``<prefix>-<user>``            jupyter
     GPUHUB_HUB_ID                label that marks this hub's containers          gpuhub
     GPUHUB_DEMO_LOGIN            ``1``: the demo's OIDC provider (loopback only)  off
@@ -135,6 +139,9 @@ class Settings:
     datasets_file: str = ""
     uid_map_file: str = ""
     max_gpus_per_user: int = 0
+    named_server_limit: int = 2
+    active_server_limit: int | None = None  # None: derived from the node (hub_ext.limits)
+    concurrent_spawn_limit: int = 20
     container_prefix: str = "jupyter"
     hub_id: str = "gpuhub"
     demo_login: bool = False
@@ -206,6 +213,11 @@ class Settings:
         s.datasets_file = _env("GPUHUB_DATASETS")
         s.uid_map_file = _env("GPUHUB_UID_MAP")
         s.max_gpus_per_user = _int("GPUHUB_MAX_GPUS_PER_USER", 0)
+        s.named_server_limit = _int("GPUHUB_NAMED_SERVER_LIMIT", s.named_server_limit)
+        if _env("GPUHUB_ACTIVE_SERVER_LIMIT"):
+            s.active_server_limit = _int("GPUHUB_ACTIVE_SERVER_LIMIT", 0)
+        s.concurrent_spawn_limit = _int("GPUHUB_CONCURRENT_SPAWN_LIMIT",
+                                        s.concurrent_spawn_limit)
         s.container_prefix = _env("GPUHUB_CONTAINER_PREFIX", s.container_prefix)
         s.hub_id = _env("GPUHUB_HUB_ID", s.hub_id)
         s.demo_login = _env("GPUHUB_DEMO_LOGIN") == "1"
@@ -346,6 +358,12 @@ def apply_config(c, settings: Settings) -> None:
     # servers (and the GPUs they hold) outlive a hub restart or upgrade; the hub finds
     # them again from its database, spawner state and container labels
     c.JupyterHub.cleanup_servers = False
+    from .logs import logging_config
+
+    # JupyterHub logs some request bodies whole: no line longer than a few thousand
+    # characters, whatever a request carried
+    c.JupyterHub.logging_config = logging_config(
+        c.JupyterHub.logging_config if "logging_config" in c.JupyterHub else None)
     from .templates import template_dir
 
     c.JupyterHub.template_paths = [str(template_dir())]
@@ -360,7 +378,13 @@ def apply_config(c, settings: Settings) -> None:
 
     # The spawner and its pool
     c.JupyterHub.spawner_class = "hub_ext.spawner.GPUDockerSpawner"
+    from .limits import Node, apply_limits_config, limited_profiles, node_gpu_count
+
+    node = Node.probe(node_gpu_count(settings.gpus))
     profiles = load_profiles(settings.profiles_file)
+    if not settings.profiles_file:
+        profiles = limited_profiles(profiles, node)
+    apply_limits_config(c, settings, node)
     c.GPUDockerSpawner.profile_list = profiles
     c.GPUDockerSpawner.prefix = settings.container_prefix
     c.GPUDockerSpawner.hub_id = settings.hub_id

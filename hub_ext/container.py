@@ -26,7 +26,7 @@ from traitlets.config import LoggingConfigurable
 from . import metrics
 
 #: Prefix of the labels on every server container (user, server, profile, devices, since,
-#: hook-state); :mod:`hub_ext.reconcile` and ``gpuhub gpus`` read them.
+#: port, hook-state); :mod:`hub_ext.reconcile` and ``gpuhub gpus`` read them.
 LABEL_PREFIX = "io.gpuhub."
 
 
@@ -258,6 +258,8 @@ class MemberContainer(LoggingConfigurable):
 
     def _prepare_container(self, container: dict) -> None:
         """Device request, labels, mounts, limits and (host network) port for this start."""
+        if self.host_network:
+            self.port = random_port()
         labels = {
             LABEL_PREFIX + "hub": self.hub_id,
             LABEL_PREFIX + "user": self.user.name,
@@ -265,6 +267,9 @@ class MemberContainer(LoggingConfigurable):
             LABEL_PREFIX + "profile": self.profile_slug,
             LABEL_PREFIX + "devices": ",".join(self.allocation.uuids) if self.allocation else "",
             LABEL_PREFIX + "since": str(self.allocation.since if self.allocation else time.time()),
+            # where the server listens (on the host with host networking): a hub that
+            # restarts during the start finds it there (GPUDockerSpawner.get_url)
+            LABEL_PREFIX + "port": str(self.port),
         }
         if self.hook_state:
             # what the hooks recorded (the credits paid), for a hub killed before it saved
@@ -298,6 +303,12 @@ class MemberContainer(LoggingConfigurable):
         # removed by stop() or a failed start, not by the engine the moment it exits:
         # the logs of a server that dies while starting are what an admin needs
         host["auto_remove"] = False
+        if isinstance(self.cpu_limit, int | float) and self.cpu_limit > 0:
+            # Docker's --cpus (HostConfig.NanoCpus) rather than DockerSpawner's CFS quota:
+            # a cpu_period of 0 keeps DockerSpawner from setting the quota too, which the
+            # engine refuses beside NanoCpus (Docker docs, "Runtime options ... CPU")
+            host["nano_cpus"] = int(self.cpu_limit * 1e9)
+            host["cpu_period"] = 0
         host.setdefault("shm_size", self.shm_size)
         host.setdefault("pids_limit", self.pids_limit)
         host.setdefault("security_opt", ["no-new-privileges"])
@@ -311,5 +322,3 @@ class MemberContainer(LoggingConfigurable):
             for name, path in sorted(container["datasets"].items())
         ]
         self.extra_host_config = host
-        if self.host_network:
-            self.port = random_port()

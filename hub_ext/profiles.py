@@ -28,7 +28,8 @@ that make sense here.  The steps, in the order the spawner runs them
 5. :func:`apply_overrides` - ``setattr`` them on the spawner, dicts merged.
 
 Every refusal is a :class:`ProfileError`, which the spawner turns into HTTP 400 with the
-valid choices in the message.
+valid choices in the message; a bad value is quoted by its first characters only
+(:func:`quote`), never echoed whole.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ __all__ = [
     "apply_overrides",
     "init_profiles",
     "profile_overrides",
+    "quote",
     "select_profile",
     "slugify",
     "visible_profiles",
@@ -155,8 +157,23 @@ def visible_profiles(profiles: list[dict], groups: Iterable[str], admin: bool) -
     ]
 
 
-def _names(items: Iterable[str]) -> str:
-    return ", ".join(sorted(items)) or "(none)"
+def quote(value, limit: int = 40) -> str:
+    """``repr(value)``, cut to its first ``limit`` characters when longer, with its length:
+    untrusted values are quoted in answers and logs, never echoed whole.
+
+    ``quote("B" * 1000)`` -> ``'BBBB…' (1002 characters)`` (``limit`` of them shown).
+    """
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text)} characters)"
+
+
+def _names(items: Iterable[str], most: int = 10) -> str:
+    names = sorted(items)
+    if len(names) > most:
+        return f"{', '.join(names[:most])} and {len(names) - most} more"
+    return ", ".join(names) or "(none)"
 
 
 def select_profile(
@@ -186,7 +203,8 @@ def select_profile(
                 f"The profile {slug!r} is not open to your groups. "
                 f"Options include: {_names(by_slug)}"
             )
-        raise ProfileError(f"No such profile: {slug!r}. Options include: {_names(by_slug)}")
+        raise ProfileError(f"No such profile: {quote(slug)}. "
+                           f"Options include: {_names(by_slug)}")
     else:
         profile = by_slug[slug]
 
@@ -194,7 +212,7 @@ def select_profile(
     extra = set(user_options) - {"profile"} - set(options)
     if extra:
         raise ProfileError(
-            f"Unexpected field(s) {_names(map(repr, extra))} for profile {profile['slug']!r}. "
+            f"Unexpected field(s) {_names(map(quote, extra))} for profile {profile['slug']!r}. "
             f"Accepted: {_names(['profile', *options])}"
         )
     choices = {}
@@ -205,7 +223,7 @@ def select_profile(
             value = next(k for k, c in valid.items() if c["default"])
         if not isinstance(value, str | int) or isinstance(value, bool) or str(value) not in valid:
             raise ProfileError(
-                f"{value!r} is not a choice of {name!r} in profile {profile['slug']!r}. "
+                f"{quote(value)} is not a choice of {name!r} in profile {profile['slug']!r}. "
                 f"Choices: {_names(valid)}"
             )
         choices[name] = str(value)

@@ -1,5 +1,5 @@
 """The spawn page: profile cards that say what each image holds, costs and whether it can
-start now, and the form fields they post.
+start now (the fields they post become ``user_options`` in :mod:`hub_ext.choice`).
 
 :class:`SpawnPage` is a part of :class:`hub_ext.spawner.GPUDockerSpawner` (a mixin).  The
 cards come from the same functions a spawn uses (:mod:`hub_ext.profiles`, the pool's
@@ -16,24 +16,13 @@ from docker.errors import APIError, NotFound
 from traitlets.config import LoggingConfigurable
 
 from .container import LABEL_PREFIX
+from .limits import limits_text
 from .profiles import gpu_request, profile_overrides, select_profile
 from .templates import render
 
 
 class SpawnPage(LoggingConfigurable):
     """The spawn page's cards and form (JupyterHub ``Spawner.options_form``)."""
-
-    def options_from_form(self, formdata):
-        """Form fields -> ``user_options``: ``profile`` and ``<profile>--<option>`` fields."""
-        options = {}
-        profile = formdata.get("profile", [None])[0]
-        if profile is not None:
-            options["profile"] = profile
-            prefix = f"{profile}--"
-            for key, values in formdata.items():
-                if key.startswith(prefix) and values:
-                    options[key[len(prefix):]] = values[0]
-        return options
 
     async def _render_options_form(self, spawner):
         visible, _ = await self.get_profiles()
@@ -45,8 +34,9 @@ class SpawnPage(LoggingConfigurable):
 
     async def profile_cards(self, profiles: list[dict]) -> list[dict]:
         """What the spawn page shows per profile: the image's contents, GPUs asked, free
-        now, cost, and whether it can start now (with the reason when it cannot: too few
-        free GPUs, or a hook's ``why_not``, such as a balance that cannot pay).
+        now, its memory and CPU limits, cost, and whether it can start now (with the
+        reason when it cannot: too few free GPUs, or a hook's ``why_not``, such as a
+        balance that cannot pay).
 
         Each choice of a ``profile_options`` entry is judged too (the others at their
         defaults): ``choices[option][key]`` is ``""`` or why that choice cannot start, so
@@ -90,6 +80,8 @@ class SpawnPage(LoggingConfigurable):
                 "available": available,
                 "why_not": "" if available else card["why_not"],
                 "credits_per_hour": card["credits_per_hour"],
+                "limits": limits_text(card["overrides"].get("mem_limit"),
+                                      card["overrides"].get("cpu_limit")),
                 "choices": choices,
                 "chosen": chosen,
             })

@@ -3,7 +3,8 @@
 A start runs in this order (each step yields a ``progress()`` event):
 
 1. load the profile from ``user_options`` (untrusted: a bad one is HTTP 400 naming the
-   valid choices) and apply its overrides;
+   valid choices, an oversized one HTTP 413; :mod:`hub_ext.choice`) and apply its
+   overrides;
 2. ask the hooks whether the start may go on at all (:meth:`GPUDockerSpawner.check_hooks`:
    the credits hook refuses a balance below the first interval with HTTP 402), before
    anything is reserved;
@@ -24,17 +25,18 @@ failed start and may call it twice (JupyterHub docs, "Spawners").
 The allocation lives in spawner state (versioned) and in container labels, so a hub
 restart rebuilds it (:mod:`hub_ext.reconcile`).
 
-Two parts live in modules of their own, mixed into the class (their traits are set as
-``c.GPUDockerSpawner.<trait>`` all the same): the container a member lives in
-(:mod:`hub_ext.container`: workspace, datasets, uid, limits, labels, the device request)
-and the spawn page (:mod:`hub_ext.spawn_page`: the profile cards and their form).
+Three parts live in modules of their own, mixed into the class (their traits are set as
+``c.GPUDockerSpawner.<trait>`` all the same): the member's choice (:mod:`hub_ext.choice`:
+the profile list, ``user_options`` validated and kept small, the form's fields), the
+container a member lives in (:mod:`hub_ext.container`: workspace, datasets, uid, limits,
+labels, the device request) and the spawn page (:mod:`hub_ext.spawn_page`: the profile
+cards).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import inspect
 import json
 import time
 
@@ -46,7 +48,6 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import (
     Any,
     Bool,
-    Callable,
     Float,
     Int,
     List,
@@ -57,36 +58,18 @@ from traitlets import (
 )
 
 from . import metrics
+from .choice import ProfileChoice
 from .container import LABEL_PREFIX, MemberContainer
 from .hooks import PENDING, check_before_reserve, resolve_hooks
 from .pool import AllocationRefused, GPUPool, ServerKey
-from .profiles import (
-    ProfileError,
-    apply_overrides,
-    gpu_request,
-    init_profiles,
-    profile_overrides,
-    select_profile,
-    visible_profiles,
-)
+from .profiles import gpu_request
 from .spawn_page import SpawnPage
 
 STATE_VERSION = 1
 
 
-class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
+class GPUDockerSpawner(SpawnPage, MemberContainer, ProfileChoice, DockerSpawner):
     """A DockerSpawner that gives each server exclusive GPUs and a chosen profile."""
-
-    profile_list = Union(
-        [List(), Callable()],
-        default_value=[],
-        config=True,
-        help="""Profiles in KubeSpawner's schema (see hub_ext.profiles), or a callable,
-        sync or async, taking the spawner and returning that list.
-
-            c.GPUDockerSpawner.profile_list = [{"display_name": "CPU only", "default": True}]
-        """,
-    )
 
     gpus = Union(
         [Int(), Unicode()],
@@ -259,64 +242,6 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
     def server_key(self) -> ServerKey:
         return ServerKey(self.user.name, self.name or "")
 
-    # -- profiles ----------------------------------------------------------------------
-
-    async def get_profiles(self) -> tuple[list[dict], list[dict]]:
-        """(visible to this member, all) after :func:`init_profiles`."""
-        profile_list = self.profile_list
-        if callable(profile_list):
-            profile_list = profile_list(self)
-            if inspect.isawaitable(profile_list):
-                profile_list = await profile_list
-        try:
-            profiles = init_profiles(profile_list)
-        except ProfileError as e:
-            self.log.error("profile_list is misconfigured: %s", e)
-            raise web.HTTPError(500, f"The profile list is misconfigured: {e}") from e
-        groups = [g.name for g in getattr(self.user, "groups", [])]
-        admin = bool(getattr(self.user, "admin", False))
-        return visible_profiles(profiles, groups, admin), profiles
-
-    async def load_profile(self) -> None:
-        """Step 1: validate ``user_options`` and apply the chosen profile's overrides.
-
-        Raises ``HTTPError(400)`` naming the valid choices.
-        """
-        for name, value in self._configured.items():
-            setattr(self, name, copy.deepcopy(value))
-        visible, everything = await self.get_profiles()
-        if not everything:
-            self.profile_slug = ""
-            return
-        try:
-            selection = select_profile(visible, self.user_options, everything)
-        except ProfileError as e:
-            metrics.SPAWNS_REFUSED.labels(reason="bad_options").inc()
-            self.log.warning("Refusing spawn of %s: %s", self._log_name, e)
-            raise web.HTTPError(400, str(e)) from e
-        apply_overrides(self, profile_overrides(selection))
-        self.profile_slug = selection.slug
-        self._record_choice({"profile": selection.slug, **selection.choices})
-        self.log.info("%s uses profile %s %s", self._log_name, selection.slug,
-                      selection.choices or "")
-
-    def _record_choice(self, chosen: dict) -> None:
-        """Keep the full choice (``{}`` becomes the default profile's slug) as this
-        server's ``user_options``: the admin panel shows it, and JupyterHub uses it as the
-        default of the next start (JupyterHub ``User.spawn``)."""
-        if self.user_options == chosen:
-            return
-        self.user_options = chosen
-        orm_spawner = getattr(self, "orm_spawner", None)
-        if orm_spawner is None:
-            return
-        from sqlalchemy import inspect as sa_inspect
-
-        orm_spawner.user_options = chosen
-        session = sa_inspect(orm_spawner).session
-        if session is not None:
-            session.commit()
-
     # -- progress ----------------------------------------------------------------------
 
     def emit(self, progress: int, message: str) -> None:
@@ -431,6 +356,29 @@ class GPUDockerSpawner(SpawnPage, MemberContainer, DockerSpawner):
         if self.host_network:
             return self.ip, self.port
         return await super().get_ip_and_port()
+
+    async def get_url(self):
+        """Where this server's container really serves (JupyterHub ``Spawner.get_url``).
+
+        JupyterHub asks after a restart, for a server whose ``poll()`` says it runs
+        (``init_spawners``).  A hub killed while the server was starting left in its
+        database the address of a server that never got one (the hub's host name and a
+        random port), so the container is asked: with host networking, ``ip`` and the
+        port in its labels; on a bridge network, its address (DockerSpawner
+        ``get_ip_and_port``).  Falls back to the database's URL when Docker cannot say;
+        never raises (JupyterHub does not catch errors here).
+        """
+        try:
+            if self.host_network:
+                obj = await self.get_object()
+                labels = (obj or {}).get("Config", {}).get("Labels") or {}
+                self.port = int(labels[LABEL_PREFIX + "port"])
+            ip, port = await self.get_ip_and_port()
+        except Exception as e:  # noqa: BLE001 - an old container without the label, or Docker
+            self.log.warning("%s: where its container serves is unknown (%r); trying %s",
+                             self._log_name, e, self.server.url)
+            return self.server.url
+        return f"{self.server.proto}://{ip}:{port}{self.server.base_url}"
 
     async def _wait_until_ready(self, ip, port) -> bool:
         """Poll the server until it answers HTTP at all, or its container dies, for at

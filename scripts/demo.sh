@@ -83,7 +83,13 @@ export GPUHUB_ADMIN_CONTACT="${GPUHUB_ADMIN_CONTACT:-the demo admin (sign in as 
 export GPUHUB_INITIAL_CREDITS="${GPUHUB_INITIAL_CREDITS:-10}"
 user() { printf '{"sub":"%s","preferred_username":"%s","email":"%s@example.org","groups":%s}' \
   "$1" "$1" "$1" "$2"; }
-.venv/bin/python -m oidc_provider_mock --host 127.0.0.1 --port "$oidc_port" \
+# a fresh secret per run: the provider asks for it before it hands out an identity, so a
+# member's container on the host network cannot sign in as admin (hub_ext/demo_provider.py)
+(umask 077; .venv/bin/python -c "import secrets; print(secrets.token_urlsafe(12))" \
+  > "$state/demo-login-secret")
+demo_secret="$(cat "$state/demo-login-secret")"
+.venv/bin/python -m hub_ext.demo_provider --host 127.0.0.1 --port "$oidc_port" \
+  --secret-file "$state/demo-login-secret" \
   --user-claims "$(user admin '["hub-admins","gpu-members"]')" \
   --user-claims "$(user alice '["gpu-members"]')" \
   --user-claims "$(user bob '["gpu-members","ml101"]')" \
@@ -100,4 +106,6 @@ done
 echo "demo: open http://127.0.0.1:${GPUHUB_PORT:-8000} and sign in at the demo provider as"
 echo "      admin (an admin), alice or bob (members, $GPUHUB_INITIAL_CREDITS credits to start)"
 echo "      or mallory (not a member: refused)"
+echo "demo: the sign-in page asks for a password (any user name): $demo_secret"
+echo "      (a new one each run; also in $state/demo-login-secret)"
 .venv/bin/jupyterhub -f jupyterhub_config.py

@@ -153,7 +153,9 @@ async def test_limits_and_security_options_reach_docker(hub_factory, docker_clie
     cid = await started(hub, docker_client, "bob", "gpu")
     host = docker_client.inspect_container(cid)["HostConfig"]
     assert host["Memory"] == 2 * 1024**3
-    assert host["CpuQuota"] == 150_000 and host["CpuPeriod"] == 100_000
+    # docker run --cpus 1.5: NanoCpus, not DockerSpawner's CFS quota
+    assert host["NanoCpus"] == 1_500_000_000
+    assert host["CpuQuota"] == 0 and host["CpuPeriod"] == 0
     assert host["PidsLimit"] == 512
     assert host["ShmSize"] == 2 * 1024**3
     assert host["SecurityOpt"] == ["no-new-privileges"]

@@ -30,7 +30,8 @@ from hub_ext.credits.hook import UNREACHABLE
 from hub_ext.credits.hubconfig import ADMIN_TOKEN_FILE, HUB_TOKEN_FILE
 from hub_ext.runs import ServerRun
 from tests.fixtures.credits_faults import LedgerFaults, MovableClock
-from tests.fixtures.hub import eventually
+from tests.fixtures.hub import eventually, terminal_run
+from tests.fixtures.oidc import ADMINS
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
@@ -42,6 +43,9 @@ PROFILES = json.dumps([
      "spawner_override": {"image": "gpuhub/no-such-image:latest"}},
     {"display_name": "Hangs", "slug": "hangs", "gpus": 1, "credits_per_hour": 4,
      "spawner_override": {"cmd": ["sh", "-c", "sleep 600", "--"]}},
+    {"display_name": "Slow to answer", "slug": "slow", "gpus": 1, "credits_per_hour": 4,
+     "spawner_override": {"cmd": ["sh", "-c", 'sleep 8; exec jupyterhub-singleuser "$@"',
+                                  "--"]}},
 ])
 
 # Quick failure detection, so that a refusal is the answer to the spawn request itself.
@@ -347,10 +351,10 @@ async def test_hub_killed_mid_spawn_after_the_debit_keeps_no_credit(
     await grant(admin, member, "10.00")
     spawn = asyncio.create_task(hub.spawn(member, {"profile": "hangs"}))
 
-    async def container_exists():
-        return hub.containers(docker_client)
+    async def container_runs():  # created but not started yet would be a stopped server
+        return [c for c in hub.containers(docker_client) if c["State"] == "running"]
 
-    await eventually(container_exists, what="the container")
+    await eventually(container_runs, what="the container running")
     await settles(admin, member, [("grant", "10.00"), ("debit", "1.00")], hub, seconds=0)
     assert not spawn.done()  # Spawner.start has not returned: no state saved yet
     hub.kill(signal.SIGKILL)
@@ -363,6 +367,51 @@ async def test_hub_killed_mid_spawn_after_the_debit_keeps_no_credit(
                   hub)
     assert hub.containers(docker_client) == []
     assert "re-adopted its hook state (credits, culling)" in hub.log()
+
+
+async def test_servers_starting_when_the_hub_was_killed_are_adopted_by_the_next_hub(
+        credits_hub, admin, member, docker_client):
+    # two servers are starting (containers up, debits made, not answering yet) when the
+    # hub dies; the next hub finds them where their containers serve, not at the address
+    # JupyterHub's database holds for a server that never got one
+    hub = await credits_hub()
+    members = [member + "a", member + "b"]
+    tokens = {name: await hub.create_user(name) for name in members}
+    for name in members:
+        await grant(admin, name, "10.00")
+    spawns = [asyncio.create_task(hub.spawn(name, {"profile": "slow"})) for name in members]
+
+    async def both_containers_up():
+        return [c["State"] for c in hub.containers(docker_client)] == ["running"] * 2
+
+    await eventually(both_containers_up, what="both containers running")
+    for name in members:
+        await settles(admin, name, [("grant", "10.00"), ("debit", "1.00")], hub, seconds=0)
+    assert not any(spawn.done() for spawn in spawns)  # both still starting
+    before = {c["Labels"]["io.gpuhub.user"]: (c["Id"], c["Labels"]["io.gpuhub.devices"])
+              for c in hub.containers(docker_client)}
+    hub.kill(signal.SIGKILL)
+    for spawn in spawns:
+        spawn.cancel()
+    await hub.start()
+
+    for name in members:
+        await eventually(lambda name=name: running(hub, name), timeout=90,
+                         what=f"{name}'s server ready under the new hub")
+    after = {c["Labels"]["io.gpuhub.user"]: (c["Id"], c["Labels"]["io.gpuhub.devices"])
+             for c in hub.containers(docker_client)}
+    assert after == before  # the same containers, not new ones
+    boss = await hub.login("boss", groups=[ADMINS])
+    board = (await hub.browser_api(boss, "GET", "/gpuhub/gpus")).json()["devices"]
+    assert {d["uuid"]: d["owner"]["user"] for d in board if d["owner"]} == {
+        devices: name for name, (_, devices) in before.items()}
+    for name in members:
+        out = await terminal_run(hub, name, tokens[name],
+                                 "echo GPU=$NVIDIA_VISIBLE_DEVICES=END", expect="=END")
+        assert f"GPU={before[name][1]}=END" in out, out
+        # metered once: the spawn's debit, no second one and no refund
+        await settles(admin, name, [("grant", "10.00"), ("debit", "1.00")], hub)
+    assert "does not appear to be running" not in hub.log()
 
 
 # A hook after the credits hook that holds every start of the "gpu2" profile between its

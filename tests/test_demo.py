@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -20,7 +21,8 @@ import pytest
 from jupyterhub.utils import random_port
 
 from tests.fixtures.hub import REPO
-from tests.fixtures.oidc import oidc_login
+from tests.fixtures.oidc import begin_login, oidc_login
+from tests.test_container import exec_in
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
@@ -57,7 +59,9 @@ async def demo(tmp_path, docker_client, notebook_image):
                     pass
                 assert time.monotonic() < deadline, (tmp_path / "demo.log").read_text()[-3000:]
                 await asyncio.sleep(0.5)
-        yield SimpleNamespace(url=url, log=tmp_path / "demo.log", env=env)
+        yield SimpleNamespace(url=url, log=tmp_path / "demo.log", env=env,
+                              oidc_port=env["GPUHUB_DEMO_OIDC_PORT"],
+                              secret=printed_secret(tmp_path / "demo.log"))
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -72,17 +76,24 @@ async def demo(tmp_path, docker_client, notebook_image):
         log.close()
 
 
+def printed_secret(log) -> str:
+    """The demo login's password, as demo.sh prints it on its console."""
+    match = re.search(r"asks for a password \(any user name\): (\S+)", log.read_text())
+    assert match, log.read_text()[-3000:]
+    return match.group(1)
+
+
 async def test_the_readme_demo_serves_a_hub_members_sign_in_to(demo):
     url, log = demo.url, demo.log
     async with httpx.AsyncClient(timeout=30) as alice:
-        r = await oidc_login(alice, url, "alice")
+        r = await oidc_login(alice, url, "alice", provider_auth=("alice", demo.secret))
         assert r.status_code == 302, r.text
         page = await alice.get(url + "/hub/spawn", follow_redirects=True)
         assert page.status_code == 200
         assert "(simulated GPUs)" in page.text  # labelled where NVML finds no driver
         assert "10.00 credits" in page.text  # the demo's initial grant
     async with httpx.AsyncClient(timeout=30) as mallory:
-        r = await oidc_login(mallory, url, "mallory")
+        r = await oidc_login(mallory, url, "mallory", provider_auth=("m", demo.secret))
         assert r.status_code == 403
         assert "Not a member of this hub" in r.text
     assert "SIMULATED node of 2 GPUs" in log.read_text()
@@ -90,7 +101,8 @@ async def test_the_readme_demo_serves_a_hub_members_sign_in_to(demo):
 
 async def test_gpuhub_credits_finds_the_demos_own_credits_service(demo):
     async with httpx.AsyncClient(timeout=30) as bob:
-        assert (await oidc_login(bob, demo.url, "bob")).status_code == 302  # 10 credits
+        r = await oidc_login(bob, demo.url, "bob", provider_auth=("bob", demo.secret))
+        assert r.status_code == 302  # 10 credits
     # an operator on the hub's machine, with the hub's settings and nothing else
     env = {**demo.env, "GPUHUB_CREDITS_URL": ""}
     gpuhub = [str(REPO / ".venv" / "bin" / "gpuhub"), "credits"]
@@ -100,3 +112,60 @@ async def test_gpuhub_credits_finds_the_demos_own_credits_service(demo):
     out = subprocess.run([*gpuhub, "balance", "bob"], env=env, capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "bob: 15.00 credits"
+
+
+#: Run inside alice's container: the demo's login flow as admin, as code in her terminal
+#: would try it (host networking: the hub and the provider are on its loopback too).
+SIGN_IN_AS_ADMIN = """
+import sys, urllib.error, urllib.request
+hub, provider = sys.argv[1], sys.argv[2]
+class Keep(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *a, **k):
+        return None
+opener = urllib.request.build_opener(Keep, urllib.request.HTTPCookieProcessor())
+def call(request):
+    try:
+        answer = opener.open(request, timeout=10)
+    except urllib.error.HTTPError as e:
+        answer = e
+    return answer.status, answer.headers
+authorize = call(hub + "/hub/oauth_login")[1]["Location"]
+print("authorize", call(authorize)[0])
+print("pick", call(urllib.request.Request(authorize, data=b"sub=admin"))[0])
+print("claims", call(urllib.request.Request(provider + "/users/admin", method="PUT",
+      data=b'{"groups": ["hub-admins"]}', headers={"Content-Type": "application/json"}))[0])
+print("home", call(provider + "/")[0])
+"""
+
+
+async def test_code_in_a_members_container_cannot_sign_in_at_the_demo_provider(
+        demo, docker_client):
+    async with httpx.AsyncClient(timeout=30, follow_redirects=True) as alice:
+        r = await oidc_login(alice, demo.url, "alice", provider_auth=("alice", demo.secret))
+        assert r.status_code == 302, r.text
+        await alice.get(demo.url + "/hub/home")  # sets the _xsrf cookie
+        xsrf = next(c.value for c in alice.cookies.jar if c.name == "_xsrf")
+        api = f"{demo.url}/hub/api/users/alice"
+        r = await alice.post(api + "/server", json={"profile": "cpu"},
+                             headers={"X-XSRFToken": xsrf})
+        assert r.status_code in (201, 202), r.text
+        deadline = time.monotonic() + 120
+        while not (await alice.get(api, headers={"X-XSRFToken": xsrf})).json()[
+                "servers"].get("", {}).get("ready"):
+            assert time.monotonic() < deadline, demo.log.read_text()[-3000:]
+            await asyncio.sleep(0.5)
+    [container] = docker_client.containers(
+        filters={"label": f"io.gpuhub.hub={demo.env['GPUHUB_HUB_ID']}"})
+    provider = f"http://127.0.0.1:{demo.oidc_port}"
+    code, out = exec_in(docker_client, container["Id"], "python3", "-c", SIGN_IN_AS_ADMIN,
+                        demo.url, provider)
+    assert code == 0, out
+    assert out.split() == ["authorize", "401", "pick", "401", "claims", "401", "home", "401"]
+
+    # the same flow with the printed secret is how a person signs in as admin
+    async with httpx.AsyncClient(timeout=30) as person:
+        authorize_url = await begin_login(person, demo.url)
+        r = await person.get(authorize_url)
+        assert r.status_code == 401 and "printed on the demo's console" in r.text
+        r = await oidc_login(person, demo.url, "admin", provider_auth=("admin", demo.secret))
+        assert r.status_code == 302, r.text

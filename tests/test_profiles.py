@@ -102,6 +102,20 @@ def test_bad_options_name_the_valid_choices(profiles, options, message):
         select_profile(visible, options, profiles)
 
 
+@pytest.mark.parametrize("options", [
+    pytest.param({"profile": "B" * 100_000}, id="long-slug"),
+    pytest.param({"profile": "pytorch", "gpus": "9" * 100_000}, id="long-choice"),
+    pytest.param({"profile": "pytorch", "x" * 100_000: "1"}, id="long-field"),
+    pytest.param({"profile": "pytorch", **{f"f{i}": "1" for i in range(1000)}},
+                 id="many-fields"),
+])
+def test_bad_values_are_quoted_by_a_short_prefix(profiles, options):
+    visible = visible_profiles(profiles, [], admin=False)
+    with pytest.raises(ProfileError) as refused:
+        select_profile(visible, options, profiles)
+    assert len(str(refused.value)) < 400, str(refused.value)[:500]
+
+
 def test_overrides_merge_dicts():
     class Spawner:
         environment = {"KEEP": "1"}

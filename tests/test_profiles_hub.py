@@ -180,3 +180,61 @@ async def test_empty_options_give_the_default_profile(hub, docker_client):
     # the admin panel (and the REST API it reads) shows which profile {} meant
     server = (await hub.api("GET", "/users/alice")).json()["servers"][""]
     assert server["user_options"] == {"profile": "cpu"}
+
+
+async def test_oversized_or_refused_options_stay_small_and_are_not_kept(hub, docker_client):
+    await hub.create_user("alice")
+    r = await hub.spawn("alice", {"profile": "pytorch", "gpus": "1"})  # a valid choice
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("alice")
+    await hub.stop_server("alice")
+    browser = await hub.login("alice")
+    xsrf = next(c.value for c in browser.cookies.jar if c.name == "_xsrf")
+    huge = "B" * (8 * 1024 * 1024)
+
+    def log_size() -> int:
+        return hub.log_path.stat().st_size
+
+    database = hub.state_dir / "jupyterhub.sqlite"
+    database_before = database.stat().st_size  # SQLite keeps its size after a rewrite
+
+    # the REST API: a short 4xx, and the log grows by a few lines
+    before = log_size()
+    r = await hub.spawn("alice", {"profile": huge})
+    assert 400 <= r.status_code < 500, r.text[:300]
+    assert len(r.content) < 1024, r.text[:300]
+    assert "BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB" not in r.text
+    assert log_size() - before < 10_000
+
+    # the spawn form: the same
+    before = log_size()
+    r = await browser.post("/hub/spawn", data={"profile": huge},
+                           headers={"X-XSRFToken": xsrf})
+    assert 400 <= r.status_code < 500, r.text[-500:]
+    assert "B" * 64 not in r.text
+    assert log_size() - before < 10_000
+
+    # a stopped named server's options changed through the API (JupyterHub's PATCH, which
+    # logs them): not stored, and the log line is cut short
+    r = await hub.api("PUT", "/users/alice/servers/named", json={"user_options": {}})
+    assert r.status_code == 201, r.text[:300]
+    before = log_size()
+    r = await hub.api("PATCH", "/users/alice/servers/named",
+                      json={"user_options": {"profile": huge}})
+    assert r.status_code < 500, r.text[:300]
+    assert log_size() - before < 10_000
+    assert database.stat().st_size - database_before < 1024 * 1024  # never stored
+
+    # a small choice refused for what it is
+    r = await hub.spawn("alice", {"profile": "gpu-x"})
+    assert r.status_code == 400, r.text
+
+    # none of them became the next start's default: {} is the last valid choice
+    assert hub.containers(docker_client) == []
+    r = await hub.spawn("alice", {})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("alice")
+    [c] = hub.containers(docker_client)
+    assert c["Labels"]["io.gpuhub.profile"] == "pytorch"
+    server = (await hub.api("GET", "/users/alice")).json()["servers"][""]
+    assert server["user_options"] == {"profile": "pytorch", "gpus": "1"}

@@ -1,0 +1,172 @@
+"""Limits a fresh install ships with, derived from the node, so one member cannot exhaust it.
+
+- **Each built-in profile** gets a memory and a CPU limit (``mem_limit``, ``cpu_limit`` in
+  its ``spawner_override``; DockerSpawner's traits, Docker's ``--memory`` and ``--cpus``):
+  a GPU profile one *GPU share* per GPU it asks for, the node's memory (less
+  :data:`SYSTEM_RESERVE` for the hub and the system) and CPUs divided by its number of
+  GPUs; the CPU profile a quarter of a share, at least 1 CPU and 1 GiB.  Profiles a site
+  writes (``GPUHUB_PROFILES``) keep the limits they set.
+- **The hub** (JupyterHub's own traits, each a GPUHUB_* setting): at most
+  ``GPUHUB_NAMED_SERVER_LIMIT`` named servers per member (default 2, besides the default
+  server), ``GPUHUB_ACTIVE_SERVER_LIMIT`` servers running at once (default 4 per GPU
+  share: the CPU profiles that fill the node) and ``GPUHUB_CONCURRENT_SPAWN_LIMIT`` spawns
+  in progress at once (default 20).
+
+JupyterHub refuses past its limits with its own sentences: 400 "User alice already has the
+maximum of 2 named servers.  One must be deleted before a new server can be created", 429
+"Active user limit exceeded. Try again in a few minutes." and 429 "Too many users trying to
+log in right now. Try again in 30 seconds." (``jupyterhub/handlers/base.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from dataclasses import dataclass
+
+GIB = 1024**3
+MIB = 1024**2
+#: Share of the node's memory left to the hub, Docker and the system.
+SYSTEM_RESERVE = 0.10
+#: Servers per GPU share that ``GPUHUB_ACTIVE_SERVER_LIMIT`` allows by default.
+SERVERS_PER_SHARE = 4
+NAMED_SERVER_LIMIT = 2
+CONCURRENT_SPAWN_LIMIT = 20
+
+
+@dataclass(frozen=True)
+class Node:
+    """What the limits divide: memory in bytes, CPUs (may be fractional) and GPUs."""
+
+    memory_bytes: int
+    cpus: float
+    gpus: int
+
+    @classmethod
+    def probe(cls, gpus: int) -> Node:
+        """This machine: physical memory (``sysconf``), the CPUs this process may use
+        (``sched_getaffinity``) and ``gpus``."""
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return cls(memory_bytes=memory, cpus=float(len(os.sched_getaffinity(0))), gpus=gpus)
+
+    @property
+    def shares(self) -> int:
+        """GPU shares the node is divided into: one per GPU, one on a node without GPUs."""
+        return max(self.gpus, 1)
+
+    def gpu_share(self) -> tuple[int, float]:
+        """(memory bytes, CPUs) of one GPU share."""
+        memory = int(self.memory_bytes * (1 - SYSTEM_RESERVE) / self.shares)
+        return memory, round(self.cpus / self.shares, 2)
+
+    def cpu_profile_share(self) -> tuple[int, float]:
+        """(memory bytes, CPUs) of the CPU profile: a quarter share, at least 1 GiB and 1
+        CPU, never more than a whole share."""
+        memory, cpus = self.gpu_share()
+        return (min(memory, max(GIB, memory // 4)),
+                min(max(cpus, 1.0), max(1.0, round(cpus / 4, 2))))
+
+    def active_server_limit(self) -> int:
+        return SERVERS_PER_SHARE * self.shares
+
+
+def node_gpu_count(gpus_setting: str) -> int:
+    """GPUs of the node as ``GPUHUB_GPUS`` names them: ``simulated:N``, a simulated JSON
+    file's devices, or NVML's count (0 when NVML cannot be read: the pool says why at start).
+    Raises ValueError for a malformed simulated setting."""
+    if gpus_setting.startswith("simulated:"):
+        spec = gpus_setting.split(":", 1)[1]
+        if spec.isdigit():
+            return int(spec)
+        try:
+            with open(spec) as f:
+                return len(json.load(f).get("devices", []))
+        except (OSError, ValueError, AttributeError) as e:
+            raise ValueError(f"GPUHUB_GPUS={gpus_setting!r}: cannot read the device list "
+                             f"({e})") from None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no driver here; the pool refuses to start with why
+        return 0
+
+
+def memory_limit(nbytes: int) -> str:
+    """Bytes as a memory limit in MiB (``"10240M"``), as JupyterHub's ``ByteSpecification``
+    (DockerSpawner's ``mem_limit``) reads it: K, M, G, T, upper case."""
+    return f"{nbytes // MIB}M"
+
+
+def limited_profiles(profiles: list[dict], node: Node) -> list[dict]:
+    """A deep copy of ``profiles`` with a ``mem_limit`` and ``cpu_limit`` in each one's
+    ``spawner_override`` where it sets none (see the module docstring)."""
+    limited = copy.deepcopy(profiles)
+    for profile in limited:
+        gpus = profile.get("gpus", 0)
+        if isinstance(gpus, int) and gpus > 0:
+            memory, cpus = node.gpu_share()
+            memory, cpus = memory * gpus, round(cpus * gpus, 2)
+        else:
+            memory, cpus = node.cpu_profile_share()
+        override = profile.setdefault("spawner_override", {})
+        override.setdefault("mem_limit", memory_limit(memory))
+        override.setdefault("cpu_limit", cpus)
+    return limited
+
+
+_UNITS = {"b": 1, "k": 1024, "m": MIB, "g": GIB, "t": 1024 * GIB}
+
+
+def memory_text(limit) -> str:
+    """A memory limit (``"10240M"``, ``"16G"``, bytes) as people read it
+    (``"10 GB"``, ``"1.5 GB"``, ``"512 MB"``); ``""`` for none or one it cannot read."""
+    if limit in (None, "", 0):
+        return ""
+    text = str(limit).strip().lower()
+    unit = _UNITS.get(text[-1:], None)
+    number = text[:-1] if unit else text
+    try:
+        nbytes = float(number) * (unit or 1)
+    except ValueError:
+        return ""
+    if nbytes >= GIB:
+        return f"{nbytes / GIB:.1f}".removesuffix(".0") + " GB"
+    return f"{nbytes / MIB:.0f} MB"
+
+
+def limits_text(mem_limit, cpu_limit) -> str:
+    """A profile's limits as its card says them: "Up to 1 CPU and 2.6 GB of memory";
+    ``""`` when it has none."""
+    parts = []
+    if isinstance(cpu_limit, int | float) and cpu_limit > 0:
+        parts.append(f"{cpu_limit:g} CPU" + ("" if cpu_limit == 1 else "s"))
+    memory = memory_text(mem_limit)
+    if memory:
+        parts.append(f"{memory} of memory")
+    return "Up to " + " and ".join(parts) if parts else ""
+
+
+def apply_limits_config(c, settings, node: Node) -> None:
+    """Set JupyterHub's server limits from ``settings`` (``None``: derived from ``node``).
+
+    Raises ValueError naming the variable for a negative limit.
+    """
+    limits = {
+        "GPUHUB_NAMED_SERVER_LIMIT": settings.named_server_limit,
+        "GPUHUB_ACTIVE_SERVER_LIMIT": settings.active_server_limit,
+        "GPUHUB_CONCURRENT_SPAWN_LIMIT": settings.concurrent_spawn_limit,
+    }
+    for name, value in limits.items():
+        if value is not None and value < 0:
+            raise ValueError(f"{name}={value}: use 0 (no limit) or a number of servers")
+    c.JupyterHub.named_server_limit_per_user = settings.named_server_limit
+    c.JupyterHub.active_server_limit = (node.active_server_limit()
+                                        if settings.active_server_limit is None
+                                        else settings.active_server_limit)
+    c.JupyterHub.concurrent_spawn_limit = settings.concurrent_spawn_limit

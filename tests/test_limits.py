@@ -1,0 +1,143 @@
+"""One member cannot exhaust the node (hub_ext/limits.py): every built-in profile has a
+memory and CPU limit derived from the node, shown on its card, and JupyterHub's server
+limits are set, each a GPUHUB_* setting."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hub_ext.config import DEFAULT_PROFILES
+from hub_ext.limits import GIB, Node, limited_profiles, limits_text, memory_text, node_gpu_count
+from tests.test_config import configure
+
+FOUR_GPU_NODE = Node(memory_bytes=160 * GIB, cpus=32.0, gpus=4)
+
+
+def overrides(c, slug: str) -> dict:
+    [profile] = [p for p in c.GPUDockerSpawner.profile_list if p["slug"] == slug]
+    return profile["spawner_override"]
+
+
+def test_a_gpu_share_is_the_nodes_memory_and_cpus_per_gpu_less_a_reserve():
+    memory, cpus = FOUR_GPU_NODE.gpu_share()
+    assert memory == int(160 * GIB * 0.9 / 4)  # 36 GiB
+    assert cpus == 8.0
+
+
+def test_the_cpu_profile_gets_a_quarter_share_but_at_least_one_cpu_and_one_gib():
+    assert FOUR_GPU_NODE.cpu_profile_share() == (int(160 * GIB * 0.9 / 4) // 4, 2.0)
+    small = Node(memory_bytes=2 * GIB, cpus=2.0, gpus=2)
+    assert small.cpu_profile_share() == (GIB * 9 // 10, 1.0)  # never more than a share
+    no_gpus = Node(memory_bytes=16 * GIB, cpus=4.0, gpus=0)
+    assert no_gpus.gpu_share() == (int(16 * GIB * 0.9), 4.0)
+    assert no_gpus.active_server_limit() == 4
+
+
+def test_built_in_profiles_get_limits_and_a_sites_own_limits_are_kept():
+    site = [{"slug": "big", "gpus": 2, "spawner_override": {"mem_limit": "64G"}},
+            {"slug": "cpu", "spawner_override": {"cpu_limit": 0.5}}]
+    big, cpu = limited_profiles(site, FOUR_GPU_NODE)
+    assert big["spawner_override"] == {"mem_limit": "64G", "cpu_limit": 16.0}
+    assert cpu["spawner_override"] == {"cpu_limit": 0.5, "mem_limit": "9216M"}
+    assert "mem_limit" not in site[0]["spawner_override"] or site[0]["spawner_override"] == {
+        "mem_limit": "64G"}  # the input is not changed
+    assert "cpu_limit" not in site[0]["spawner_override"]
+
+
+def test_a_fresh_install_limits_every_built_in_profile(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch, GPUHUB_GPUS="simulated:2")
+    node = Node.probe(2)
+    memory, cpus = node.gpu_share()
+    assert overrides(c, "pytorch")["mem_limit"] == f"{memory // 1024**2}M"
+    assert overrides(c, "pytorch")["cpu_limit"] == cpus
+    cpu_memory, cpu_cpus = node.cpu_profile_share()
+    assert overrides(c, "cpu")["mem_limit"] == f"{cpu_memory // 1024**2}M"
+    assert overrides(c, "cpu")["cpu_limit"] == cpu_cpus
+    assert all("mem_limit" not in p["spawner_override"] for p in DEFAULT_PROFILES)
+    assert (c.JupyterHub.named_server_limit_per_user, c.JupyterHub.active_server_limit,
+            c.JupyterHub.concurrent_spawn_limit) == (2, 8, 20)
+
+
+def test_a_sites_profile_file_is_used_as_written(tmp_path, monkeypatch):
+    path = tmp_path / "profiles.json"
+    path.write_text(json.dumps([{"slug": "cpu", "display_name": "CPU"}]))
+    c = configure(tmp_path, monkeypatch, GPUHUB_PROFILES=str(path))
+    assert "spawner_override" not in c.GPUDockerSpawner.profile_list[0]
+
+
+def test_server_limits_are_settings(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch, GPUHUB_NAMED_SERVER_LIMIT="5",
+                  GPUHUB_ACTIVE_SERVER_LIMIT="0", GPUHUB_CONCURRENT_SPAWN_LIMIT="3")
+    assert (c.JupyterHub.named_server_limit_per_user, c.JupyterHub.active_server_limit,
+            c.JupyterHub.concurrent_spawn_limit) == (5, 0, 3)
+
+
+@pytest.mark.parametrize("variable", ["GPUHUB_NAMED_SERVER_LIMIT", "GPUHUB_ACTIVE_SERVER_LIMIT",
+                                      "GPUHUB_CONCURRENT_SPAWN_LIMIT"])
+def test_a_negative_server_limit_names_the_variable(tmp_path, monkeypatch, variable):
+    with pytest.raises(ValueError, match=f"{variable}=-1: use 0"):
+        configure(tmp_path, monkeypatch, **{variable: "-1"})
+
+
+def test_the_node_gpu_count_follows_gpuhub_gpus(tmp_path):
+    doc = tmp_path / "node.json"
+    doc.write_text(json.dumps({"devices": [{"uuid": "GPU-a"}, {"uuid": "GPU-b"},
+                                           {"uuid": "GPU-c"}]}))
+    assert node_gpu_count("simulated:6") == 6
+    assert node_gpu_count(f"simulated:{doc}") == 3
+    assert node_gpu_count("nvml") >= 0  # 0 where NVML finds no driver
+    with pytest.raises(ValueError, match="cannot read the device list"):
+        node_gpu_count(f"simulated:{tmp_path / 'missing.json'}")
+
+
+@pytest.mark.parametrize(("limit", "text"), [
+    ("10847M", "10.6 GB"), ("16G", "16 GB"), ("512m", "512 MB"), (2 * GIB, "2 GB"),
+    (None, ""), ("lots", ""),
+])
+def test_memory_limits_read_as_people_say_them(limit, text):
+    assert memory_text(limit) == text
+
+
+def test_a_cards_limits_sentence():
+    assert limits_text("2711M", 1.0) == "Up to 1 CPU and 2.6 GB of memory"
+    assert limits_text("16G", 2.5) == "Up to 2.5 CPUs and 16 GB of memory"
+    assert limits_text(None, None) == ""
+
+
+@pytest.mark.docker
+@pytest.mark.hub
+async def test_a_members_container_is_limited_and_the_card_says_so(hub_factory, docker_client):
+    hub = await hub_factory()
+    await hub.create_user("alice")
+    r = await hub.spawn("alice", {"profile": "cpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("alice")
+    [container] = hub.containers(docker_client)
+    host = docker_client.inspect_container(container["Id"])["HostConfig"]
+    assert host["Memory"] > 0
+    assert host["NanoCpus"] > 0
+    assert host["PidsLimit"] == 4096 and host["ShmSize"] == 2 * GIB  # as before
+
+    member = await hub.login("bob")
+    page = (await member.get("/hub/spawn")).text
+    assert page.count('class="gpuhub-limits">Up to ') == 2  # both built-in profiles
+    assert " of memory</span>" in page
+
+
+@pytest.mark.docker
+@pytest.mark.hub
+async def test_a_server_beyond_the_named_server_limit_is_refused_in_a_sentence(hub_factory):
+    hub = await hub_factory(GPUHUB_NAMED_SERVER_LIMIT="1")
+    token = await hub.create_user("alice")
+    r = await hub.api("POST", "/users/alice/servers/first", token=token,
+                      json={"profile": "cpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("alice", "first")
+    r = await hub.api("POST", "/users/alice/servers/second", token=token,
+                      json={"profile": "cpu"})
+    assert r.status_code == 400
+    assert r.json()["message"].startswith(
+        "User alice already has the maximum of 1 named servers.")
+    assert await hub.stopped("alice", "second")
