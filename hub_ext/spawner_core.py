@@ -22,46 +22,25 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import inspect
 
 from sqlalchemy.orm import object_session
-from tornado import web
-from traitlets import Any, Callable, Float, List, Union, validate
-from traitlets.config import LoggingConfigurable
+from traitlets import Any, Float, List, validate
 
-from . import metrics
+from .choice import ProfileChoice
 from .hooks import PENDING, check_before_reserve, resolve_hooks
-from .profiles import (
-    ProfileError,
-    apply_overrides,
-    init_profiles,
-    profile_overrides,
-    select_profile,
-    visible_profiles,
-)
 
 __all__ = ["PENDING", "STATE_VERSION", "SpawnerCore"]
 
 STATE_VERSION = 1
 
 
-class SpawnerCore(LoggingConfigurable):
-    """Profiles, hooks, progress events and hook state, for any JupyterHub spawner.
+class SpawnerCore(ProfileChoice):
+    """Profiles (:class:`hub_ext.choice.ProfileChoice`), hooks, progress events and hook
+    state, for any JupyterHub spawner.
 
     Subclasses list the traits a profile may override in ``_overridable`` and call
     :meth:`init_core` from ``__init__``.
     """
-
-    profile_list = Union(
-        [List(), Callable()],
-        default_value=[],
-        config=True,
-        help="""Profiles in KubeSpawner's schema (see hub_ext.profiles), or a callable,
-        sync or async, taking the spawner and returning that list.
-
-            c.GPUSlurmSpawner.profile_list = [{"display_name": "CPU only", "default": True}]
-        """,
-    )
 
     credits_per_hour = Float(
         0.0,
@@ -69,20 +48,78 @@ class SpawnerCore(LoggingConfigurable):
         help="""Credits charged per hour of a running server; 0 makes a profile free.
         Usually set per profile.
 
-            c.GPUSlurmSpawner.credits_per_hour = 2.0
+            c.GPUDockerSpawner.credits_per_hour = 2.0
         """,
     )
+
+    gpu_idle_timeout = Float(
+        0.0,
+        config=True,
+        help="""Seconds a server's GPUs may stay idle (0% utilization on every device)
+        before the hub stops it, even while its browser tab is open; 0 never.  Usually set
+        per profile (``gpu_idle_timeout``); enforced by hub_ext.culling.Culler.
+
+            c.GPUDockerSpawner.gpu_idle_timeout = 2700
+        """,
+    )
+
+    cull_idle_timeout = Float(
+        0.0,
+        config=True,
+        help="""Seconds a server may go without activity (browser, kernels, terminals)
+        before jupyterhub-idle-culler stops it; 0 leaves it to the culler's site-wide
+        --timeout.  Usually set per profile (``cull_idle_timeout``); read by the culler
+        service through hub_ext.culler_arbiter.
+
+            c.GPUDockerSpawner.cull_idle_timeout = 1800
+        """,
+    )
+
+    cull_max_age = Float(
+        0.0,
+        config=True,
+        help="""Seconds a server may run at most, busy or not; 0 no limit.  The member is
+        warned on the home page c.Culler.max_age_warning seconds before.  Usually set per
+        profile (``cull_max_age``); enforced by hub_ext.culling.Culler.
+
+            c.GPUDockerSpawner.cull_max_age = 8 * 3600
+        """,
+    )
+
+    @validate("gpu_idle_timeout", "cull_idle_timeout", "cull_max_age")
+    def _validate_seconds(self, proposal):
+        if proposal["value"] < 0:
+            raise ValueError(
+                f"c.GPUDockerSpawner.{proposal['trait'].name} must be 0 (no limit) or a "
+                f"positive number of seconds, got {proposal['value']!r}"
+            )
+        return proposal["value"]
 
     before_container_hooks = List(
         Any(),
         config=True,
-        help="""Hooks run once the server's resources are its own (Docker: GPUs reserved,
-        before the container; Slurm: the job is running) -- the credits debit is one:
-        objects, or import strings of ``SingletonConfigurable`` classes.  The protocol
-        (``before_container``, ``undo``, ``after_stop``, ``restore``, ``why_not``) is
-        described at hub_ext.spawner.GPUDockerSpawner.before_container_hooks.
+        help="""Hooks run after the GPUs are reserved and before the container is
+        created (the credits debit is one): objects, or import strings of
+        ``SingletonConfigurable`` classes (one instance per hub, configured from the hub's
+        config).  A hook has
 
-            c.GPUSlurmSpawner.before_container_hooks = ["hub_ext.credits.hook.CreditsHook"]
+        - optionally ``async before_reserve(spawner)``: a quick check before anything is
+          reserved (the credits hook: can the balance pay the first interval?); raise
+          ``tornado.web.HTTPError`` to refuse.  The waiting line asks it too, before it
+          queues a member (``spawner.check_hooks()``, hub_ext.hooks);
+        - ``async before_container(spawner)``: raise ``tornado.web.HTTPError`` to refuse;
+          this is the authority (the debit), the check above only spares the GPU;
+        - ``async undo(spawner)``: a later step failed; idempotent;
+        - optionally ``async after_stop(spawner)``: the server stopped; idempotent;
+        - optionally ``restore(spawner)``: the hub restarted with this server running;
+          ``spawner.hook_state[hook.name]`` holds what the hook kept in spawner state
+          (a dict with ``PENDING`` set when the hub stopped during the start; the
+          container's labels replace it when the container exists);
+        - optionally ``async why_not(spawner, credits_per_hour)``: a sentence saying why a
+          profile of that price cannot start for this member now, or ``""``; the spawn
+          page disables such a profile and shows the sentence.
+
+            c.GPUDockerSpawner.before_container_hooks = ["hub_ext.credits.hook.CreditsHook"]
         """,
     )
 
@@ -96,13 +133,6 @@ class SpawnerCore(LoggingConfigurable):
         self._events_changed = asyncio.Event()
         self.hook_state: dict[str, dict] = {}
 
-    @validate("credits_per_hour")
-    def _validate_price(self, proposal):
-        if proposal["value"] < 0:
-            raise ValueError(f"c.{type(self).__name__}.credits_per_hour must be 0 or more, "
-                             f"got {proposal['value']!r}")
-        return proposal["value"]
-
     @property
     def hooks(self) -> list:
         """``before_container_hooks`` with import strings resolved to their instances."""
@@ -114,64 +144,6 @@ class SpawnerCore(LoggingConfigurable):
         Raises the first hook's ``HTTPError`` (402: the balance cannot pay the first
         interval)."""
         await check_before_reserve(self.hooks, self)
-
-    # -- profiles ----------------------------------------------------------------------
-
-    async def get_profiles(self) -> tuple[list[dict], list[dict]]:
-        """(visible to this member, all) after :func:`init_profiles`."""
-        profile_list = self.profile_list
-        if callable(profile_list):
-            profile_list = profile_list(self)
-            if inspect.isawaitable(profile_list):
-                profile_list = await profile_list
-        try:
-            profiles = init_profiles(profile_list)
-        except ProfileError as e:
-            self.log.error("profile_list is misconfigured: %s", e)
-            raise web.HTTPError(500, f"The profile list is misconfigured: {e}") from e
-        groups = [g.name for g in getattr(self.user, "groups", [])]
-        admin = bool(getattr(self.user, "admin", False))
-        return visible_profiles(profiles, groups, admin), profiles
-
-    async def load_profile(self) -> None:
-        """Validate ``user_options`` and apply the chosen profile's overrides.
-
-        Raises ``HTTPError(400)`` naming the valid choices.
-        """
-        for name, value in self._configured.items():
-            setattr(self, name, copy.deepcopy(value))
-        visible, everything = await self.get_profiles()
-        if not everything:
-            self.profile_slug = ""
-            return
-        try:
-            selection = select_profile(visible, self.user_options, everything)
-        except ProfileError as e:
-            metrics.SPAWNS_REFUSED.labels(reason="bad_options").inc()
-            self.log.warning("Refusing spawn of %s: %s", self._log_name, e)
-            raise web.HTTPError(400, str(e)) from e
-        apply_overrides(self, profile_overrides(selection))
-        self.profile_slug = selection.slug
-        self._record_choice({"profile": selection.slug, **selection.choices})
-        self.log.info("%s uses profile %s %s", self._log_name, selection.slug,
-                      selection.choices or "")
-
-    def _record_choice(self, chosen: dict) -> None:
-        """Keep the full choice (``{}`` becomes the default profile's slug) as this
-        server's ``user_options``: the admin panel shows it, and JupyterHub uses it as the
-        default of the next start (JupyterHub ``User.spawn``)."""
-        if self.user_options == chosen:
-            return
-        self.user_options = chosen
-        orm_spawner = getattr(self, "orm_spawner", None)
-        if orm_spawner is None:
-            return
-        from sqlalchemy import inspect as sa_inspect
-
-        orm_spawner.user_options = chosen
-        session = sa_inspect(orm_spawner).session
-        if session is not None:
-            session.commit()
 
     # -- progress ----------------------------------------------------------------------
 

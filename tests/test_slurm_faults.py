@@ -177,3 +177,27 @@ async def test_a_node_taken_down_under_a_server_stops_it_and_refunds(
                           check=False)
         slurm_cluster.wait_for("the node to come back", lambda: slurm_cluster.run(
             "sinfo", "-h", "-n", node, "-o", "%T").stdout.strip() in ("idle", "mixed"))
+
+
+async def test_a_hub_killed_with_a_running_server_readopts_it_by_job_id_and_charges_once(
+        credits_slurm_hub, slurm_cluster, admin, member):
+    hub = await credits_slurm_hub()
+    token = await hub.create_user(member)
+    await grant(admin, member, "10.00")
+    r = await hub.spawn(member, {"profile": "gpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready(member, timeout=180)
+    [job] = slurm_cluster.run("squeue", "-h", "-u", member, "-o", "%i").stdout.split()
+    await settles(admin, member, [("grant", "10.00"), ("debit", "0.25")], hub, seconds=0.5)
+
+    hub.kill()  # SIGKILL: no clean-up at all
+    await hub.start()
+    assert await hub.running(member)
+    assert slurm_cluster.job_state(job) == "RUNNING"
+    page = await hub.client.get(f"/user/{member}/api/status",
+                                headers={"Authorization": f"token {token}"})
+    assert page.status_code == 200, page.text
+    await settles(admin, member, [("grant", "10.00"), ("debit", "0.25")], hub)
+    await hub.stop_server(member, timeout=120)
+    assert slurm_cluster.job_state(job) == ""
+    assert Decimal("9.75") < await balance(admin, member) < Decimal("10.00")

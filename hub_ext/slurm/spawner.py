@@ -192,11 +192,6 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
         """,
     )
 
-    # the culling keys of a profile, read by the culler as on the Docker backend
-    gpu_idle_timeout = Float(0.0, config=True, help="As c.GPUDockerSpawner.gpu_idle_timeout.")
-    cull_idle_timeout = Float(0.0, config=True, help="As c.GPUDockerSpawner.cull_idle_timeout.")
-    cull_max_age = Float(0.0, config=True, help="As c.GPUDockerSpawner.cull_max_age.")
-
     _overridable = ("image", "gpus", "gpu_idle_timeout", "cull_idle_timeout", "cull_max_age",
                     "req_gres", "req_partition", "req_account", "req_qos",
                     "req_runtime", "req_memory", "req_nprocs", "credits_per_hour",
@@ -245,13 +240,21 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
                    / "rootfs")
 
     def prepare_workspace(self) -> str:
-        """Create the member's workspace (owned by them) and its log folder; returns it."""
+        """Create the member's workspace (owned by them) and its log folder; returns it.
+        Raises HTTPError(500) when it exists but belongs to another uid."""
         uid, gid = self.member_ids()
         path = Path(self.workspace.format(username=self.user.name))
         for d in (path, path / ".gpuhub"):
             if not d.exists():
                 d.mkdir(parents=True)
                 os.chown(d, uid, gid)
+            elif d.stat().st_uid != uid:
+                # e.g. an account deleted and its uid given to someone else: the job could
+                # not even write its log there
+                self.log.error("Refusing spawn of %s: %s belongs to uid %d, not %d",
+                               self._log_name, d, d.stat().st_uid, uid)
+                raise web.HTTPError(500, "Your workspace folder belongs to another account. "
+                                         "Ask an admin to fix its owner.")
         return str(path)
 
     def get_req_subvars(self):
@@ -263,7 +266,7 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
                             for n, p in sorted(self.datasets.items()))
         subvars.update(
             log=f"{workspace}/.gpuhub/slurm-%j.log",
-            job_name=f"gpuhub-{self.user.name}-{self.name or 'default'}",
+            job_name=self.job_name,
             gpu_device=self.gpu_device,
             container=self.container_command.format(
                 rootfs=shlex.quote(self.rootfs()), image=shlex.quote(self.image),
@@ -328,6 +331,23 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
             await asyncio.shield(self._abandon_start())
             raise
 
+    async def submit_batch_script(self):
+        """Submit the job; its id goes to the hub database at once, so a hub killed while
+        the job waits knows it.  A job left by such a hub is cancelled first: its server
+        would answer with a token JupyterHub no longer honours."""
+        if self.job_id:
+            self.log.warning("%s: cancelling job %s, left by a hub that stopped during its "
+                             "start", self._log_name, self.job_id)
+            try:
+                await self.cancel_batch_job()
+            except Exception:
+                self.log.exception("Could not cancel job %s", self.job_id)
+            self.job_id = ""
+        job_id = await super().submit_batch_script()
+        self.persist_state()
+        self.emit(15, f"Submitted job {job_id}")
+        return job_id
+
     async def query_job_status(self):
         """batchspawner's status query; during a start, a pending job reports its place
         in line, and the first time the job runs the pre-start hooks run (the debit)."""
@@ -359,15 +379,27 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
             self.place = place
             self.emit(20, place.sentence())
 
+    @property
+    def job_name(self) -> str:
+        """The Slurm job name of this server, one per member and server name."""
+        return f"gpuhub-{self.user.name}-{self.name or 'default'}"
+
+    async def _cancel_job(self) -> None:
+        """Cancel this server's job by id, or by name and owner when a start was cut off
+        before sbatch answered (its id never reached us).  Never raises."""
+        try:
+            if self.job_id:
+                await self.cancel_batch_job()
+            else:
+                await self.cluster.run("scancel", "--name", self.job_name,
+                                       "--user", self.user.name)
+        except Exception:
+            self.log.exception("Could not cancel the job of %s", self._log_name)
+
     async def _abandon_start(self) -> None:
         """Undo a failed or cancelled start: cancel the job, undo the hooks.  Never
         raises."""
-        if self.job_id:
-            try:
-                await self.cancel_batch_job()
-            except Exception:
-                self.log.exception("Could not cancel job %s of %s", self.job_id,
-                                   self._log_name)
+        await self._cancel_job()
         await self.undo_start_hooks(self._hooks_done or [])
         self._hooks_done = None
 
@@ -385,6 +417,8 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
         try:
             if self.job_id:
                 await super().stop(now=now)
+            else:  # a start stopped before sbatch answered
+                await self._cancel_job()
         finally:
             await self.run_stop_hooks()
             self.hook_state = {}
