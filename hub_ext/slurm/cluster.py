@@ -113,11 +113,12 @@ class SlurmCluster:
     cache_seconds: float = 5.0
     _nodes: tuple[float, list[Node]] | None = None
 
-    async def run(self, *argv: str, user: str | None = None, input: str | None = None) -> str:
+    async def run(self, *argv: str, user: str | None = None, input: str | None = None,
+                  timeout: float | None = None) -> str:
         """Run one Slurm command; returns its stdout.  ``user`` runs it as that Unix
         account (runuser; the hub runs as root on the submit host).  Raises
         :class:`SlurmUnavailable` when slurmctld does not answer or the command fails
-        with a message."""
+        with a message, or takes over ``timeout`` seconds (default ``self.timeout``)."""
         cmd = [*self.prefix, *(["runuser", "-u", user, "--"] if user else []), *argv]
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -129,21 +130,24 @@ class SlurmCluster:
             raise SlurmUnavailable(f"{argv[0]}: {e}") from e
         try:
             out, err = await asyncio.wait_for(
-                proc.communicate(input.encode() if input is not None else None), self.timeout)
+                proc.communicate(input.encode() if input is not None else None),
+                timeout or self.timeout)
         except TimeoutError as e:
             proc.kill()
             await proc.wait()
-            raise SlurmUnavailable(f"{' '.join(argv)} took over {self.timeout} s") from e
+            raise SlurmUnavailable(f"{' '.join(argv)} took over {timeout or self.timeout} s"
+                                   ) from e
         if proc.returncode != 0:
             raise SlurmUnavailable(f"{' '.join(argv)}: {err.decode(errors='replace').strip()}")
         return out.decode(errors="replace")
 
-    async def nodes(self, fresh: bool = False) -> list[Node]:
-        """Every node (cached ``cache_seconds``)."""
+    async def nodes(self, fresh: bool = False, timeout: float | None = None) -> list[Node]:
+        """Every node (cached ``cache_seconds``); ``timeout`` as in :meth:`run`."""
         if not fresh and self._nodes and time.monotonic() - self._nodes[0] < self.cache_seconds:
             return self._nodes[1]
         out = await self.run("sinfo", "-h", "-N", "-O",
-                             "NodeList:|,Partition:|,StateLong:|,Gres:|,GresUsed:|,NodeAddr:|,Reason:")
+                             "NodeList:|,Partition:|,StateLong:|,Gres:|,GresUsed:|,NodeAddr:|,Reason:",
+                             timeout=timeout)
         by_name: dict[str, Node] = {}
         for line in out.splitlines():
             cols = [c.strip() for c in line.split("|")]

@@ -171,6 +171,16 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
         """,
     )
 
+    scheduler_timeout = Float(
+        3.0,
+        config=True,
+        help="""Seconds slurmctld has to answer the check before a spawn (``sinfo``); a
+        spawn is refused at once, in plain words, when it does not.
+
+            c.GPUSlurmSpawner.scheduler_timeout = 3
+        """,
+    )
+
     line_poll_interval = Float(
         2.0,
         config=True,
@@ -299,6 +309,7 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
         """
         self._events = []
         self._hooks_done = None
+        self._submitting = False  # a job may exist only from here on
         try:
             await self.load_profile()
             if self.gpus and not self.req_gres:
@@ -306,7 +317,7 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
             await self.check_hooks()  # a member who cannot pay is not queued at all
             workspace = self.prepare_workspace()
             try:
-                await self.cluster.nodes(fresh=True)
+                await self.cluster.nodes(fresh=True, timeout=self.scheduler_timeout)
             except SlurmUnavailable as e:
                 metrics.SPAWNS_REFUSED.labels(reason="scheduler_down").inc()
                 self.log.error("Refusing spawn of %s: Slurm does not answer: %s",
@@ -316,6 +327,7 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
                           f"(partition {self.req_partition or 'default'})")
             self.log.info("%s submits a job (gres %s) with workspace %s", self._log_name,
                           self.req_gres, workspace)
+            self._submitting = True
             ip, port = await super().start()
             if self._hooks_done is None:  # running before the first status query
                 self._hooks_done = await self.run_start_hooks()
@@ -390,7 +402,7 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
         try:
             if self.job_id:
                 await self.cancel_batch_job()
-            else:
+            elif getattr(self, "_submitting", False):
                 await self.cluster.run("scancel", "--name", self.job_name,
                                        "--user", self.user.name)
         except Exception:
