@@ -115,6 +115,15 @@ class Settings:
     GPUHUB_LINE_FAIR_SHARE_DAYS  fewer GPU-hours in so many days go ahead; 0 off 0
     GPUHUB_LINE_BACKFILL_AGE     seconds a big request lets smaller ones pass;   900
                                  0: strict order
+    GPUHUB_BACKEND               ``docker`` (this machine) or ``slurm``           docker
+    GPUHUB_SLURM_CONF            the cluster's slurm.conf (SLURM_CONF)            Slurm's own
+    GPUHUB_SLURM_PARTITION       partition of profiles that name none            Slurm's default
+    GPUHUB_SLURM_ACCOUNT         Slurm account the jobs are charged to           none
+    GPUHUB_SLURM_QOS             QoS of the jobs                                 none
+    GPUHUB_SLURM_TIME            time limit of profiles that name none           partition's
+    GPUHUB_SLURM_IMAGE_DIR       shared folder with the unpacked images           see README
+    GPUHUB_SLURM_WORKSPACE       workspace on shared storage, ``{username}``      see README
+    GPUHUB_SLURM_GPU_DEVICE      a node's GPU device file, bash, index ``$i``    /dev/nvidia$i
     ===========================  ==============================================  =========
     """
 
@@ -181,6 +190,15 @@ class Settings:
     line_max_wait: int = 3600
     line_fair_share_days: int = 0
     line_backfill_age: int = 900
+    backend: str = "docker"
+    slurm_conf: str = ""
+    slurm_partition: str = ""
+    slurm_account: str = ""
+    slurm_qos: str = ""
+    slurm_time: str = ""
+    slurm_image_dir: str = ""
+    slurm_workspace: str = ""
+    slurm_gpu_device: str = ""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -254,6 +272,12 @@ class Settings:
         s.line_max_wait = _int("GPUHUB_LINE_MAX_WAIT", s.line_max_wait)
         s.line_fair_share_days = _int("GPUHUB_LINE_FAIR_SHARE_DAYS", s.line_fair_share_days)
         s.line_backfill_age = _int("GPUHUB_LINE_BACKFILL_AGE", s.line_backfill_age)
+        s.backend = _env("GPUHUB_BACKEND", s.backend).lower()
+        if s.backend not in ("docker", "slurm"):
+            raise ValueError(f"GPUHUB_BACKEND={s.backend!r}: use 'docker' or 'slurm'")
+        for name in ("conf", "partition", "account", "qos", "time", "image_dir",
+                     "workspace", "gpu_device"):
+            setattr(s, f"slurm_{name}", _env(f"GPUHUB_SLURM_{name.upper()}"))
         return s
 
 
@@ -445,3 +469,8 @@ def apply_config(c, settings: Settings) -> None:
     from .service_guard import guard_services
 
     guard_services(c, state)
+
+    if settings.backend == "slurm":
+        from .slurm.config import apply_slurm_config
+
+        apply_slurm_config(c, settings)

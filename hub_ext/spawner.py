@@ -27,6 +27,11 @@ failed start and may call it twice (JupyterHub docs, "Spawners").
 The allocation lives in spawner state (versioned) and in container labels, so a hub
 restart rebuilds it (:mod:`hub_ext.reconcile`).
 
+What every backend shares (the member's choice of profile, the pre-start hooks and their
+undo, progress events, hook state, and their traits: ``credits_per_hour``, the culling
+timeouts, ``before_container_hooks``) is :class:`hub_ext.spawner_core.SpawnerCore`, mixed
+in; set them as ``c.GPUDockerSpawner.<trait>`` all the same.
+
 Four parts live in modules of their own, mixed into the class (their traits are set as
 ``c.GPUDockerSpawner.<trait>`` all the same): the member's choice (:mod:`hub_ext.choice`:
 the profile list, ``user_options`` validated and kept small, the form's fields), the
@@ -45,35 +50,28 @@ import time
 
 from docker.errors import APIError, ImageNotFound, NotFound
 from dockerspawner import DockerSpawner
-from sqlalchemy.orm import object_session
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import (
-    Any,
     Bool,
     Float,
     Int,
-    List,
     Unicode,
     Union,
     default,
-    validate,
 )
 
-from .choice import ProfileChoice
 from .container import LABEL_PREFIX, MemberContainer
-from .hooks import PENDING, check_before_reserve, resolve_hooks
 from .notices import notices
 from .pool import GPUPool, ServerKey
 from .profiles import gpu_request
 from .spawn_page import SpawnPage
+from .spawner_core import STATE_VERSION, SpawnerCore
 from .spawner_line import TOPIC as LINE_TOPIC
 from .spawner_line import LineSpawner
 
-STATE_VERSION = 1
 
-
-class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, ProfileChoice, DockerSpawner):
+class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, SpawnerCore, DockerSpawner):
     """A DockerSpawner that gives each server exclusive GPUs and a chosen profile."""
 
     gpus = Union(
@@ -86,59 +84,6 @@ class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, ProfileChoice, D
             c.GPUDockerSpawner.gpus = 1
         """,
     )
-
-    credits_per_hour = Float(
-        0.0,
-        config=True,
-        help="""Credits charged per hour of a running server; 0 makes a profile free.
-        Usually set per profile.
-
-            c.GPUDockerSpawner.credits_per_hour = 2.0
-        """,
-    )
-
-    gpu_idle_timeout = Float(
-        0.0,
-        config=True,
-        help="""Seconds a server's GPUs may stay idle (0% utilization on every device)
-        before the hub stops it, even while its browser tab is open; 0 never.  Usually set
-        per profile (``gpu_idle_timeout``); enforced by hub_ext.culling.Culler.
-
-            c.GPUDockerSpawner.gpu_idle_timeout = 2700
-        """,
-    )
-
-    cull_idle_timeout = Float(
-        0.0,
-        config=True,
-        help="""Seconds a server may go without activity (browser, kernels, terminals)
-        before jupyterhub-idle-culler stops it; 0 leaves it to the culler's site-wide
-        --timeout.  Usually set per profile (``cull_idle_timeout``); read by the culler
-        service through hub_ext.culler_arbiter.
-
-            c.GPUDockerSpawner.cull_idle_timeout = 1800
-        """,
-    )
-
-    cull_max_age = Float(
-        0.0,
-        config=True,
-        help="""Seconds a server may run at most, busy or not; 0 no limit.  The member is
-        warned on the home page c.Culler.max_age_warning seconds before.  Usually set per
-        profile (``cull_max_age``); enforced by hub_ext.culling.Culler.
-
-            c.GPUDockerSpawner.cull_max_age = 8 * 3600
-        """,
-    )
-
-    @validate("gpu_idle_timeout", "cull_idle_timeout", "cull_max_age")
-    def _validate_seconds(self, proposal):
-        if proposal["value"] < 0:
-            raise ValueError(
-                f"c.GPUDockerSpawner.{proposal['trait'].name} must be 0 (no limit) or a "
-                f"positive number of seconds, got {proposal['value']!r}"
-            )
-        return proposal["value"]
 
     host_network = Bool(
         False,
@@ -169,34 +114,6 @@ class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, ProfileChoice, D
         """,
     )
 
-    before_container_hooks = List(
-        Any(),
-        config=True,
-        help="""Hooks run after the GPUs are reserved and before the container is
-        created (the credits debit is one): objects, or import strings of
-        ``SingletonConfigurable`` classes (one instance per hub, configured from the hub's
-        config).  A hook has
-
-        - optionally ``async before_reserve(spawner)``: a quick check before anything is
-          reserved (the credits hook: can the balance pay the first interval?); raise
-          ``tornado.web.HTTPError`` to refuse.  The waiting line asks it too, before it
-          queues a member (``spawner.check_hooks()``, hub_ext.hooks);
-        - ``async before_container(spawner)``: raise ``tornado.web.HTTPError`` to refuse;
-          this is the authority (the debit), the check above only spares the GPU;
-        - ``async undo(spawner)``: a later step failed; idempotent;
-        - optionally ``async after_stop(spawner)``: the server stopped; idempotent;
-        - optionally ``restore(spawner)``: the hub restarted with this server running;
-          ``spawner.hook_state[hook.name]`` holds what the hook kept in spawner state
-          (a dict with ``PENDING`` set when the hub stopped during the start; the
-          container's labels replace it when the container exists);
-        - optionally ``async why_not(spawner, credits_per_hour)``: a sentence saying why a
-          profile of that price cannot start for this member now, or ``""``; the spawn
-          page disables such a profile and shows the sentence.
-
-            c.GPUDockerSpawner.before_container_hooks = ["hub_ext.credits.hook.CreditsHook"]
-        """,
-    )
-
     # Traits a profile may override; restored to their configured values at each start,
     # so one start's profile never leaks into the next.
     _overridable = (
@@ -222,14 +139,9 @@ class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, ProfileChoice, D
         # one pool per hub process, configured by c.GPUPool.*
         self.pool = GPUPool.instance(config=self.config)
         self.allocation = None
-        self.profile_slug = ""
+        self.init_core()
         self.profile_name = ""
         self._start_timeout = self.start_timeout  # configured; a wait in line adds to it
-        self._configured = {name: copy.deepcopy(getattr(self, name))
-                            for name in self._overridable}
-        self._events: list[dict] = []
-        self._events_changed = asyncio.Event()
-        self.hook_state: dict[str, dict] = {}
         self._container_may_live = False  # a failed stop left the container behind
         self._labels_read = False  # poll() looked at the container's labels
         self.pool.ensure_reconciler(lambda: self.client, self.hub_id)
@@ -237,43 +149,10 @@ class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, ProfileChoice, D
             self.line()  # the places kept from before a restart count from the start
 
     @property
-    def hooks(self) -> list:
-        """``before_container_hooks`` with import strings resolved to their instances."""
-        return resolve_hooks(self.before_container_hooks, self.config)
-
-    async def check_hooks(self) -> None:
-        """Whether the hooks let this start go on, asked before anything is reserved
-        (:func:`hub_ext.hooks.check_before_reserve`); the profile must be loaded.  Raises
-        the first hook's ``HTTPError`` (402: the balance cannot pay the first interval)."""
-        await check_before_reserve(self.hooks, self)
-
-    @property
     def server_key(self) -> ServerKey:
         return ServerKey(self.user.name, self.name or "")
 
     # -- progress ----------------------------------------------------------------------
-
-    def emit(self, progress: int, message: str) -> None:
-        """Record a progress event for the spawn page (JupyterHub ``Spawner.progress``)."""
-        self._events.append({"progress": progress, "message": message})
-        self._events_changed.set()
-
-    async def progress(self):
-        sent = 0
-        while True:
-            while sent < len(self._events):
-                yield self._events[sent]
-                sent += 1
-            if self._spawn_done():
-                return
-            self._events_changed.clear()
-            try:
-                await asyncio.wait_for(self._events_changed.wait(), timeout=1)
-            except TimeoutError:
-                pass
-
-    def _spawn_done(self) -> bool:
-        return not self._spawn_pending
 
     # -- start / stop ------------------------------------------------------------------
 
@@ -321,9 +200,7 @@ class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, ProfileChoice, D
         """Steps 3 to 5, with the GPUs reserved; undone on failure."""
         done_hooks = []
         try:
-            for hook in self.hooks:
-                await hook.before_container(self)
-                done_hooks.append(hook)
+            done_hooks = await self.run_start_hooks()
             await self._prepare_workspace(container)
             self._prepare_container(container)
             self.emit(50, f"Starting container {self.object_name} from {self.image}")
@@ -358,11 +235,7 @@ class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, ProfileChoice, D
             self.object_id = ""
         except Exception:
             self.log.exception("Could not remove the container of failed %s", self._log_name)
-        for hook in reversed(done_hooks):
-            try:
-                await hook.undo(self)
-            except Exception:
-                self.log.exception("Undo of %r failed for %s", hook, self._log_name)
+        await self.undo_start_hooks(done_hooks)
         self.release_gpus("start failed")
 
     async def get_ip_and_port(self):
@@ -443,7 +316,7 @@ class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, ProfileChoice, D
         """
         status = await super().poll()
         if status is None and not self._labels_read and (
-                self.allocation is None or not self.hook_state or self._start_unfinished()):
+                self.allocation is None or not self.hook_state or self.start_unfinished()):
             self._labels_read = True  # once per container, not at every poll
             obj = await self.get_object()
             labels = (obj or {}).get("Config", {}).get("Labels") or {}
@@ -458,7 +331,7 @@ class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, ProfileChoice, D
                 self.log.info("%s re-adopted GPU(s) %s from its container's labels",
                               self._log_name, ",".join(uuids))
             hook_state = labels.get(LABEL_PREFIX + "hook-state")
-            if hook_state and (not self.hook_state or self._start_unfinished()):
+            if hook_state and (not self.hook_state or self.start_unfinished()):
                 try:
                     self.hook_state = dict(json.loads(hook_state))
                 except (TypeError, ValueError):
@@ -467,13 +340,8 @@ class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, ProfileChoice, D
                 else:
                     self.log.info("%s re-adopted its hook state (%s) from its container's "
                                   "labels", self._log_name, ", ".join(self.hook_state))
-                    self._restore_hooks()
+                    self.restore_hooks()
         return status
-
-    def _start_unfinished(self) -> bool:
-        """Whether a hook's part of the state is a write-ahead record: the hub stopped
-        during a start, and the container's labels (if it got that far) know better."""
-        return any(isinstance(v, dict) and v.get(PENDING) for v in self.hook_state.values())
 
     async def stop(self, now=False):
         """Stop and remove the container, run the hooks' ``after_stop``, free the GPUs.
@@ -492,10 +360,7 @@ class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, ProfileChoice, D
                     raise
                 self.log.info("Container of %s already gone: %s", self._log_name, e)
             self.hook_state = hook_state
-            for hook in reversed(self.hooks):
-                stopped = getattr(hook, "after_stop", None)
-                if stopped is not None:
-                    await stopped(self)
+            await self.run_stop_hooks()
         except Exception:
             self._container_may_live = await self._container_exists()
             raise
@@ -536,23 +401,8 @@ class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, ProfileChoice, D
         state = super().get_state()
         if self.allocation is not None:
             state["gpuhub"] = {**self.allocation.to_state(), "version": STATE_VERSION}
-        if self.hook_state:
-            state["gpuhub_hooks"] = {"version": STATE_VERSION,
-                                     "hooks": copy.deepcopy(self.hook_state)}
+        state.update(self.hook_state_for_db())
         return state
-
-    def persist_state(self) -> None:
-        """Write this spawner's state to the hub database now, as JupyterHub's
-        ``User.spawn`` does once ``start()`` returns.  A hook's write-ahead record (the
-        credits debit about to be made) then survives a hub killed mid-start.
-        """
-        orm_spawner = getattr(self, "orm_spawner", None)
-        # the hub's own session, found from its row (Spawner.db is deprecated)
-        session = object_session(orm_spawner) if orm_spawner is not None else None
-        if session is None:
-            return
-        orm_spawner.state = self.get_state()
-        session.commit()
 
     def load_state(self, state):
         super().load_state(state)
@@ -563,17 +413,7 @@ class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, ProfileChoice, D
                 self.server_key, saved["uuids"], saved.get("since", time.time()),
                 profile=self.profile_slug,
             )
-        hooks = state.get("gpuhub_hooks") if state else None
-        if hooks and hooks.get("version") == STATE_VERSION:
-            self.hook_state = dict(hooks.get("hooks") or {})
-            self._restore_hooks()
-
-    def _restore_hooks(self) -> None:
-        """Hand each hook its part of ``hook_state`` after a hub restart."""
-        for hook in self.hooks:
-            restore = getattr(hook, "restore", None)
-            if restore is not None and getattr(hook, "name", None) in self.hook_state:
-                restore(self)
+        self.restore_hook_state(state)
 
     def clear_state(self):
         super().clear_state()

@@ -4,9 +4,35 @@
 # finds no driver - a simulated two-GPU node, labelled as simulated on every page.
 # People log in through the same OIDC authenticator as in production, against a local
 # OpenID provider (oidc-provider-mock on 127.0.0.1:9400) where you pick who you are.
+#
+#   scripts/demo.sh                   # the Docker backend: servers are containers here
+#   scripts/demo.sh --backend slurm   # the Slurm backend: starts the local two-node
+#                                     # cluster (scripts/slurm-cluster.sh), servers are jobs
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export GPUHUB_BACKEND="${GPUHUB_BACKEND:-docker}"
+while [ "$#" -gt 0 ]; do
+  case $1 in
+    --backend) GPUHUB_BACKEND=$2; shift 2 ;;
+    --backend=*) GPUHUB_BACKEND=${1#*=}; shift ;;
+    *) echo "usage: $0 [--backend docker|slurm]" >&2; exit 2 ;;
+  esac
+done
 bash scripts/setup.sh
+if [ "$GPUHUB_BACKEND" = slurm ]; then
+  bash scripts/slurm-cluster.sh start
+  bash scripts/slurm-cluster.sh image gpuhub/base:latest gpuhub/pytorch:latest
+  slurm_dir="${GPUHUB_SLURM_DIR:-/srv/gpuhub-slurm}"
+  # the demo's people are Unix accounts on the cluster: Slurm runs a job as its owner
+  for name in admin alice bob; do id "$name" >/dev/null 2>&1 || useradd --no-create-home "$name"; done
+  export GPUHUB_SLURM_CONF="${GPUHUB_SLURM_CONF:-$slurm_dir/slurm.conf}"
+  export GPUHUB_SLURM_IMAGE_DIR="${GPUHUB_SLURM_IMAGE_DIR:-$slurm_dir/images}"
+  export GPUHUB_SLURM_WORKSPACE="${GPUHUB_SLURM_WORKSPACE:-$slurm_dir/shared/home/{username\}}"
+  export GPUHUB_SLURM_GPU_DEVICE="${GPUHUB_SLURM_GPU_DEVICE:-$slurm_dir/dev/\$SLURMD_NODENAME/nvidia\$i}"
+  # the nodes reach the hub's API on the controller's bridge address
+  export GPUHUB_HUB_IP="${GPUHUB_HUB_IP:-$(sed -n 's/^SlurmctldHost=.*(\(.*\))$/\1/p' "$GPUHUB_SLURM_CONF")}"
+  export GPUHUB_GPUS="${GPUHUB_GPUS:-simulated:2}"  # the Docker pool is not used on Slurm
+fi
 if [ -z "${GPUHUB_GPUS:-}" ]; then
   # only a missing driver library means "no GPU here"; any other NVML failure on a GPU
   # server is a problem to fix, never papered over with simulated GPUs

@@ -6,4 +6,5 @@ pytest_plugins = [
     "tests.fixtures.oidc",
     "tests.fixtures.hub",
     "tests.fixtures.browser",
+    "tests.fixtures.slurm",
 ]

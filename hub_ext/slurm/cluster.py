@@ -1,0 +1,198 @@
+"""What the hub reads from Slurm: nodes and their GPUs, free GPUs per partition and GRES
+type, and the place of a pending job in line.
+
+Every call runs a Slurm command (``sinfo``, ``squeue``) as a subprocess, so the hub's event
+loop never waits on Slurm; :class:`SlurmCluster` caches the node list for
+``cache_seconds``.  The commands find the cluster as they would for a person on the submit
+host: ``SLURM_CONF`` in their environment, or the host's own ``/etc/slurm/slurm.conf``.
+
+Parsing follows Slurm 22.05's output formats (``sinfo -O``, ``squeue -o``; Slurm man
+pages).  GRES strings look like ``gpu:2``, ``gpu:a100:2(S:0-1)``; used ones like
+``gpu:a100:1(IDX:0)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from dataclasses import dataclass, field
+
+#: Node states in which a node takes no new jobs (sinfo's long state names, lower case,
+#: with their flag suffixes such as ``*`` or ``~`` stripped).
+UNAVAILABLE = ("down", "drained", "draining", "fail", "failing", "future", "maint",
+               "not_responding", "power_down", "powered_down", "reboot", "unknown")
+
+
+class SlurmUnavailable(RuntimeError):
+    """slurmctld did not answer (or the Slurm commands are missing).  The message is for
+    the hub's log; :data:`UNREACHABLE_MESSAGE` is the sentence for the member."""
+
+
+UNREACHABLE_MESSAGE = ("The cluster's scheduler is not answering, so no server can start "
+                       "right now. Servers already running are not affected; try again in a "
+                       "few minutes.")
+
+
+@dataclass
+class Node:
+    """One compute node as sinfo reports it."""
+
+    name: str
+    partitions: list[str]
+    state: str  # idle, mixed, allocated, drained, down, ...
+    gpus: dict[str, int]  # GRES type ("" for untyped) -> count configured
+    gpus_used: dict[str, int]
+    reason: str = ""
+    address: str = ""  # NodeAddr: where the hub reaches the node's servers
+
+    @property
+    def available(self) -> bool:
+        """Whether Slurm would start new jobs on this node."""
+        return not any(self.state.startswith(s) for s in UNAVAILABLE)
+
+    def free(self, gpu_type: str = "") -> int:
+        """GPUs of ``gpu_type`` ("" for any type) not allocated to a job; 0 when the node
+        takes no new jobs."""
+        if not self.available:
+            return 0
+        if gpu_type:
+            return self.gpus.get(gpu_type, 0) - self.gpus_used.get(gpu_type, 0)
+        return sum(self.gpus.values()) - sum(self.gpus_used.values())
+
+
+_GRES = re.compile(r"gpu(?::(?P<type>[^:(,]+))?:(?P<count>\d+)")
+
+
+def parse_gres(text: str) -> dict[str, int]:
+    """``gpu:2`` -> ``{"": 2}``; ``gpu:a100:1(IDX:0),gpu:t4:2(S:0)`` -> ``{"a100": 1,
+    "t4": 2}``; anything that is not a GPU is left out."""
+    counts: dict[str, int] = {}
+    for part in re.split(r",(?![^(]*\))", text or ""):
+        match = _GRES.match(part.strip())
+        if match:
+            kind = match["type"] or ""
+            counts[kind] = counts.get(kind, 0) + int(match["count"])
+    return counts
+
+
+def parse_gres_request(gres: str) -> tuple[str, int]:
+    """A profile's GRES request (``gpu:1``, ``gpu:a100:2``) -> (type or "", count)."""
+    counts = parse_gres(gres)
+    if not counts:
+        return "", 0
+    (kind, count), = counts.items()
+    return kind, count
+
+
+@dataclass
+class QueuedJob:
+    """A job in Slurm's queue (``squeue``)."""
+
+    job_id: str
+    state: str
+    user: str
+    name: str
+    partition: str
+    priority: int
+    reason: str
+    node: str = ""
+    start: str = ""  # Slurm's expected start time (squeue --start), or ""
+
+
+@dataclass
+class SlurmCluster:
+    """The Slurm commands, run off the event loop.  ``env`` is added to the commands'
+    environment (e.g. ``{"SLURM_CONF": ...}``); ``prefix`` runs them elsewhere, e.g.
+    ``["ssh", "submit-host"]``."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    prefix: list[str] = field(default_factory=list)
+    timeout: float = 10.0
+    cache_seconds: float = 5.0
+    _nodes: tuple[float, list[Node]] | None = None
+
+    async def run(self, *argv: str, user: str | None = None, input: str | None = None,
+                  timeout: float | None = None) -> str:
+        """Run one Slurm command; returns its stdout.  ``user`` runs it as that Unix
+        account (runuser; the hub runs as root on the submit host).  Raises
+        :class:`SlurmUnavailable` when slurmctld does not answer or the command fails
+        with a message, or takes over ``timeout`` seconds (default ``self.timeout``)."""
+        cmd = [*self.prefix, *(["runuser", "-u", user, "--"] if user else []), *argv]
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *cmd, stdin=asyncio.subprocess.PIPE if input is not None else None,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                env={**os.environ, **self.env}, cwd="/",
+            )
+        except OSError as e:
+            raise SlurmUnavailable(f"{argv[0]}: {e}") from e
+        try:
+            out, err = await asyncio.wait_for(
+                proc.communicate(input.encode() if input is not None else None),
+                timeout or self.timeout)
+        except TimeoutError as e:
+            proc.kill()
+            await proc.wait()
+            raise SlurmUnavailable(f"{' '.join(argv)} took over {timeout or self.timeout} s"
+                                   ) from e
+        if proc.returncode != 0:
+            raise SlurmUnavailable(f"{' '.join(argv)}: {err.decode(errors='replace').strip()}")
+        return out.decode(errors="replace")
+
+    async def nodes(self, fresh: bool = False, timeout: float | None = None) -> list[Node]:
+        """Every node (cached ``cache_seconds``); ``timeout`` as in :meth:`run`."""
+        if not fresh and self._nodes and time.monotonic() - self._nodes[0] < self.cache_seconds:
+            return self._nodes[1]
+        out = await self.run("sinfo", "-h", "-N", "-O",
+                             "NodeList:|,Partition:|,StateLong:|,Gres:|,GresUsed:|,NodeAddr:|,Reason:",
+                             timeout=timeout)
+        by_name: dict[str, Node] = {}
+        for line in out.splitlines():
+            cols = [c.strip() for c in line.split("|")]
+            if len(cols) < 7:
+                continue
+            name, partition, state, gres, used, address, reason = cols[:7]
+            partition = partition.rstrip("*")
+            if name in by_name:
+                by_name[name].partitions.append(partition)
+                continue
+            by_name[name] = Node(name, [partition], state.rstrip("*~#!%$@^-").lower(),
+                                 parse_gres(gres), parse_gres(used),
+                                 "" if reason in ("none", "(null)") else reason, address)
+        nodes = list(by_name.values())
+        self._nodes = (time.monotonic(), nodes)
+        return nodes
+
+    async def free_gpus(self, partition: str, gres: str) -> int:
+        """Free GPUs of ``gres``'s type on ``partition``'s available nodes."""
+        kind, _ = parse_gres_request(gres)
+        return sum(n.free(kind) for n in await self.nodes() if partition in n.partitions)
+
+    async def queue(self) -> list[QueuedJob]:
+        """Every job Slurm knows, pending ones in Slurm's priority order (highest first,
+        then by job id, as the scheduler takes them), then the others."""
+        out = await self.run("squeue", "-h", "-o", "%i|%T|%u|%j|%P|%Q|%r|%N")
+        jobs = []
+        for line in out.splitlines():
+            cols = line.split("|")
+            if len(cols) < 8:
+                continue
+            job_id, state, user, name, partition, prio, reason, node = cols[:8]
+            jobs.append(QueuedJob(job_id, state, user, name, partition,
+                                  int(prio) if prio.isdigit() else 0, reason, node))
+        pending = [j for j in jobs if j.state == "PENDING"]
+        pending.sort(key=lambda j: (-j.priority, int(j.job_id.split("_")[0])))
+        return pending + [j for j in jobs if j.state != "PENDING"]
+
+    async def start_times(self) -> dict[str, str]:
+        """Job id -> Slurm's expected start time (``squeue --start``), ISO text, for the
+        pending jobs Slurm has an estimate for."""
+        out = await self.run("squeue", "--start", "-h", "-t", "PD", "-o", "%i|%S")
+        times = {}
+        for line in out.splitlines():
+            job_id, _, start = line.partition("|")
+            if start and start not in ("N/A", "Unknown"):
+                times[job_id] = start
+        return times

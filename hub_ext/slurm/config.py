@@ -1,0 +1,42 @@
+"""``GPUHUB_BACKEND=slurm``: the hub's settings for the Slurm backend.
+
+Called by :func:`hub_ext.config.apply_config` after everything else, so the shared parts
+configured for the Docker backend's spawner (profiles, pre-start hooks, time-outs) carry
+over to :class:`hub_ext.slurm.spawner.GPUSlurmSpawner` unchanged.
+"""
+
+from __future__ import annotations
+
+#: Spawner settings both backends share, copied from c.GPUDockerSpawner.
+SHARED = ("profile_list", "image", "default_url", "start_timeout", "http_timeout",
+          "gpu_idle_timeout", "cull_idle_timeout", "cull_max_age")
+
+#: Pre-start hooks the Slurm backend runs (the credits debit, undo and meter).  The
+#: culler's GPU-idle watch reads NVML on the hub's own machine, which a Slurm hub is not.
+HOOKS = ("hub_ext.credits.hook.CreditsHook",)
+
+
+def apply_slurm_config(c, settings) -> None:
+    c.JupyterHub.spawner_class = "hub_ext.slurm.spawner.GPUSlurmSpawner"
+    docker, slurm = c.GPUDockerSpawner, c.GPUSlurmSpawner
+    for name in SHARED:
+        if name in docker:
+            slurm[name] = docker[name]
+    if "before_container_hooks" in docker:
+        slurm.before_container_hooks = [
+            h for h in docker.before_container_hooks
+            if isinstance(h, str) and h in HOOKS
+        ]
+    if settings.slurm_conf:
+        slurm.slurm_env = {"SLURM_CONF": settings.slurm_conf}
+    for trait, value in (("req_partition", settings.slurm_partition),
+                         ("req_account", settings.slurm_account),
+                         ("req_qos", settings.slurm_qos),
+                         ("req_runtime", settings.slurm_time),
+                         ("image_dir", settings.slurm_image_dir),
+                         ("workspace", settings.slurm_workspace),
+                         ("gpu_device", settings.slurm_gpu_device)):
+        if value:
+            slurm[trait] = value
+    # the hub keeps servers across its restarts, as on Docker
+    slurm.start_timeout = max(slurm.get("start_timeout", 0) or 0, 3600)

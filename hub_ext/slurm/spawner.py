@@ -1,0 +1,449 @@
+"""GPUSlurmSpawner: batchspawner's SlurmSpawner with the hub's profiles, credits and line.
+
+A start runs in this order (each step yields a ``progress()`` event):
+
+1. load the profile from ``user_options`` (the same code as the Docker backend:
+   :class:`hub_ext.spawner_core.SpawnerCore`); a profile sets the Slurm request through
+   batchspawner's ``req_*`` traits (``req_gres``, ``req_partition``, ``req_runtime``, ...);
+2. ask slurmctld (``sinfo``): when it does not answer, refuse at once in plain words;
+3. submit the batch job as the member's own Unix account (``exec_prefix``: runuser), its
+   script running the notebook image in the container runtime (``container_command``,
+   bubblewrap by default) with the member's workspace, the datasets read-only and only the
+   GPU devices Slurm allocated (``SLURM_JOB_GPUS``);
+4. while Slurm keeps the job pending, report its place in line (position in Slurm's
+   priority order, estimate from ``squeue --start``);
+5. once the job runs: the pre-start hooks (the credits debit: paid from the moment the GPU
+   is the member's, not from the submission), then batchspawner's wrapper reports the port
+   and the hub waits for JupyterLab.
+
+GPUs are Slurm's to hand out (GRES, and the devices cgroup with ConstrainDevices=yes):
+this backend never assigns devices itself.  A failed start cancels the job and undoes the
+hooks (the debit is refunded); JupyterHub calls ``stop()`` after any failed start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+import shlex
+from pathlib import Path
+
+from batchspawner import JobStatus, SlurmSpawner
+from tornado import web
+from traitlets import Dict, Float, Int, Unicode, Union, default
+
+from .. import metrics
+from ..spawner_core import SpawnerCore
+from .cluster import UNREACHABLE_MESSAGE, SlurmCluster, SlurmUnavailable
+from .line import place_in_line
+
+#: The member's notebook server inside the container: bubblewrap (Debian ``bubblewrap``,
+#: unprivileged user namespaces) on the image's unpacked root filesystem, as the member's
+#: own uid.  Fields: see :attr:`GPUSlurmSpawner.container_command`.
+BWRAP = (
+    "bwrap --unshare-user --unshare-pid --unshare-ipc --die-with-parent"
+    " --ro-bind {rootfs} / --proc /proc --dev /dev --tmpfs /tmp --tmpfs /home/jovyan"
+    " --bind {workspace} {workspace_mount} {dataset_binds} {gpu_binds}"
+    " --ro-bind {batchspawner} /tmp/gpuhub-batchspawner"
+    " --setenv PYTHONPATH /tmp/gpuhub-batchspawner --setenv HOME /home/jovyan"
+    " --setenv PATH {path} --chdir /home/jovyan"
+)
+
+BATCH_SCRIPT = """#!/bin/bash
+#SBATCH --output={{log}}
+#SBATCH --job-name={{job_name}}
+#SBATCH --chdir=/
+#SBATCH --export={{keepvars}}
+#SBATCH --no-requeue
+{% if partition %}#SBATCH --partition={{partition}}
+{% endif %}{% if account %}#SBATCH --account={{account}}
+{% endif %}{% if qos %}#SBATCH --qos={{qos}}
+{% endif %}{% if runtime %}#SBATCH --time={{runtime}}
+{% endif %}{% if memory %}#SBATCH --mem={{memory}}
+{% endif %}{% if gres %}#SBATCH --gres={{gres}}
+{% endif %}{% if nprocs %}#SBATCH --cpus-per-task={{nprocs}}
+{% endif %}{% if options %}#SBATCH {{options}}
+{% endif %}
+set -euo pipefail
+# only the GPUs Slurm gave this job (their indexes on this node), bound into the container
+gpu_binds=()
+for i in ${SLURM_JOB_GPUS//,/ }; do
+  dev={{gpu_device}}
+  gpu_binds+=(--dev-bind "$dev" "/dev/nvidia$i")
+done
+echo "gpuhub: job $SLURM_JOB_ID on $SLURMD_NODENAME, GPUs ${SLURM_JOB_GPUS:-none}"
+exec {{container}} {{cmd}}
+"""
+
+
+class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
+    """A SlurmSpawner with profiles, credits, progress and the line of the Docker backend."""
+
+    image = Unicode(
+        "gpuhub/base:latest",
+        config=True,
+        help="""The notebook image (the Docker backend's name for it).  The nodes run its
+        unpacked root filesystem, ``image_dir/<image with / and : as _>/rootfs``
+        (``scripts/slurm-cluster.sh image NAME`` makes it from the local Docker image).
+        Usually set per profile.
+
+            c.GPUSlurmSpawner.image = "gpuhub/pytorch:latest"
+        """,
+    )
+
+    image_dir = Unicode(
+        "/srv/gpuhub-slurm/images",
+        config=True,
+        help="""Shared folder, seen by every node, with the unpacked images.
+
+            c.GPUSlurmSpawner.image_dir = "/cluster/gpuhub/images"
+        """,
+    )
+
+    workspace = Unicode(
+        "/srv/gpuhub-slurm/shared/home/{username}",
+        config=True,
+        help="""The member's workspace on shared storage every node sees (``{username}``
+        is replaced); created by the hub, owned by the member, when missing.
+
+            c.GPUSlurmSpawner.workspace = "/cluster/home/{username}/jupyter"
+        """,
+    )
+
+    workspace_mount = Unicode(
+        "/home/jovyan/work",
+        config=True,
+        help="""Where the workspace appears in the container.
+
+            c.GPUSlurmSpawner.workspace_mount = "/home/jovyan/work"
+        """,
+    )
+
+    datasets = Dict(
+        config=True,
+        help="""Datasets on shared storage, bound read-only at ``/datasets/<name>``:
+        name -> host path.
+
+            c.GPUSlurmSpawner.datasets = {"imagenet": "/cluster/data/imagenet"}
+        """,
+    )
+
+    gpu_device = Unicode(
+        "/dev/nvidia$i",
+        config=True,
+        help="""The device file of GPU index ``$i`` on a node, as a bash word in the batch
+        script (``$SLURMD_NODENAME`` is the node).  The test cluster's stand-ins live under
+        its folder.
+
+            c.GPUSlurmSpawner.gpu_device = "/srv/gpuhub-slurm/dev/$SLURMD_NODENAME/nvidia$i"
+        """,
+    )
+
+    container_command = Unicode(
+        BWRAP,
+        config=True,
+        help="""The container runtime's command line in the batch script, the notebook
+        command appended.  Fields: {rootfs}, {image}, {workspace}, {workspace_mount},
+        {dataset_binds}, {gpu_binds} (a bash array of bubblewrap --dev-bind arguments),
+        {batchspawner} (the wrapper package's folder), {path}.  README "Scale out on
+        Slurm" has Apptainer and Enroot templates.
+
+            c.GPUSlurmSpawner.container_command = "apptainer exec --nv {image} "
+        """,
+    )
+
+    container_path = Unicode(
+        "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        config=True,
+        help="""PATH inside the container (the project's images keep Jupyter in /opt/venv).
+
+            c.GPUSlurmSpawner.container_path = "/opt/conda/bin:/usr/bin:/bin"
+        """,
+    )
+
+    slurm_env = Dict(
+        config=True,
+        help="""Environment of the Slurm commands the hub runs (sbatch, squeue, sinfo,
+        scancel), e.g. the cluster's configuration file.
+
+            c.GPUSlurmSpawner.slurm_env = {"SLURM_CONF": "/etc/slurm/slurm.conf"}
+        """,
+    )
+
+    scheduler_timeout = Float(
+        3.0,
+        config=True,
+        help="""Seconds slurmctld has to answer the check before a spawn (``sinfo``); a
+        spawn is refused at once, in plain words, when it does not.
+
+            c.GPUSlurmSpawner.scheduler_timeout = 3
+        """,
+    )
+
+    line_poll_interval = Float(
+        2.0,
+        config=True,
+        help="""Seconds between updates of a pending job's place in line.
+
+            c.GPUSlurmSpawner.line_poll_interval = 2
+        """,
+    )
+
+    gpus = Union(
+        [Int(), Unicode()],
+        default_value=0,
+        config=True,
+        help="""GPUs per server, as in the Docker backend's profiles: a count, or a GRES
+        type and count such as "a100:2".  Becomes ``req_gres`` ("gpu:2", "gpu:a100:2")
+        unless a profile sets ``req_gres`` itself.  Usually set per profile.
+
+            c.GPUSlurmSpawner.gpus = 1
+        """,
+    )
+
+    _overridable = ("image", "gpus", "gpu_idle_timeout", "cull_idle_timeout", "cull_max_age",
+                    "req_gres", "req_partition", "req_account", "req_qos",
+                    "req_runtime", "req_memory", "req_nprocs", "credits_per_hour",
+                    "datasets", "default_url", "environment")
+
+    @default("exec_prefix")
+    def _default_exec_prefix(self):
+        # the hub runs as root on the submit host; sbatch runs as the member, so that Slurm
+        # (munge) knows the job as theirs
+        return "runuser -u {username} --"
+
+    @default("batch_script")
+    def _default_batch_script(self):
+        return BATCH_SCRIPT
+
+    @default("batchspawner_singleuser_cmd")
+    def _default_wrapper(self):
+        return "python3 -m batchspawner.singleuser"
+
+    @default("req_srun")
+    def _default_srun(self):
+        return ""  # the container runs in the batch step, which holds the job's GPUs
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.init_core()
+        self.cluster = SlurmCluster(env=dict(self.slurm_env))
+        self._hooks_done: list | None = None
+
+    # -- the batch job -----------------------------------------------------------------
+
+    def member_ids(self) -> tuple[int, int]:
+        """The member's Unix uid and gid on the cluster (their account there; Slurm runs
+        the job as it).  Raises HTTPError(403) when the cluster has no such account."""
+        try:
+            entry = pwd.getpwnam(self.user.name)
+        except KeyError:
+            metrics.SPAWNS_REFUSED.labels(reason="no_uid_mapping").inc()
+            raise web.HTTPError(
+                403, f"{self.user.name} has no account on the cluster. Ask an admin to "
+                "create it.") from None
+        return entry.pw_uid, entry.pw_gid
+
+    def rootfs(self) -> str:
+        return str(Path(self.image_dir) / self.image.replace("/", "_").replace(":", "_")
+                   / "rootfs")
+
+    def prepare_workspace(self) -> str:
+        """Create the member's workspace (owned by them) and its log folder; returns it.
+        Raises HTTPError(500) when it exists but belongs to another uid."""
+        uid, gid = self.member_ids()
+        path = Path(self.workspace.format(username=self.user.name))
+        for d in (path, path / ".gpuhub"):
+            if not d.exists():
+                d.mkdir(parents=True)
+                os.chown(d, uid, gid)
+            elif d.stat().st_uid != uid:
+                # e.g. an account deleted and its uid given to someone else: the job could
+                # not even write its log there
+                self.log.error("Refusing spawn of %s: %s belongs to uid %d, not %d",
+                               self._log_name, d, d.stat().st_uid, uid)
+                raise web.HTTPError(500, "Your workspace folder belongs to another account. "
+                                         "Ask an admin to fix its owner.")
+        return str(path)
+
+    def get_req_subvars(self):
+        subvars = super().get_req_subvars()
+        workspace = self.workspace.format(username=self.user.name)
+        import batchspawner
+
+        datasets = " ".join(f"--ro-bind {shlex.quote(p)} /datasets/{shlex.quote(n)}"
+                            for n, p in sorted(self.datasets.items()))
+        subvars.update(
+            log=f"{workspace}/.gpuhub/slurm-%j.log",
+            job_name=self.job_name,
+            gpu_device=self.gpu_device,
+            container=self.container_command.format(
+                rootfs=shlex.quote(self.rootfs()), image=shlex.quote(self.image),
+                workspace=shlex.quote(workspace),
+                workspace_mount=shlex.quote(self.workspace_mount),
+                dataset_binds=datasets, gpu_binds='"${gpu_binds[@]}"',
+                batchspawner=shlex.quote(str(Path(batchspawner.__file__).parent.parent)),
+                path=shlex.quote(self.container_path),
+            ),
+        )
+        return subvars
+
+    def get_env(self):
+        env = super().get_env()
+        env.update(self.slurm_env)
+        return env
+
+    async def run_command(self, cmd, input=None, env=None):
+        """batchspawner's Slurm commands, with ``slurm_env`` (its status queries pass no
+        environment of their own)."""
+        env = {**(os.environ if env is None else env), **self.slurm_env}
+        return await super().run_command(cmd, input=input, env=env)
+
+    # -- start -------------------------------------------------------------------------
+
+    async def start(self):
+        """Start the server (the steps in the module doc); returns ``(ip, port)``.
+
+        Raises ``tornado.web.HTTPError`` with a sentence for the member.
+        """
+        self._events = []
+        self._hooks_done = None
+        self._submitting = False  # a job may exist only from here on
+        try:
+            await self.load_profile()
+            if self.gpus and not self.req_gres:
+                self.req_gres = f"gpu:{self.gpus}"
+            await self.check_hooks()  # a member who cannot pay is not queued at all
+            workspace = self.prepare_workspace()
+            try:
+                await self.cluster.nodes(fresh=True, timeout=self.scheduler_timeout)
+            except SlurmUnavailable as e:
+                metrics.SPAWNS_REFUSED.labels(reason="scheduler_down").inc()
+                self.log.error("Refusing spawn of %s: Slurm does not answer: %s",
+                               self._log_name, e)
+                raise web.HTTPError(503, UNREACHABLE_MESSAGE) from None
+            self.emit(10, f"Asking the cluster for {self.req_gres or 'a CPU-only'} server "
+                          f"(partition {self.req_partition or 'default'})")
+            self.log.info("%s submits a job (gres %s) with workspace %s", self._log_name,
+                          self.req_gres, workspace)
+            self._submitting = True
+            ip, port = await super().start()
+            if self._hooks_done is None:  # running before the first status query
+                self._hooks_done = await self.run_start_hooks()
+            address = await self.node_address(ip)
+            self.emit(95, f"Server is up on {ip}")
+            return address, port
+        except web.HTTPError as e:
+            if e.log_message and not hasattr(e, "jupyterhub_message"):
+                e.jupyterhub_message = e.log_message
+            await asyncio.shield(self._abandon_start())
+            raise
+        except BaseException:
+            await asyncio.shield(self._abandon_start())
+            raise
+
+    async def submit_batch_script(self):
+        """Submit the job; its id goes to the hub database at once, so a hub killed while
+        the job waits knows it.  A job left by such a hub is cancelled first: its server
+        would answer with a token JupyterHub no longer honours."""
+        if self.job_id:
+            self.log.warning("%s: cancelling job %s, left by a hub that stopped during its "
+                             "start", self._log_name, self.job_id)
+            try:
+                await self.cancel_batch_job()
+            except Exception:
+                self.log.exception("Could not cancel job %s", self.job_id)
+            self.job_id = ""
+        job_id = await super().submit_batch_script()
+        self.persist_state()
+        self.emit(15, f"Submitted job {job_id}")
+        return job_id
+
+    async def query_job_status(self):
+        """batchspawner's status query; during a start, a pending job reports its place
+        in line, and the first time the job runs the pre-start hooks run (the debit)."""
+        status = await super().query_job_status()
+        if not self._spawn_pending:
+            return status
+        if status == JobStatus.PENDING:
+            await self._report_place()
+        elif status == JobStatus.RUNNING and self._hooks_done is None:
+            self._hooks_done = []
+            self.emit(30, f"Job {self.job_id} runs on {self.state_gethost()}")
+            self._hooks_done = await self.run_start_hooks()
+            self.persist_state()
+            self.emit(50, "Waiting for JupyterLab to answer")
+        return status
+
+    async def _report_place(self) -> None:
+        last = getattr(self, "_last_place", (0.0, None))
+        now = asyncio.get_running_loop().time()
+        if now - last[0] < self.line_poll_interval:
+            return
+        try:
+            place = await place_in_line(self.cluster, self.job_id)
+        except SlurmUnavailable as e:
+            self.log.warning("No place in line for %s: %s", self._log_name, e)
+            return
+        self._last_place = (now, place)
+        if place is not None and place != last[1]:
+            self.place = place
+            self.emit(20, place.sentence())
+
+    @property
+    def job_name(self) -> str:
+        """The Slurm job name of this server, one per member and server name."""
+        return f"gpuhub-{self.user.name}-{self.name or 'default'}"
+
+    async def _cancel_job(self) -> None:
+        """Cancel this server's job by id, or by name and owner when a start was cut off
+        before sbatch answered (its id never reached us).  Never raises."""
+        try:
+            if self.job_id:
+                await self.cancel_batch_job()
+            elif getattr(self, "_submitting", False):
+                await self.cluster.run("scancel", "--name", self.job_name,
+                                       "--user", self.user.name)
+        except Exception:
+            self.log.exception("Could not cancel the job of %s", self._log_name)
+
+    async def _abandon_start(self) -> None:
+        """Undo a failed or cancelled start: cancel the job, undo the hooks.  Never
+        raises."""
+        await self._cancel_job()
+        await self.undo_start_hooks(self._hooks_done or [])
+        self._hooks_done = None
+
+    async def node_address(self, node: str) -> str:
+        """The address the hub reaches ``node`` at (its NodeAddr in Slurm)."""
+        for n in await self.cluster.nodes():
+            if n.name == node and n.address:
+                return n.address
+        return node
+
+    # -- stop / poll / state -----------------------------------------------------------
+
+    async def stop(self, now=False):
+        """Cancel the job, then the hooks' ``after_stop`` (credits settle and refund)."""
+        try:
+            if self.job_id:
+                await super().stop(now=now)
+            else:  # a start stopped before sbatch answered
+                await self._cancel_job()
+        finally:
+            await self.run_stop_hooks()
+            self.hook_state = {}
+
+    def get_state(self):
+        state = super().get_state()
+        state.update(self.hook_state_for_db())
+        return state
+
+    def load_state(self, state):
+        super().load_state(state)
+        self.restore_hook_state(state)
+
+    def clear_state(self):
+        super().clear_state()
+        self.hook_state = {}

@@ -1,0 +1,239 @@
+"""What every backend's spawner shares: profiles, pre-start hooks, progress, hook state.
+
+A backend (:class:`hub_ext.spawner.GPUDockerSpawner`, :class:`hub_ext.slurm.spawner.
+GPUSlurmSpawner`) mixes :class:`SpawnerCore` in before its JupyterHub spawner base and
+calls, in its ``start()``:
+
+1. :meth:`SpawnerCore.load_profile` (``user_options`` are untrusted: HTTP 400 naming the
+   valid choices);
+2. :meth:`SpawnerCore.check_hooks` before anything is reserved or queued, then its own
+   reservation (the Docker pool; on Slurm, the job being scheduled);
+3. :meth:`SpawnerCore.run_start_hooks` just before the server's resources are in use
+   (the credits debit), and :meth:`SpawnerCore.undo_start_hooks` when a later step fails;
+4. in ``stop()``, :meth:`SpawnerCore.run_stop_hooks` (credits settle and refund, culling,
+   run records).
+
+Hook state (``hook_state``: the credits meter's interval, the culler's watch) lives in
+spawner state under ``gpuhub_hooks``, versioned, so a hub restart hands each hook its part
+again (:meth:`SpawnerCore.restore_hook_state`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+from sqlalchemy.orm import object_session
+from traitlets import Any, Float, List, validate
+
+from .choice import ProfileChoice
+from .hooks import PENDING, check_before_reserve, resolve_hooks
+
+__all__ = ["PENDING", "STATE_VERSION", "SpawnerCore"]
+
+STATE_VERSION = 1
+
+
+class SpawnerCore(ProfileChoice):
+    """Profiles (:class:`hub_ext.choice.ProfileChoice`), hooks, progress events and hook
+    state, for any JupyterHub spawner.
+
+    Subclasses list the traits a profile may override in ``_overridable`` and call
+    :meth:`init_core` from ``__init__``.
+    """
+
+    credits_per_hour = Float(
+        0.0,
+        config=True,
+        help="""Credits charged per hour of a running server; 0 makes a profile free.
+        Usually set per profile.
+
+            c.GPUDockerSpawner.credits_per_hour = 2.0
+        """,
+    )
+
+    gpu_idle_timeout = Float(
+        0.0,
+        config=True,
+        help="""Seconds a server's GPUs may stay idle (0% utilization on every device)
+        before the hub stops it, even while its browser tab is open; 0 never.  Usually set
+        per profile (``gpu_idle_timeout``); enforced by hub_ext.culling.Culler.
+
+            c.GPUDockerSpawner.gpu_idle_timeout = 2700
+        """,
+    )
+
+    cull_idle_timeout = Float(
+        0.0,
+        config=True,
+        help="""Seconds a server may go without activity (browser, kernels, terminals)
+        before jupyterhub-idle-culler stops it; 0 leaves it to the culler's site-wide
+        --timeout.  Usually set per profile (``cull_idle_timeout``); read by the culler
+        service through hub_ext.culler_arbiter.
+
+            c.GPUDockerSpawner.cull_idle_timeout = 1800
+        """,
+    )
+
+    cull_max_age = Float(
+        0.0,
+        config=True,
+        help="""Seconds a server may run at most, busy or not; 0 no limit.  The member is
+        warned on the home page c.Culler.max_age_warning seconds before.  Usually set per
+        profile (``cull_max_age``); enforced by hub_ext.culling.Culler.
+
+            c.GPUDockerSpawner.cull_max_age = 8 * 3600
+        """,
+    )
+
+    @validate("gpu_idle_timeout", "cull_idle_timeout", "cull_max_age")
+    def _validate_seconds(self, proposal):
+        if proposal["value"] < 0:
+            raise ValueError(
+                f"c.GPUDockerSpawner.{proposal['trait'].name} must be 0 (no limit) or a "
+                f"positive number of seconds, got {proposal['value']!r}"
+            )
+        return proposal["value"]
+
+    before_container_hooks = List(
+        Any(),
+        config=True,
+        help="""Hooks run after the GPUs are reserved and before the container is
+        created (the credits debit is one): objects, or import strings of
+        ``SingletonConfigurable`` classes (one instance per hub, configured from the hub's
+        config).  A hook has
+
+        - optionally ``async before_reserve(spawner)``: a quick check before anything is
+          reserved (the credits hook: can the balance pay the first interval?); raise
+          ``tornado.web.HTTPError`` to refuse.  The waiting line asks it too, before it
+          queues a member (``spawner.check_hooks()``, hub_ext.hooks);
+        - ``async before_container(spawner)``: raise ``tornado.web.HTTPError`` to refuse;
+          this is the authority (the debit), the check above only spares the GPU;
+        - ``async undo(spawner)``: a later step failed; idempotent;
+        - optionally ``async after_stop(spawner)``: the server stopped; idempotent;
+        - optionally ``restore(spawner)``: the hub restarted with this server running;
+          ``spawner.hook_state[hook.name]`` holds what the hook kept in spawner state
+          (a dict with ``PENDING`` set when the hub stopped during the start; the
+          container's labels replace it when the container exists);
+        - optionally ``async why_not(spawner, credits_per_hour)``: a sentence saying why a
+          profile of that price cannot start for this member now, or ``""``; the spawn
+          page disables such a profile and shows the sentence.
+
+            c.GPUDockerSpawner.before_container_hooks = ["hub_ext.credits.hook.CreditsHook"]
+        """,
+    )
+
+    _overridable: tuple[str, ...] = ()
+
+    def init_core(self) -> None:
+        self.profile_slug = ""
+        self._configured = {name: copy.deepcopy(getattr(self, name))
+                            for name in self._overridable}
+        self._events: list[dict] = []
+        self._events_changed = asyncio.Event()
+        self.hook_state: dict[str, dict] = {}
+
+    @property
+    def hooks(self) -> list:
+        """``before_container_hooks`` with import strings resolved to their instances."""
+        return resolve_hooks(self.before_container_hooks, self.config)
+
+    async def check_hooks(self) -> None:
+        """Whether the hooks let this start go on, asked before anything is reserved or
+        queued (:func:`hub_ext.hooks.check_before_reserve`); the profile must be loaded.
+        Raises the first hook's ``HTTPError`` (402: the balance cannot pay the first
+        interval)."""
+        await check_before_reserve(self.hooks, self)
+
+    # -- progress ----------------------------------------------------------------------
+
+    def emit(self, progress: int, message: str) -> None:
+        """Record a progress event for the spawn page (JupyterHub ``Spawner.progress``)."""
+        self._events.append({"progress": progress, "message": message})
+        self._events_changed.set()
+
+    async def progress(self):
+        sent = 0
+        while True:
+            while sent < len(self._events):
+                yield self._events[sent]
+                sent += 1
+            if not self._spawn_pending:
+                return
+            self._events_changed.clear()
+            try:
+                await asyncio.wait_for(self._events_changed.wait(), timeout=1)
+            except TimeoutError:
+                pass
+
+    # -- hooks -------------------------------------------------------------------------
+
+    async def run_start_hooks(self) -> list:
+        """Each hook's ``before_container``, in order; returns those done (for
+        :meth:`undo_start_hooks`).  A refusal (``HTTPError``) undoes the ones before it
+        and is raised."""
+        done = []
+        try:
+            for hook in self.hooks:
+                await hook.before_container(self)
+                done.append(hook)
+        except BaseException:
+            await asyncio.shield(self.undo_start_hooks(done))
+            raise
+        return done
+
+    async def undo_start_hooks(self, done: list) -> None:
+        """Undo started hooks, last first (a failed or cancelled start).  Never raises."""
+        for hook in reversed(done):
+            try:
+                await hook.undo(self)
+            except Exception:
+                self.log.exception("Undo of %r failed for %s", hook, self._log_name)
+
+    async def run_stop_hooks(self) -> None:
+        """Each hook's ``after_stop`` (idempotent), last first."""
+        for hook in reversed(self.hooks):
+            stopped = getattr(hook, "after_stop", None)
+            if stopped is not None:
+                await stopped(self)
+
+    def start_unfinished(self) -> bool:
+        """Whether a hook's part of the state is a write-ahead record: the hub stopped
+        during a start."""
+        return any(isinstance(v, dict) and v.get(PENDING) for v in self.hook_state.values())
+
+    # -- state -------------------------------------------------------------------------
+
+    def hook_state_for_db(self) -> dict:
+        """The ``gpuhub_hooks`` entry of spawner state, or ``{}``."""
+        if not self.hook_state:
+            return {}
+        return {"gpuhub_hooks": {"version": STATE_VERSION,
+                                 "hooks": copy.deepcopy(self.hook_state)}}
+
+    def restore_hook_state(self, state: dict | None) -> None:
+        """Read ``gpuhub_hooks`` back and hand each hook its part after a hub restart."""
+        hooks = (state or {}).get("gpuhub_hooks")
+        if hooks and hooks.get("version") == STATE_VERSION:
+            self.hook_state = dict(hooks.get("hooks") or {})
+            self.restore_hooks()
+
+    def restore_hooks(self) -> None:
+        """Hand each hook its part of ``hook_state`` (its ``restore``)."""
+        for hook in self.hooks:
+            restore = getattr(hook, "restore", None)
+            if restore is not None and getattr(hook, "name", None) in self.hook_state:
+                restore(self)
+
+    def persist_state(self) -> None:
+        """Write this spawner's state to the hub database now, as JupyterHub's
+        ``User.spawn`` does once ``start()`` returns.  A hook's write-ahead record (the
+        credits debit about to be made) then survives a hub killed mid-start.
+        """
+        orm_spawner = getattr(self, "orm_spawner", None)
+        # the hub's own session, found from its row (Spawner.db is deprecated)
+        session = object_session(orm_spawner) if orm_spawner is not None else None
+        if session is None:
+            return
+        orm_spawner.state = self.get_state()
+        session.commit()

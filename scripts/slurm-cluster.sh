@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# A real Slurm cluster on this machine for the hub's tests and demo: munge, slurmctld and
+# NODES slurmd compute nodes (default 2), each node in a network namespace of its own, with
+# 2 stand-in GPUs per node (GresTypes=gpu, gres.conf, cgroup.conf ConstrainDevices=yes).
+#
+#   scripts/slurm-cluster.sh start    # idempotent: leaves a healthy cluster alone
+#   scripts/slurm-cluster.sh stop     # stops the daemons, removes namespaces and bridge
+#   scripts/slurm-cluster.sh status   # exit 0 when every node is up (sinfo)
+#   scripts/slurm-cluster.sh env      # prints SLURM_CONF=... for the Slurm commands
+#   scripts/slurm-cluster.sh image gpuhub/base:latest
+#                                     # unpacks a local Docker image for the nodes'
+#                                     # container runtime: DIR/images/gpuhub_base_latest/rootfs
+#                                     # (kept while the image id is the same)
+#
+# Why namespaces: Debian's slurm-wlm 22.05 *is* built with multiple-slurmd mode
+# (`scontrol show config` says MULTIPLE_SLURMD = Yes, `slurmd -N <node>` picks the node, and
+# each slurmd's cgroups live under slurm_<node>/), which would let the nodes share 127.0.0.1
+# with a Port= each.  We give each slurmd a network namespace of its own instead
+# (NS_PREFIX<node>, a veth pair on the bridge BRIDGE), so that each node has an address of its
+# own, as real hosts do, and every node's notebook server can use the same port range.  The
+# addresses (SUBNET.0/24) exist only on that bridge and in these namespaces; nothing else on
+# the network is reached.  slurmd is started with nsenter --net, keeping the host's mounts
+# (`ip netns exec` remounts /sys and would hide /sys/fs/cgroup).
+#
+# GPUs without a GPU: each node's GPUs are character devices with NVIDIA's major number 195
+# (mknod c 195 N) under DIR/dev/<node>/; opening one gives ENXIO (no driver), while a device
+# the job was not given gives EPERM when the devices cgroup constrains it.
+#
+# Settings (environment): GPUHUB_SLURM_DIR (default /srv/gpuhub-slurm: configuration, state,
+# logs, devices, and the shared storage DIR/shared that every node sees),
+# GPUHUB_SLURM_NODES (2), GPUHUB_SLURM_SUBNET (10.215.15), GPUHUB_SLURM_PORT (6817),
+# GPUHUB_SLURM_SCHEDULER_PARAMETERS (see deploy/slurm/slurm.conf.in; bf_interval=30 gives
+# Slurm's own defaults, for comparison).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+DIR=${GPUHUB_SLURM_DIR:-/srv/gpuhub-slurm}
+NODES=${GPUHUB_SLURM_NODES:-2}
+SUBNET=${GPUHUB_SLURM_SUBNET:-10.215.15}
+CTL_PORT=${GPUHUB_SLURM_PORT:-6817}
+SLURMD_PORT=$((CTL_PORT + 1))
+SCHED=${GPUHUB_SLURM_SCHEDULER_PARAMETERS:-sched_min_interval=0,batch_sched_delay=0,bf_interval=5,defer_batch=0}
+BRIDGE=ghslurm0
+NS_PREFIX=ghslurm-
+NODE_PREFIX=node
+CTL_ADDR=$SUBNET.1
+GPUS_PER_NODE=2
+export SLURM_CONF=$DIR/slurm.conf
+
+say() { printf 'slurm-cluster: %s\n' "$*" >&2; }
+node_addr() { echo "$SUBNET.$((10 + $1))"; }
+
+cgroup_mode() {
+  # v1 with the devices controller: Slurm's cgroup/v1 plugin constrains devices.
+  if [ -d /sys/fs/cgroup/devices ] && [ -w /sys/fs/cgroup/devices ]; then
+    echo v1
+  elif [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+    echo v2
+  else
+    echo none
+  fi
+}
+
+render() {  # template -> file, replacing @KEY@ by the values given as KEY=value
+  local src=$1 dst=$2; shift 2
+  local text; text=$(cat "$src")
+  for kv in "$@"; do text=${text//@${kv%%=*}@/${kv#*=}}; done
+  printf '%s\n' "$text" >"$dst"
+}
+
+write_config() {
+  mkdir -p "$DIR"/{munge,state,spool,run,log,dev,shared}
+  chmod 0755 "$DIR" "$DIR/shared"
+  chmod 0700 "$DIR/munge"
+  local nodes="" list="" gres=""
+  for i in $(seq 1 "$NODES"); do
+    local n=$NODE_PREFIX$i
+    nodes+="NodeName=$n NodeAddr=$(node_addr "$i") NodeHostname=$n CPUs=4 RealMemory=4096 Gres=gpu:$GPUS_PER_NODE State=UNKNOWN"$'\n'
+    list+="${list:+,}$n"
+    mkdir -p "$DIR/dev/$n"
+    for g in $(seq 0 $((GPUS_PER_NODE - 1))); do
+      local minor=$(( (i - 1) * GPUS_PER_NODE + g ))
+      [ -c "$DIR/dev/$n/nvidia$g" ] || mknod -m 0666 "$DIR/dev/$n/nvidia$g" c 195 "$minor"
+    done
+    gres+="NodeName=$n Name=gpu File=$DIR/dev/$n/nvidia[0-$((GPUS_PER_NODE - 1))]"$'\n'
+  done
+  local mode proctrack task cgplugin constrain
+  mode=$(cgroup_mode)
+  case $mode in
+    v1) proctrack=proctrack/cgroup task=task/cgroup cgplugin=cgroup/v1 constrain=yes ;;
+    v2) proctrack=proctrack/cgroup task=task/cgroup cgplugin=cgroup/v2 constrain=yes ;;
+    *) proctrack=proctrack/linuxproc task=task/none cgplugin=autodetect constrain=no
+       say "no cgroup devices controller here: GPUs are handed out but not fenced" ;;
+  esac
+  render deploy/slurm/slurm.conf.in "$DIR/slurm.conf" \
+    "DIR=$DIR" "CTL_HOST=$(hostname -s)" "CTL_ADDR=$CTL_ADDR" "CTL_PORT=$CTL_PORT" \
+    "SLURMD_PORT=$SLURMD_PORT" "PROCTRACK=$proctrack" "TASK_PLUGIN=$task" \
+    "SCHEDULER_PARAMETERS=$SCHED" "SLURMD_TIMEOUT=${GPUHUB_SLURMD_TIMEOUT:-30}" \
+    "NODE_PREFIX=$NODE_PREFIX" "NODES=${nodes%$'\n'}" "NODE_LIST=$list"
+  render deploy/slurm/cgroup.conf.in "$DIR/cgroup.conf" \
+    "CGROUP_PLUGIN=$cgplugin" "CONSTRAIN_DEVICES=$constrain"
+  printf '%s' "$gres" >"$DIR/gres.conf"
+  : >"$DIR/plugstack.conf"
+  echo "$mode" >"$DIR/cgroup-mode"
+}
+
+start_munge() {
+  if [ -S "$DIR/munge/munge.socket" ] && munge -n -S "$DIR/munge/munge.socket" >/dev/null 2>&1; then
+    return
+  fi
+  [ -s "$DIR/munge/munge.key" ] || { dd if=/dev/urandom bs=1 count=1024 of="$DIR/munge/munge.key" 2>/dev/null; chmod 0400 "$DIR/munge/munge.key"; }
+  rm -f "$DIR/munge/munge.socket"*
+  # clients (sbatch as a member) reach the socket: its directory needs x for all
+  chmod 0711 "$DIR/munge"
+  munged --force --socket="$DIR/munge/munge.socket" --key-file="$DIR/munge/munge.key" \
+    --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/log/munged.log" \
+    --seed-file="$DIR/munge/munged.seed"
+}
+
+setup_network() {
+  if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip link add "$BRIDGE" type bridge
+    ip addr add "$CTL_ADDR/24" dev "$BRIDGE"
+    ip link set "$BRIDGE" up
+  fi
+  for i in $(seq 1 "$NODES"); do
+    local ns=$NS_PREFIX$NODE_PREFIX$i host=ghs-h$i peer=ghs-n$i
+    ip netns list | grep -qw "$ns" || ip netns add "$ns"
+    if ! ip link show "$host" >/dev/null 2>&1; then
+      ip link add "$host" type veth peer name "$peer"
+      ip link set "$peer" netns "$ns"
+      ip link set "$host" master "$BRIDGE" up
+      ip netns exec "$ns" ip addr add "$(node_addr "$i")/24" dev "$peer"
+      ip netns exec "$ns" ip link set "$peer" up
+      ip netns exec "$ns" ip link set lo up
+      ip netns exec "$ns" ip route add default via "$CTL_ADDR"
+    fi
+  done
+}
+
+pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+start_daemons() {
+  if ! pid_alive "$DIR/run/slurmctld.pid"; then
+    slurmctld -i   # -i: ignore saved state from an earlier run (jobs, node states)
+  fi
+  for i in $(seq 1 "$NODES"); do
+    local n=$NODE_PREFIX$i
+    mkdir -p "$DIR/spool/$n"
+    # nsenter, not `ip netns exec`: the latter remounts /sys, hiding /sys/fs/cgroup
+    pid_alive "$DIR/run/slurmd-$n.pid" || nsenter --net="/run/netns/$NS_PREFIX$n" slurmd -N "$n"
+  done
+}
+
+all_idle() {  # every node up (idle, mixed or allocated), none down or drained
+  local states
+  states=$(sinfo -h -N -o '%N %T' 2>/dev/null) || return 1
+  [ "$(wc -l <<<"$states")" -eq "$NODES" ] || return 1
+  ! grep -qvE ' (idle|mixed|allocated)$' <<<"$states"
+}
+
+start() {
+  for c in slurmctld slurmd munged ip; do
+    command -v "$c" >/dev/null || { say "$c is missing: apt-get install slurm-wlm munge iproute2"; exit 1; }
+  done
+  if all_idle; then say "already running ($SLURM_CONF)"; return; fi
+  write_config
+  start_munge
+  setup_network
+  start_daemons
+  for _ in $(seq 1 120); do
+    if all_idle; then say "up: $(sinfo -h -N -o '%N:%T' | tr '\n' ' ')($SLURM_CONF)"; return; fi
+    sleep 0.5
+  done
+  say "nodes did not come up:"; sinfo -N -l >&2 || true
+  for f in "$DIR"/log/*.log; do echo "== $f"; tail -n 20 "$f"; done >&2
+  exit 1
+}
+
+stop() {
+  for pidf in "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid" "$DIR/munge/munged.pid"; do
+    [ -f "$pidf" ] || continue
+    local pid; pid=$(cat "$pidf")
+    if kill "$pid" 2>/dev/null; then
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$pidf"
+  done
+  for i in $(seq 1 "$NODES"); do
+    ip link del "ghs-h$i" 2>/dev/null || true
+    ip netns del "$NS_PREFIX$NODE_PREFIX$i" 2>/dev/null || true
+  done
+  ip link del "$BRIDGE" 2>/dev/null || true
+  say "stopped"
+}
+
+image() {  # unpack a Docker image's filesystem where every node reads it
+  local name=$1 id dest tmp
+  id=$(docker image inspect --format '{{.Id}}' "$name")
+  dest=$DIR/images/$(tr '/:' '__' <<<"$name")
+  if [ "$(cat "$dest/image-id" 2>/dev/null)" = "$id" ]; then say "$name is current in $dest"; return; fi
+  tmp=$dest.new
+  rm -rf "$tmp"; mkdir -p "$tmp/rootfs"
+  local cid; cid=$(docker create "$name")
+  docker export "$cid" | tar -x -C "$tmp/rootfs"
+  docker rm "$cid" >/dev/null
+  echo "$id" >"$tmp/image-id"
+  chmod 0755 "$tmp" "$tmp/rootfs"
+  rm -rf "$dest"; mv "$tmp" "$dest"
+  say "$name unpacked in $dest"
+}
+
+case ${1:-} in
+  start) start ;;
+  stop) stop ;;
+  status) all_idle && sinfo -N -o '%N %T %G %C' ;;
+  env) echo "SLURM_CONF=$SLURM_CONF" ;;
+  image) shift; for name in "$@"; do image "$name"; done ;;
+  *) echo "usage: $0 start|stop|status|env|image NAME..." >&2; exit 2 ;;
+esac

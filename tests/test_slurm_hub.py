@@ -1,0 +1,90 @@
+"""The Slurm backend end to end: a real hub and proxy, batchspawner's SlurmSpawner (ours on
+top), a real two-node Slurm cluster (tests/fixtures/slurm.py), the notebook image in the
+nodes' container runtime, members' jobs under their own uids."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pwd
+import re
+
+import pytest
+
+from tests.fixtures.hub import terminal_run
+
+pytestmark = [pytest.mark.slurm, pytest.mark.hub, pytest.mark.docker]
+
+PROFILES = [
+    {"display_name": "CPU only", "slug": "cpu", "default": True},
+    {"display_name": "One GPU", "slug": "gpu", "gpus": 1},
+]
+
+PROBE = ("echo GPUHUB:$SLURMD_NODENAME:$SLURM_JOB_GPUS:$CUDA_VISIBLE_DEVICES:$(id -u):"
+         "$(ls /dev | grep nvidia | tr '\\n' ,):$(touch work/probe && stat -c %u work/probe):END")
+PROBE_RE = re.compile(r"GPUHUB:(\w+):(\d+):(\d*):(\d+):([\w,]*):(\d+):END")
+
+
+async def probe(hub, user, token) -> dict:
+    out = await terminal_run(hub, user, token, PROBE, expect=":END", timeout=60)
+    node, gpu, cuda, uid, devices, owner = PROBE_RE.findall(out)[-1]
+    return {"node": node, "gpu": gpu, "cuda": cuda, "uid": int(uid),
+            "devices": devices.rstrip(","), "owner": int(owner)}
+
+
+async def events_until(hub, name: str, text: str, timeout: float = 120) -> list[str]:
+    """The spawn's progress messages (JupyterHub's event stream) up to one containing
+    ``text``."""
+    seen = []
+    headers = {"Authorization": f"token {hub.admin_token}"}
+
+    async def read():
+        async with hub.client.stream("GET", f"/hub/api/users/{name}/server/progress",
+                                     headers=headers, timeout=timeout) as r:
+            async for line in r.aiter_lines():
+                if line.startswith("data:"):
+                    message = json.loads(line[5:]).get("message", "")
+                    seen.append(message)
+                    if text in message:
+                        return seen
+        raise AssertionError(f"no {text!r} in the progress events: {seen}")
+
+    return await asyncio.wait_for(read(), timeout)
+
+
+@pytest.fixture
+def members(slurm_cluster):
+    names = [f"ghs-h{i}" for i in range(1, 6)]
+    for name in names:
+        slurm_cluster.member(name)
+    return names
+
+
+async def test_four_members_get_four_gpus_on_both_nodes_and_a_fifth_waits_in_line(
+        slurm_hub, slurm_cluster, members):
+    hub = await slurm_hub(PROFILES, GPUHUB_CREDITS="off")
+    tokens = {name: await hub.create_user(name) for name in members}
+    for name in members[:4]:
+        r = await hub.spawn(name, {"profile": "gpu"})
+        assert r.status_code in (201, 202), r.text
+    for name in members[:4]:
+        await hub.wait_ready(name, timeout=180)
+
+    seen = {name: await probe(hub, name, tokens[name]) for name in members[:4]}
+    assert {(s["node"], s["gpu"]) for s in seen.values()} == {
+        ("node1", "0"), ("node1", "1"), ("node2", "0"), ("node2", "1")}
+    for name, s in seen.items():
+        uid = pwd.getpwnam(name).pw_uid
+        assert (s["uid"], s["owner"]) == (uid, uid)  # their own uid, their own files
+        assert s["devices"] == f"nvidia{s['gpu']}"  # only the GPU Slurm gave the job
+        assert s["cuda"] == "0"  # the job's one GPU, as CUDA numbers it there
+
+    fifth = members[4]
+    r = await hub.spawn(fifth, {"profile": "gpu"})
+    assert r.status_code == 202, r.text
+    events = await events_until(hub, fifth, "number 1 in line")
+    assert any("number 1 in line for a GPU" in e for e in events)
+
+    await hub.stop_server(members[0], timeout=120)
+    await hub.wait_ready(fifth, timeout=180)  # started without asking again
+    assert (await probe(hub, fifth, tokens[fifth]))["node"] == seen[members[0]]["node"]
