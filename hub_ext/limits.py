@@ -9,8 +9,9 @@
 - **The hub** (JupyterHub's own traits, each a GPUHUB_* setting): at most
   ``GPUHUB_NAMED_SERVER_LIMIT`` named servers per member (default 1 besides the default
   server, so at most 2 servers per member: issue 13 found one member running three at once
-  on the free profile with the old default of 2), ``GPUHUB_ACTIVE_SERVER_LIMIT`` servers running at once (default one per GiB of
-  the node's usable memory, at least 4 per GPU share) and
+  on the free profile with the old default of 2), ``GPUHUB_ACTIVE_SERVER_LIMIT`` servers
+  running at once (default one per GiB of the node's usable memory, at least 4 per GPU
+  share) and
   ``GPUHUB_CONCURRENT_SPAWN_LIMIT`` spawns in progress at once (default 20).
 
 JupyterHub refuses past its limits with its own sentences: 400 "User alice already has the

@@ -18,8 +18,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.fixtures.credits import REPO_ROOT
 from tests.fixtures.hub import _need
 
