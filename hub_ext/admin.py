@@ -184,6 +184,7 @@ def apply_admin_config(c, settings) -> None:
 
     from .auth_config import split_list
     from .credits.hubconfig import token_file
+    from .services import add_service
 
     custom = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
     custom[GPUS_SCOPE] = {
@@ -191,21 +192,18 @@ def apply_admin_config(c, settings) -> None:
     }
     c.JupyterHub.custom_scopes = custom
     roles = list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
-    c.JupyterHub.load_roles = [r for r in roles if r.get("name") not in (
-        ROLE_NAME, CLI_SERVICE)] + [{
+    c.JupyterHub.load_roles = [r for r in roles if r.get("name") != ROLE_NAME] + [{
         "name": ROLE_NAME,
         "description": "Admins of GPU Cluster Hub: see the GPU board",
         "scopes": [GPUS_SCOPE],
         "groups": split_list(settings.admin_groups),
+    }]
+    add_service(c, {
+        "name": CLI_SERVICE,
+        "api_token": token_file(Path(settings.state_dir) / CLI_TOKEN_FILE),
+        "display": False,
     }, {
         "name": CLI_SERVICE,
         "description": "gpuhub gpus on the hub's machine: read the GPU board",
         "scopes": [GPUS_SCOPE],
-        "services": [CLI_SERVICE],
-    }]
-    services = list(c.JupyterHub.services) if "services" in c.JupyterHub else []
-    c.JupyterHub.services = [s for s in services if s.get("name") != CLI_SERVICE] + [{
-        "name": CLI_SERVICE,
-        "api_token": token_file(Path(settings.state_dir) / CLI_TOKEN_FILE),
-        "display": False,
-    }]
+    })

@@ -13,6 +13,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .limits import NAMED_SERVER_LIMIT
+
 REPO = Path(__file__).resolve().parent.parent
 
 #: The profiles a fresh install offers; sites replace them with GPUHUB_PROFILES.  The hub
@@ -65,7 +67,7 @@ class Settings:
     GPUHUB_DATASETS              JSON file: {name: {path, groups}}               none
     GPUHUB_UID_MAP               JSON file: {user: {uid, gid}}                   none
     GPUHUB_MAX_GPUS_PER_USER     GPUs one member may hold (0: no limit)          0
-    GPUHUB_NAMED_SERVER_LIMIT    named servers per member (0: no limit)          2
+    GPUHUB_NAMED_SERVER_LIMIT    named servers per member (0: no limit)          1
     GPUHUB_ACTIVE_SERVER_LIMIT   servers running at once (0: no limit)           1 per GiB
     GPUHUB_CONCURRENT_SPAWN_LIMIT  spawns in progress at once (0: no limit)      20
     GPUHUB_CONTAINER_PREFIX      container names: ``<prefix>-<user>``            jupyter
@@ -143,7 +145,7 @@ class Settings:
     datasets_file: str = ""
     uid_map_file: str = ""
     max_gpus_per_user: int = 0
-    named_server_limit: int = 2
+    named_server_limit: int = NAMED_SERVER_LIMIT  # besides the default server
     active_server_limit: int | None = None  # None: derived from the node (hub_ext.limits)
     concurrent_spawn_limit: int = 20
     container_prefix: str = "jupyter"

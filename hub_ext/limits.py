@@ -7,13 +7,15 @@
   GPUs; the CPU profile a quarter of a share, at least 1 CPU and 1 GiB.  Profiles a site
   writes (``GPUHUB_PROFILES``) keep the limits they set.
 - **The hub** (JupyterHub's own traits, each a GPUHUB_* setting): at most
-  ``GPUHUB_NAMED_SERVER_LIMIT`` named servers per member (default 2, besides the default
-  server), ``GPUHUB_ACTIVE_SERVER_LIMIT`` servers running at once (default one per GiB of
-  the node's usable memory, at least 4 per GPU share) and
+  ``GPUHUB_NAMED_SERVER_LIMIT`` named servers per member (default 1 besides the default
+  server, so at most 2 servers per member: issue 13 found one member running three at once
+  on the free profile with the old default of 2), ``GPUHUB_ACTIVE_SERVER_LIMIT`` servers
+  running at once (default one per GiB of the node's usable memory, at least 4 per GPU
+  share) and
   ``GPUHUB_CONCURRENT_SPAWN_LIMIT`` spawns in progress at once (default 20).
 
 JupyterHub refuses past its limits with its own sentences: 400 "User alice already has the
-maximum of 2 named servers.  One must be deleted before a new server can be created", 429
+maximum of 1 named servers.  One must be deleted before a new server can be created", 429
 "Active user limit exceeded. Try again in a few minutes." and 429 "Too many users trying to
 log in right now. Try again in 30 seconds." (``jupyterhub/handlers/base.py``).
 """
@@ -31,7 +33,8 @@ MIB = 1024**2
 SYSTEM_RESERVE = 0.10
 #: Servers per GPU share that ``GPUHUB_ACTIVE_SERVER_LIMIT`` allows at least, by default.
 SERVERS_PER_SHARE = 4
-NAMED_SERVER_LIMIT = 2
+#: Named servers per member besides the default one: at most 2 servers per member.
+NAMED_SERVER_LIMIT = 1
 CONCURRENT_SPAWN_LIMIT = 20
 
 

@@ -260,3 +260,18 @@ def test_gpu_board_scope_goes_to_the_admin_groups(tmp_path, monkeypatch):
     assert role(c, "gpuhub-gpu-admins")["groups"] == ["hub-admins", "staff"]
     routes = [route for route, _ in c.JupyterHub.extra_handlers]
     assert {"/gpus", "/api/gpuhub/gpus"} <= set(routes)
+
+
+def test_the_cli_service_reads_the_gpu_board_and_nothing_else(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch)
+    assert service(c, "gpuhub-cli") == {
+        "name": "gpuhub-cli",
+        "api_token": (tmp_path / "gpuhub-cli-token").read_text().strip(),
+        "display": False,
+    }
+    assert role(c, "gpuhub-cli") == {
+        "name": "gpuhub-cli",
+        "description": "gpuhub gpus on the hub's machine: read the GPU board",
+        "scopes": [GPUS_SCOPE],
+        "services": ["gpuhub-cli"],
+    }

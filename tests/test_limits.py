@@ -62,7 +62,7 @@ def test_a_fresh_install_limits_every_built_in_profile(tmp_path, monkeypatch):
     assert overrides(c, "cpu")["cpu_limit"] == cpu_cpus
     assert all("mem_limit" not in p["spawner_override"] for p in DEFAULT_PROFILES)
     assert (c.JupyterHub.named_server_limit_per_user, c.JupyterHub.active_server_limit,
-            c.JupyterHub.concurrent_spawn_limit) == (2, node.active_server_limit(), 20)
+            c.JupyterHub.concurrent_spawn_limit) == (1, node.active_server_limit(), 20)
 
 
 def test_a_sites_profile_file_is_used_as_written(tmp_path, monkeypatch):
@@ -133,13 +133,15 @@ async def test_a_members_container_is_limited_and_the_card_says_so(hub_factory, 
 
 @pytest.mark.docker
 @pytest.mark.hub
-async def test_a_server_beyond_the_named_server_limit_is_refused_in_a_sentence(hub_factory):
-    hub = await hub_factory(GPUHUB_NAMED_SERVER_LIMIT="1")
+async def test_a_members_third_server_is_refused_in_a_sentence_by_default(hub_factory):
+    # issue 13: one member ran three servers at once on the free profile; by default a
+    # member has her default server and one named server, and the third is a 400
+    hub = await hub_factory()
     token = await hub.create_user("alice")
-    r = await hub.api("POST", "/users/alice/servers/first", token=token,
-                      json={"profile": "cpu"})
-    assert r.status_code in (201, 202), r.text
-    await hub.wait_ready("alice", "first")
+    for server in ("", "first"):
+        r = await hub.spawn("alice", {"profile": "cpu"}, server=server)
+        assert r.status_code in (201, 202), r.text
+        await hub.wait_ready("alice", server)
     r = await hub.api("POST", "/users/alice/servers/second", token=token,
                       json={"profile": "cpu"})
     assert r.status_code == 400

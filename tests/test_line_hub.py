@@ -192,7 +192,7 @@ async def test_place_expires_after_the_maximum_wait(line_hub):
 
 
 async def test_member_limit_counts_places_and_one_place_per_profile(line_hub):
-    hub = await line_hub(GPUHUB_MAX_GPUS_PER_USER="1")
+    hub = await line_hub(GPUHUB_MAX_GPUS_PER_USER="1", GPUHUB_NAMED_SERVER_LIMIT="2")
     await add(hub, "alice", "bob")
     await start(hub, "alice")
     await join_line(hub, "bob")

@@ -92,7 +92,7 @@ async def metric(hub, name: str, reason: str) -> float:
 async def test_named_servers_hold_gpus_of_their_own_within_the_members_limit(
         hub_factory, docker_client, two_profiles):
     hub = await hub_factory(GPUHUB_PROFILES=two_profiles, GPUHUB_GPUS="simulated:3",
-                            GPUHUB_MAX_GPUS_PER_USER="2")
+                            GPUHUB_MAX_GPUS_PER_USER="2", GPUHUB_NAMED_SERVER_LIMIT="2")
     await hub.create_user("alice")
     for server in ("", "train"):
         r = await hub.spawn("alice", {"profile": "gpu"}, server=server)

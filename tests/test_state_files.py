@@ -34,6 +34,19 @@ def test_an_existing_state_dir_and_database_are_narrowed(tmp_path, monkeypatch):
     assert (mode(state), mode(state / "jupyterhub.sqlite")) == (0o700, 0o600)
 
 
+def test_wal_and_shm_files_left_behind_are_narrowed(tmp_path, monkeypatch):
+    # a hub killed with SIGKILL leaves its -wal and -shm files; SQLite reuses them as found
+    state = tmp_path / "var"
+    state.mkdir(mode=0o700)
+    for name in ("jupyterhub.sqlite", "jupyterhub.sqlite-wal", "jupyterhub.sqlite-shm"):
+        (state / name).touch()
+        (state / name).chmod(0o644)
+    configure(state, monkeypatch)
+    assert {f.name: mode(f) for f in state.iterdir() if f.name.startswith("jupyterhub.")} == {
+        "jupyterhub.sqlite": 0o600, "jupyterhub.sqlite-wal": 0o600,
+        "jupyterhub.sqlite-shm": 0o600}
+
+
 def test_postgres_and_in_memory_urls_are_left_alone(tmp_path):
     private_sqlite("postgresql+psycopg://hub@db/hub")
     private_sqlite("sqlite://")

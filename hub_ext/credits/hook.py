@@ -48,11 +48,12 @@ from traitlets import Bool, Callable, Float, Instance, default, validate
 from traitlets.config import SingletonConfigurable
 
 from .. import metrics
-from ..auth_credits import MemberAccount, remember_balance
+from ..auth_credits import remember_balance
 from ..hooks import PENDING
 from ..notices import notices
 from ..periodic import ensure_task, every
 from ..stopping import stop_server
+from .affordability import UNREACHABLE, Affordability, _money, too_little
 from .client import CreditsClient
 from .errors import (
     AccountNotFound,
@@ -63,22 +64,15 @@ from .errors import (
     InsufficientCredits,
 )
 from .metering import (
-    CENT,
     MeterRecord,
     as_decimal,
     debit_key,
-    interval_amount,
     interval_index,
     refund_amount,
     refund_key,
 )
 
 __all__ = ["CreditsHook", "too_little", "utcnow"]
-
-UNREACHABLE = (
-    "The credit service cannot be reached, so no server can start now. "
-    "Try again in a few minutes."
-)
 
 #: Errors after which a debit may or may not have been made (the answer was lost).
 _UNCERTAIN = (CreditsUnavailable, CreditsContractError, TimeoutError)
@@ -93,16 +87,6 @@ def _written_ahead(state: dict) -> dict:
 def utcnow() -> datetime:
     """The current time, timezone-aware UTC (the default of ``c.CreditsHook.utcnow``)."""
     return datetime.now(UTC)
-
-
-def _money(value: Decimal | None) -> str:
-    return f"{(value or Decimal(0)).quantize(CENT)}"
-
-
-def too_little(price: Decimal, balance: Decimal | None) -> str:
-    """The sentence a member reads when their balance cannot pay a profile."""
-    return (f"This profile costs {_money(price)} credits per hour; your balance is "
-            f"{_money(balance)}. Pick a free profile, or ask an admin for credits.")
 
 
 @dataclass
@@ -128,7 +112,7 @@ class _Void:
     why: str = "was refused"  # "Spawn of <server> ..." in the refund's reason
 
 
-class CreditsHook(SingletonConfigurable):
+class CreditsHook(Affordability, SingletonConfigurable):
     """Debits credits for servers: the first interval at spawn, then each interval it runs.
 
     All spawner-facing methods take the spawner (a :class:`hub_ext.spawner.GPUDockerSpawner`
@@ -254,50 +238,6 @@ class CreditsHook(SingletonConfigurable):
 
     # -- the spawner's hooks ----------------------------------------------------------------
 
-    async def before_reserve(self, spawner) -> None:
-        """Refuse, before any GPU is reserved, a priced start the member cannot pay.
-
-        Reads the balance from the Credits API (not a cached one; within ``spawn_timeout``)
-        and compares it with the first interval at the profile's ``credits_per_hour``.
-        Raises ``HTTPError(402)`` with the sentence of the debit's refusal when it is lower
-        or there is no account, and ``HTTPError(503)`` when the API cannot be reached
-        (with ``fail_open``: no refusal, the debit decides as it always did).  The debit
-        in :meth:`before_container` stays the authority: a balance spent in between is
-        refused there.  A free profile makes no API call.
-        """
-        price = as_decimal(spawner.credits_per_hour)
-        if price <= 0:
-            return
-        who = getattr(spawner, "_log_name", spawner.user.name)
-        try:
-            account = await asyncio.wait_for(self.client.balance(spawner.user.name),
-                                             self.spawn_timeout)
-            balance = account.balance
-        except AccountNotFound:
-            balance = None
-        except (CreditsError, TimeoutError) as e:
-            why = "timed out" if isinstance(e, TimeoutError) else str(e)
-            if self.fail_open:
-                self.log.warning("Credits API unavailable checking the balance of %s (%s); "
-                                 "the debit decides (fail_open)", who, why)
-                return
-            metrics.SPAWNS_REFUSED.labels(reason="credits_unavailable").inc()
-            self.log.error("Refusing spawn of %s: its balance cannot be read: %s", who, why)
-            raise web.HTTPError(503, UNREACHABLE) from None
-        refusal = self._cannot_pay(price, balance)
-        if refusal:
-            metrics.SPAWNS_REFUSED.labels(reason="insufficient_credits").inc()
-            self.log.warning("Refusing spawn of %s before reserving anything: balance %s is "
-                             "below the first interval", who, _money(balance))
-            raise web.HTTPError(402, refusal)
-
-    def _cannot_pay(self, price: Decimal, balance: Decimal | None) -> str:
-        """The sentence of :func:`too_little` when ``balance`` (None: no account) is below
-        the first interval at ``price`` credits per hour, else ``""``."""
-        if balance is not None and balance >= interval_amount(price, self.interval):
-            return ""
-        return too_little(price, balance)
-
     async def before_container(self, spawner) -> None:
         """Debit the first interval of a priced profile; a free one makes no API call.
 
@@ -370,21 +310,6 @@ class CreditsHook(SingletonConfigurable):
                            record.label, record.amount, why)
             raise web.HTTPError(503, UNREACHABLE) from None
         return entry
-
-    async def why_not(self, spawner, credits_per_hour: float) -> str:
-        """Why a profile of this price cannot start for this member now, or ``""``.
-
-        Only a balance known to be too low for the first interval is a reason: the spawn
-        page disables the profile and shows the sentence of the spawn-time refusal.  An
-        unknown balance is no reason here (the spawn itself decides, failing closed).
-        """
-        price = as_decimal(credits_per_hour)
-        if price <= 0:
-            return ""
-        account = await MemberAccount().credits(spawner.user)
-        if account["status"] != "ok" or account["balance"] is None:
-            return ""
-        return self._cannot_pay(price, Decimal(account["balance"]))
 
     async def undo(self, spawner) -> None:
         """The start failed after the debit: refund it in full.  Idempotent; never raises."""
