@@ -84,6 +84,9 @@ class OneFreeGPU:
         self.granted.append(place.key)
         return f"gpu-for-{place.key[0]}"
 
+    def ungrant(self, place, grant):
+        self.free += place.count
+
     def frees(self, units):
         return [(600.0, 1)]
 
@@ -185,3 +188,81 @@ def test_line_config_gives_its_service_a_private_token_and_only_server_scopes(tm
 def test_line_settings_are_checked(trait, value):
     with pytest.raises(ValueError, match=f"c.Line.{trait}"):
         Line(**{trait: value})
+
+
+async def test_a_start_cancelled_right_after_its_grant_is_forgotten(line, hub_db):
+    await join(line, "bob")
+    waiting = asyncio.ensure_future(line.wait_turn(("bob", ""), lambda _: None))
+    await asyncio.sleep(0.05)
+    waiting.cancel()  # the member stopped the pending server ...
+    line.backend.free = 1
+    line.dispatch()  # ... and a GPU freed in the same step: granted before it resumed
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert line.granted == {}
+    assert line.backend.free == 1  # the grant went back
+    await line.written()
+    again = Line()
+    again.attach(hub_db)
+    assert again.ordered_keys() == []  # nothing resumed after a restart
+    await join(line, "bob")  # and the next join is not refused by a row left behind
+
+
+async def test_a_join_cancelled_while_its_row_is_written_leaves_no_row(line, hub_db):
+    joining = asyncio.ensure_future(join(line, "bob"))
+    await asyncio.sleep(0)  # the insert is submitted
+    joining.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await joining
+    await line.written()
+    again = Line()
+    again.attach(hub_db)
+    assert again.ordered_keys() == []
+    await join(line, "bob")
+
+
+async def test_a_granted_start_still_counts_as_the_members_place(line):
+    await join(line, "bob")
+    waiting = asyncio.ensure_future(line.wait_turn(("bob", ""), lambda _: None))
+    await asyncio.sleep(0.05)
+    line.backend.free = 1
+    line.dispatch()
+    await waiting  # granted, still starting
+    with pytest.raises(LineRefused, match="already in line for PyTorch"):
+        await join(line, "bob", server="other")
+
+
+async def test_a_row_already_in_the_database_is_a_refusal_not_an_error(line, hub_db):
+    await join(line, "bob")
+    await line.written()
+    other = Line()  # another process's line, not knowing of bob's place
+    other.attach(hub_db)
+    other.places.clear()
+    with pytest.raises(LineRefused, match="already in line for PyTorch"):
+        await join(other, "bob", server="other")
+
+
+class PerMemberLimit(OneFreeGPU):
+    """One GPU per member: ``busy`` members hold theirs already."""
+
+    def __init__(self, free, busy):
+        super().__init__(free)
+        self.busy = busy
+
+    def fits(self, place):
+        return place.key[0] not in self.busy
+
+
+async def test_a_head_over_its_members_limit_lets_the_others_pass(line):
+    line.backend = PerMemberLimit(0, busy={"bob"})
+    await join(line, "bob")
+    await join(line, "carol")
+    bob = asyncio.ensure_future(line.wait_turn(("bob", ""), lambda _: None))
+    carol = asyncio.ensure_future(line.wait_turn(("carol", ""), lambda _: None))
+    await asyncio.sleep(0.05)
+    line.backend.free = 1
+    line.dispatch()
+    assert ("carol", "") in line.granted  # bob, over his limit, does not hold her up
+    assert await carol == "gpu-for-carol"
+    assert line.position(("bob", "")) == 1
+    bob.cancel()
