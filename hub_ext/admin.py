@@ -183,7 +183,7 @@ def apply_admin_config(c, settings) -> None:
     from pathlib import Path
 
     from .auth_config import split_list
-    from .credits.hubconfig import token_file
+    from .services import token_file
 
     custom = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
     custom[GPUS_SCOPE] = {

@@ -266,3 +266,18 @@ async def test_a_head_over_its_members_limit_lets_the_others_pass(line):
     assert await carol == "gpu-for-carol"
     assert line.position(("bob", "")) == 1
     bob.cancel()
+
+
+def test_line_token_file_is_narrowed_and_an_empty_one_refused(tmp_path):
+    import stat
+
+    from hub_ext.line.hubconfig import line_token
+
+    path = tmp_path / "gpuhub-line-token"
+    path.write_text("abc\n")
+    path.chmod(0o644)
+    assert line_token(tmp_path) == "abc"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    path.write_text("")
+    with pytest.raises(ValueError, match="is empty; delete it"):
+        line_token(tmp_path)
