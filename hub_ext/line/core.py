@@ -450,14 +450,14 @@ class Line(SingletonConfigurable):
         """One pass of :meth:`dispatch`; True when anything was granted."""
         granted_any = False
         now = utcnow()
+        fits = getattr(self.backend, "fits", None)
+        fit = None if fits is None else (lambda w: fits(self.places[w.key]))
         for units in {p.units for p in self.places.values()}:
             line = self.ordered(units)
             waiting = [Waiting(p.key, p.count, now - p.queued_at,
                                p.waiter is not None and not p.waiter.done()) for p in line]
-            fits = getattr(self.backend, "fits", None)
             for key in grants(waiting, self.backend.free_units(units), self.backfill_age,
-                              fits=None if fits is None else
-                              (lambda w: fits(self.places[w.key]))):
+                              fits=fit):
                 place = self.places[key]
                 grant = self.backend.grant(place)
                 if grant is None:
