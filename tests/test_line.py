@@ -281,3 +281,24 @@ def test_line_token_file_is_narrowed_and_an_empty_one_refused(tmp_path):
     path.write_text("")
     with pytest.raises(ValueError, match="is empty; delete it"):
         line_token(tmp_path)
+
+
+def test_only_the_admin_role_may_change_the_line_not_the_cli_token(tmp_path):
+    from traitlets.config import Config
+
+    from hub_ext.admin import (
+        CLI_SERVICE,
+        GPUS_SCOPE,
+        LINE_ADMIN_SCOPE,
+        ROLE_NAME,
+        apply_admin_config,
+    )
+    from hub_ext.config import Settings
+    from hub_ext.line.handlers import LINE_ADMIN_SCOPE as HANDLERS_SCOPE
+
+    c = Config()
+    apply_admin_config(c, Settings(state_dir=tmp_path))
+    roles = {r["name"]: r["scopes"] for r in c.JupyterHub.load_roles}
+    assert LINE_ADMIN_SCOPE == HANDLERS_SCOPE and LINE_ADMIN_SCOPE in c.JupyterHub.custom_scopes
+    assert roles[ROLE_NAME] == [GPUS_SCOPE, LINE_ADMIN_SCOPE]
+    assert roles[CLI_SERVICE] == [GPUS_SCOPE]
