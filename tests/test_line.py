@@ -302,3 +302,32 @@ def test_only_the_admin_role_may_change_the_line_not_the_cli_token(tmp_path):
     assert LINE_ADMIN_SCOPE == HANDLERS_SCOPE and LINE_ADMIN_SCOPE in c.JupyterHub.custom_scopes
     assert roles[ROLE_NAME] == [GPUS_SCOPE, LINE_ADMIN_SCOPE]
     assert roles[CLI_SERVICE] == [GPUS_SCOPE]
+
+
+async def test_a_restart_asks_again_when_the_hub_refuses_for_now_and_keeps_the_place(line):
+    """A stand-in for the hub's REST API: 429 (its spawn limits) twice, then 202."""
+    from tornado.web import Application, RequestHandler
+
+    from hub_ext.line.resume import resume_places
+
+    asked = []
+
+    class Hub(RequestHandler):
+        def get(self):
+            self.write("{}")
+
+        def post(self, user):
+            asked.append(user)
+            self.set_status(429 if len(asked) <= 2 else 202)
+
+    app = Application([(r"/hub/api/", Hub), (r"/hub/api/users/([^/]+)/server", Hub)])
+    server = app.listen(0, "127.0.0.1")
+    port = next(iter(server._sockets.values())).getsockname()[1]
+    line.api_token = "t"
+    await join(line, "bob")
+    try:
+        await resume_places(line, f"http://127.0.0.1:{port}/hub/api", retry_delay=0.01)
+    finally:
+        server.stop()
+    assert asked == ["bob", "bob", "bob"]
+    assert line.position(("bob", "")) == 1  # the place is kept
