@@ -35,6 +35,8 @@ __all__ = ["CLI_SERVICE", "CLI_TOKEN_FILE", "GPUS_SCOPE", "ROLE_NAME", "apply_ad
            "board", "handlers"]
 
 GPUS_SCOPE = "custom:gpuhub:gpus:read"
+#: remove a place in line or move it to the front (the admin role only, not gpuhub-cli)
+LINE_ADMIN_SCOPE = "custom:gpuhub:line:admin"
 ROLE_NAME = "gpuhub-gpu-admins"
 #: The service (no process, a token only) that ``gpuhub gpus`` reads the board as.
 CLI_SERVICE = "gpuhub-cli"
@@ -183,19 +185,22 @@ def apply_admin_config(c, settings) -> None:
     from pathlib import Path
 
     from .auth_config import split_list
-    from .credits.hubconfig import token_file
-    from .services import add_service
+    from .services import add_service, token_file
 
     custom = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
     custom[GPUS_SCOPE] = {
         "description": "Read the GPU board: every device, who holds it and how busy it is.",
     }
+    custom[LINE_ADMIN_SCOPE] = {
+        "description": "Change the waiting line: remove any member's place, move one to "
+                       "the front.",
+    }
     c.JupyterHub.custom_scopes = custom
     roles = list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
     c.JupyterHub.load_roles = [r for r in roles if r.get("name") != ROLE_NAME] + [{
         "name": ROLE_NAME,
-        "description": "Admins of GPU Cluster Hub: see the GPU board",
-        "scopes": [GPUS_SCOPE],
+        "description": "Admins of GPU Cluster Hub: see the GPU board, change the line",
+        "scopes": [GPUS_SCOPE, LINE_ADMIN_SCOPE],
         "groups": split_list(settings.admin_groups),
     }]
     add_service(c, {

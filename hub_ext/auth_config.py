@@ -87,6 +87,7 @@ def _admin_token(settings) -> str:
                 "(the initial grant is an admin operation of the Credits API)"
             )
         return settings.credits_admin_token
-    from .credits.hubconfig import ADMIN_TOKEN_FILE, token_file
+    from .credits.hubconfig import ADMIN_TOKEN_FILE
+    from .services import token_file
 
     return token_file(Path(settings.state_dir) / ADMIN_TOKEN_FILE)

@@ -42,6 +42,20 @@ class PoolGrants:
             self.line.log.info("Cannot grant %s yet: %s", place.key, e.reason)
             return None
 
+    def fits(self, place: Place) -> bool:
+        """The per-member limit (``GPUPool.max_gpus_per_user``) leaves room for it."""
+        limit = self.pool.max_gpus_per_user
+        if not limit:
+            return True
+        own = self.pool.allocations.get(ServerKey(*place.key))
+        held = self.pool.held_by(place.key[0]) - (len(own.uuids) if own else 0)
+        return held + place.count <= limit
+
+    def ungrant(self, place: Place, grant) -> None:
+        """The start was cancelled before it took its grant: the units go back."""
+        if self.pool.allocations.get(ServerKey(*place.key)) is grant:
+            self.pool.release(ServerKey(*place.key))
+
     def frees(self, units: str) -> list[tuple[float, int]]:
         now = utcnow()
         mig = _mig(units)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-__all__ = ["add_service"]
+import os
+import secrets
+from pathlib import Path
+
+__all__ = ["add_service", "token_file"]
 
 
 def add_service(c, service: dict, role: dict) -> None:
@@ -14,3 +18,24 @@ def add_service(c, service: dict, role: dict) -> None:
     roles = list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
     c.JupyterHub.load_roles = [r for r in roles if r.get("name") != role["name"]] + [
         {**role, "services": [service["name"]]}]
+
+
+def token_file(path: Path) -> str:
+    """The token kept in ``path``, made (64 hex characters, mode 0600) when missing.
+
+    An existing file with looser permissions is narrowed to 0600.  Raises ValueError for an
+    empty file.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if path.stat().st_mode & 0o077:
+            path.chmod(0o600)
+        token = path.read_text().strip()
+        if not token:
+            raise ValueError(f"{path} is empty; delete it to make a new token") from None
+        return token
+    token = secrets.token_hex(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token

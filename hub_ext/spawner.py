@@ -180,21 +180,22 @@ class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, SpawnerCore, Doc
         self.allocation = None
         self.line_wait = None
         waited = False
-        if count:
-            unit = f"{mig} GPU slice" if mig else "GPU"
-            what = f"{count} {unit}{'s' if count > 1 else ''}"
-            waited = await self.reserve_gpus(count, mig, what)
-            self.log.info("%s holds GPU(s) %s%s", self._log_name,
-                          ",".join(self.allocation.uuids), " after a wait in line" * waited)
-            if not waited:
-                self.emit(20, f"Reserved {what} for you alone: "
-                              f"{', '.join(self.allocation.uuids)}")
-        try:
+        try:  # a granted place is forgotten however the start ends (cancelled included)
+            if count:
+                unit = f"{mig} GPU slice" if mig else "GPU"
+                what = f"{count} {unit}{'s' if count > 1 else ''}"
+                waited = await self.reserve_gpus(count, mig, what)
+                self.log.info("%s holds GPU(s) %s%s", self._log_name,
+                              ",".join(self.allocation.uuids),
+                              " after a wait in line" * waited)
+                if not waited:
+                    self.emit(20, f"Reserved {what} for you alone: "
+                                  f"{', '.join(self.allocation.uuids)}")
             async with self.timed_rest(waited):
                 return await self._start_container(container)
         finally:
-            if waited:
-                self.line().forget(self.server_key)
+            if count:
+                self.line().forget(self.server_key)  # only a granted place; idempotent
 
     async def _start_container(self, container):
         """Steps 3 to 5, with the GPUs reserved; undone on failure."""

@@ -84,6 +84,9 @@ class OneFreeGPU:
         self.granted.append(place.key)
         return f"gpu-for-{place.key[0]}"
 
+    def ungrant(self, place, grant):
+        self.free += place.count
+
     def frees(self, units):
         return [(600.0, 1)]
 
@@ -185,3 +188,146 @@ def test_line_config_gives_its_service_a_private_token_and_only_server_scopes(tm
 def test_line_settings_are_checked(trait, value):
     with pytest.raises(ValueError, match=f"c.Line.{trait}"):
         Line(**{trait: value})
+
+
+async def test_a_start_cancelled_right_after_its_grant_is_forgotten(line, hub_db):
+    await join(line, "bob")
+    waiting = asyncio.ensure_future(line.wait_turn(("bob", ""), lambda _: None))
+    await asyncio.sleep(0.05)
+    waiting.cancel()  # the member stopped the pending server ...
+    line.backend.free = 1
+    line.dispatch()  # ... and a GPU freed in the same step: granted before it resumed
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert line.granted == {}
+    assert line.backend.free == 1  # the grant went back
+    await line.written()
+    again = Line()
+    again.attach(hub_db)
+    assert again.ordered_keys() == []  # nothing resumed after a restart
+    await join(line, "bob")  # and the next join is not refused by a row left behind
+
+
+async def test_a_join_cancelled_while_its_row_is_written_leaves_no_row(line, hub_db):
+    joining = asyncio.ensure_future(join(line, "bob"))
+    await asyncio.sleep(0)  # the insert is submitted
+    joining.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await joining
+    await line.written()
+    again = Line()
+    again.attach(hub_db)
+    assert again.ordered_keys() == []
+    await join(line, "bob")
+
+
+async def test_a_granted_start_still_counts_as_the_members_place(line):
+    await join(line, "bob")
+    waiting = asyncio.ensure_future(line.wait_turn(("bob", ""), lambda _: None))
+    await asyncio.sleep(0.05)
+    line.backend.free = 1
+    line.dispatch()
+    await waiting  # granted, still starting
+    with pytest.raises(LineRefused, match="already in line for PyTorch"):
+        await join(line, "bob", server="other")
+
+
+async def test_a_row_already_in_the_database_is_a_refusal_not_an_error(line, hub_db):
+    await join(line, "bob")
+    await line.written()
+    other = Line()  # another process's line, not knowing of bob's place
+    other.attach(hub_db)
+    other.places.clear()
+    with pytest.raises(LineRefused, match="already in line for PyTorch"):
+        await join(other, "bob", server="other")
+
+
+class PerMemberLimit(OneFreeGPU):
+    """One GPU per member: ``busy`` members hold theirs already."""
+
+    def __init__(self, free, busy):
+        super().__init__(free)
+        self.busy = busy
+
+    def fits(self, place):
+        return place.key[0] not in self.busy
+
+
+async def test_a_head_over_its_members_limit_lets_the_others_pass(line):
+    line.backend = PerMemberLimit(0, busy={"bob"})
+    await join(line, "bob")
+    await join(line, "carol")
+    bob = asyncio.ensure_future(line.wait_turn(("bob", ""), lambda _: None))
+    carol = asyncio.ensure_future(line.wait_turn(("carol", ""), lambda _: None))
+    await asyncio.sleep(0.05)
+    line.backend.free = 1
+    line.dispatch()
+    assert ("carol", "") in line.granted  # bob, over his limit, does not hold her up
+    assert await carol == "gpu-for-carol"
+    assert line.position(("bob", "")) == 1
+    bob.cancel()
+
+
+def test_line_token_file_is_narrowed_and_an_empty_one_refused(tmp_path):
+    import stat
+
+    from hub_ext.line.hubconfig import line_token
+
+    path = tmp_path / "gpuhub-line-token"
+    path.write_text("abc\n")
+    path.chmod(0o644)
+    assert line_token(tmp_path) == "abc"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    path.write_text("")
+    with pytest.raises(ValueError, match="is empty; delete it"):
+        line_token(tmp_path)
+
+
+def test_only_the_admin_role_may_change_the_line_not_the_cli_token(tmp_path):
+    from traitlets.config import Config
+
+    from hub_ext.admin import (
+        CLI_SERVICE,
+        GPUS_SCOPE,
+        LINE_ADMIN_SCOPE,
+        ROLE_NAME,
+        apply_admin_config,
+    )
+    from hub_ext.config import Settings
+    from hub_ext.line.handlers import LINE_ADMIN_SCOPE as HANDLERS_SCOPE
+
+    c = Config()
+    apply_admin_config(c, Settings(state_dir=tmp_path))
+    roles = {r["name"]: r["scopes"] for r in c.JupyterHub.load_roles}
+    assert LINE_ADMIN_SCOPE == HANDLERS_SCOPE and LINE_ADMIN_SCOPE in c.JupyterHub.custom_scopes
+    assert roles[ROLE_NAME] == [GPUS_SCOPE, LINE_ADMIN_SCOPE]
+    assert roles[CLI_SERVICE] == [GPUS_SCOPE]
+
+
+async def test_a_restart_asks_again_when_the_hub_refuses_for_now_and_keeps_the_place(line):
+    """A stand-in for the hub's REST API: 429 (its spawn limits) twice, then 202."""
+    from tornado.web import Application, RequestHandler
+
+    from hub_ext.line.resume import resume_places
+
+    asked = []
+
+    class Hub(RequestHandler):
+        def get(self):
+            self.write("{}")
+
+        def post(self, user):
+            asked.append(user)
+            self.set_status(429 if len(asked) <= 2 else 202)
+
+    app = Application([(r"/hub/api/", Hub), (r"/hub/api/users/([^/]+)/server", Hub)])
+    server = app.listen(0, "127.0.0.1")
+    port = next(iter(server._sockets.values())).getsockname()[1]
+    line.api_token = "t"
+    await join(line, "bob")
+    try:
+        await resume_places(line, f"http://127.0.0.1:{port}/hub/api", retry_delay=0.01)
+    finally:
+        server.stop()
+    assert asked == ["bob", "bob", "bob"]
+    assert line.position(("bob", "")) == 1  # the place is kept

@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
+from hub_ext.admin import CLI_TOKEN_FILE
 from hub_ext.runs import ServerRun
 from tests.fixtures.hub import eventually
 
@@ -123,10 +124,15 @@ async def test_newcomer_arriving_as_a_gpu_frees_does_not_overtake_the_line(line_
     for _ in range(20):
         # dave asks again and again while the holder stops and the waiter's server starts
         stopping = asyncio.create_task(hub.stop_server(holder))
-        while not await hub.running(waiter):
+        asked = 0
+        while True:  # dave asks before the first look, so every round sees him ask
             newcomer = await hub.spawn("dave", {"profile": "gpu"})
+            asked += 1
             assert newcomer.status_code == 409, newcomer.text
             assert "No GPU free" in newcomer.json()["message"]
+            if await hub.running(waiter):
+                break
+        assert asked >= 1
         await stopping
         assert await hub.stopped("dave")
         await join_line(hub, holder)
@@ -268,6 +274,10 @@ async def test_pages_offer_the_wait_and_show_the_place(line_hub):
     assert [(p["user"], p["position"], p["profile_name"]) for p in board["line"]] == [
         ("bob", 1, "PyTorch"), ("carol", 2, "PyTorch")]
     assert "Move to front" in (await boss.get("/hub/gpus")).text
+    cli = (hub.state_dir / CLI_TOKEN_FILE).read_text().strip()  # reads the board only
+    for method, path in (("POST", "/gpuhub/line/carol//front"), ("DELETE", "/gpuhub/line/bob/")):
+        r = await hub.api(method, path, token=cli)
+        assert r.status_code == 403, r.text
     r = await hub.browser_api(boss, "POST", "/gpuhub/line/carol//front")
     assert r.status_code == 200, r.text
     assert await position(hub, "carol") == 1 and await position(hub, "bob") == 2

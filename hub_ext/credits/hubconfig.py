@@ -16,36 +16,15 @@ home page shows its messages (:mod:`hub_ext.notices`, wired by ``apply_config``)
 
 from __future__ import annotations
 
-import os
-import secrets
 import sys
 from pathlib import Path
+
+from ..services import token_file
 
 HOOK = "hub_ext.credits.hook.CreditsHook"
 SERVICE_NAME = "credits"
 HUB_TOKEN_FILE = "credits-hub-token"
 ADMIN_TOKEN_FILE = "credits-admin-token"
-
-
-def token_file(path: Path) -> str:
-    """The token kept in ``path``, made (64 hex characters, mode 0600) when missing.
-
-    An existing file with looser permissions is narrowed to 0600.  Raises ValueError for an
-    empty file.
-    """
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        if path.stat().st_mode & 0o077:
-            path.chmod(0o600)
-        token = path.read_text().strip()
-        if not token:
-            raise ValueError(f"{path} is empty; delete it to make a new token") from None
-        return token
-    token = secrets.token_hex(32)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return token
 
 
 def service_url(settings) -> str:

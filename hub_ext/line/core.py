@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
+from sqlalchemy.exc import IntegrityError
 from traitlets import Float, Unicode, default, validate
 from traitlets.config import SingletonConfigurable
 
@@ -67,6 +68,14 @@ class LineBackend(Protocol):
 
     def grant(self, place: Place) -> object | None:
         """Take ``place.count`` units for ``place.key`` now; None when it cannot."""
+
+    def fits(self, place: Place) -> bool:
+        """False when ``place`` may not start yet whatever is free (the per-member
+        limit): it lets the places behind it pass (:func:`hub_ext.line.order.grants`)."""
+
+    def ungrant(self, place: Place, grant: object) -> None:
+        """Give back ``grant``, made for ``place`` whose start was cancelled before it
+        took the grant."""
 
     def frees(self, units: str) -> list[tuple[float, int]]:
         """(seconds until it frees, units) per running server of this kind."""
@@ -241,7 +250,11 @@ class Line(SingletonConfigurable):
         database; the same place again when it has one (a spawn started again after a
         hub restart).
 
-        Raises :class:`LineRefused` when the member waits for this profile already.
+        Raises :class:`LineRefused` when this server is joining already, when the
+        member waits for this profile (or has a start of it granted and still starting)
+        with another server, or when the hub database holds a row for this server or
+        for this member and profile already (``uq_gpuhub_line_profile``).  Cancelled
+        while its row is written, the row is deleted after (nothing is left behind).
         """
         place = self.places.get(key)
         if place is not None:
@@ -265,6 +278,14 @@ class Line(SingletonConfigurable):
                 "profile_name": profile_name, "units": units, "count": count,
                 "user_options": place.user_options, "queued_at": queued_at, "rank": rank,
                 "share_hours": share_hours})
+        except IntegrityError as e:  # a row of this server or member and profile is there
+            raise LineRefused("one_per_profile",
+                              f"You are already in line for {profile_name}; each member has "
+                              "one place per profile.") from e
+        except asyncio.CancelledError:
+            # the insert may still be committed by the writer: delete it after (in order)
+            self._write(store.delete_row, *key)
+            raise
         finally:
             del self._joining[key]
         self.places[key] = place
@@ -275,8 +296,10 @@ class Line(SingletonConfigurable):
 
     def check_one_place(self, key, profile: str, profile_name: str) -> None:
         """Raise :class:`LineRefused` when ``key``'s member waits for ``profile`` with
-        another server already (one place per member per profile)."""
-        other = next((p for p in [*self.places.values(), *self._joining.values()]
+        another server already, or has one granted and still starting (one place per
+        member per profile)."""
+        other = next((p for p in [*self.places.values(), *self._joining.values(),
+                                  *self.granted.values()]
                       if p.key[0] == key[0] and p.profile == profile and p.key != key), None)
         if other is not None:
             where = f"server '{other.key[1]}'" if other.key[1] else "your default server"
@@ -370,9 +393,15 @@ class Line(SingletonConfigurable):
                             "Try again later or pick another profile.")
             grant = place.waiter.result()  # raises LineLeft
         except asyncio.CancelledError:
-            place.waiter.cancel()  # nobody awaits it any more
             if key in self.places:
                 self.remove(key, "stopped", "The pending server was stopped.")
+            elif self.granted.get(key) is place:  # granted, then cancelled before it woke
+                self.forget(key)
+                if not place.waiter.cancelled() and place.waiter.exception() is None:
+                    ungrant = getattr(self.backend, "ungrant", None)
+                    if ungrant is not None:
+                        ungrant(place, place.waiter.result())
+            place.waiter.cancel()  # nobody awaits it any more
             raise
         finally:
             place.waiter = place.on_update = None
@@ -421,11 +450,14 @@ class Line(SingletonConfigurable):
         """One pass of :meth:`dispatch`; True when anything was granted."""
         granted_any = False
         now = utcnow()
+        fits = getattr(self.backend, "fits", None)
+        fit = None if fits is None else (lambda w: fits(self.places[w.key]))
         for units in {p.units for p in self.places.values()}:
             line = self.ordered(units)
             waiting = [Waiting(p.key, p.count, now - p.queued_at,
                                p.waiter is not None and not p.waiter.done()) for p in line]
-            for key in grants(waiting, self.backend.free_units(units), self.backfill_age):
+            for key in grants(waiting, self.backend.free_units(units), self.backfill_age,
+                              fits=fit):
                 place = self.places[key]
                 grant = self.backend.grant(place)
                 if grant is None:

@@ -4,10 +4,12 @@
   time left, the sentence), or every place in order for an admin of the GPU board
   (scope ``custom:gpuhub:gpus:read``);
 - ``DELETE /hub/api/gpuhub/line/<user>/<server>``: leave the line (the member) or remove a
-  place (an admin); ``<server>`` is empty for the default server.  The waiting spawn ends
-  with a sentence saying so, and JupyterHub stops the pending server;
+  place (an admin: scope ``custom:gpuhub:line:admin``); ``<server>`` is empty for the
+  default server.  The waiting spawn ends with a sentence saying so, and JupyterHub stops
+  the pending server;
 - ``POST /hub/api/gpuhub/line/<user>/<server>/front``: move a place to the front of its
-  line (admins only).
+  line (admins only: scope ``custom:gpuhub:line:admin``; the board's read scope, which
+  the ``gpuhub-cli`` token holds too, is not enough).
 
 A member may act on their own places only (403 otherwise); a place that does not exist is
 404.  Cookie-authenticated requests need the ``_xsrf`` token, as every JupyterHub API.
@@ -25,6 +27,9 @@ from .core import Line
 __all__ = ["handlers", "home_places"]
 
 GPUS_SCOPE = "custom:gpuhub:gpus:read"  # hub_ext.admin.GPUS_SCOPE (no import: no cycle)
+#: hub_ext.admin.LINE_ADMIN_SCOPE: a write scope apart from the board's read scope, which
+#: the gpuhub-cli token holds too
+LINE_ADMIN_SCOPE = "custom:gpuhub:line:admin"
 
 
 def the_line(handler) -> Line:
@@ -65,7 +70,7 @@ class LinePlaceAPIHandler(APIHandler):
         who = self.current_user
         if who is None:
             raise web.HTTPError(403, "Log in first.")
-        admin = self.has_scope(GPUS_SCOPE)
+        admin = self.has_scope(LINE_ADMIN_SCOPE)
         if not admin and (admin_only or who.name != user):
             self.log.warning("%s may not change %s's place in line", who.name, user)
             raise web.HTTPError(403, "Only admins may change other members' places.")

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import secrets
 from pathlib import Path
 
-from ..services import add_service
+from ..services import add_service, token_file
 
 __all__ = ["LINE_SERVICE", "apply_line_config", "line_token"]
 
@@ -17,14 +15,10 @@ SCOPES = ("servers", "read:users:name")
 
 
 def line_token(state_dir: Path) -> str:
-    """The line service's API token, kept in ``<state dir>/gpuhub-line-token`` (mode 600,
-    made on first use) so that it is the same across restarts."""
-    path = Path(state_dir) / "gpuhub-line-token"
-    if not path.exists():
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_hex(32))
-    return path.read_text().strip()
+    """The line service's API token, kept in ``<state dir>/gpuhub-line-token`` so that it
+    is the same across restarts (:func:`hub_ext.services.token_file`: made mode 0600,
+    a looser mode narrowed, an empty file refused with ValueError)."""
+    return token_file(Path(state_dir) / "gpuhub-line-token")
 
 
 def apply_line_config(c, settings) -> None:

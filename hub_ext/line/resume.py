@@ -20,7 +20,7 @@ import asyncio
 import json
 from urllib.parse import quote
 
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
 
 from ..periodic import ensure_task, every
 from .core import Line, utcnow
@@ -40,12 +40,22 @@ async def _call(method: str, url: str, token: str, body: dict | None = None):
     return await AsyncHTTPClient().fetch(request, raise_error=False)
 
 
-async def resume_places(line: Line, api_url: str, timeout: float = 300) -> None:
+#: answers after which a restart's start is asked again, later (JupyterHub's spawn
+#: limits, a service starting, no answer)
+RETRY_CODES = (429, 503, 599)
+#: seconds: the longest wait between two asks (the first is ``retry_delay``, doubling)
+RETRY_MAX_DELAY = 30.0
+
+
+async def resume_places(line: Line, api_url: str, timeout: float = 300,
+                        retry_delay: float = 1.0) -> None:
     """Start the spawn of every place nobody waits in (a restart), in the line's order.
 
     A place whose server runs already (it started just before the hub stopped) is
     forgotten; one whose start the hub refuses (the member was deleted, the profile
-    removed) is ended.  Waits up to ``timeout`` seconds for the hub's API to answer first.
+    removed) is ended; one refused for now (429, 503, no answer) is asked again after
+    ``retry_delay`` seconds, doubling up to ``RETRY_MAX_DELAY``, while its place lasts
+    (``Line.max_wait``).  Waits up to ``timeout`` seconds for the hub's API to answer first.
     """
     token = line.api_token
     if not token:
@@ -72,11 +82,30 @@ async def resume_places(line: Line, api_url: str, timeout: float = 300) -> None:
             return
         body = {"user_options": {**place.user_options, "wait": True}}
         url = _server_path(api_url, *place.key)
-        r = await _call("POST", url, token, body)
+        delay = retry_delay
+        while True:
+            try:
+                r = await _call("POST", url, token, body)
+            except (OSError, HTTPClientError) as e:
+                r = HTTPResponse(HTTPRequest(url), 599, error=e)
+            # 429: JupyterHub's concurrent_spawn_limit or active_server_limit; 503: a
+            # service not up yet (the credits' before_reserve check); 599: no answer.
+            # The place is kept while it may still be kept (its max_wait).
+            if r.code not in RETRY_CODES or place.key not in line.places or (
+                    utcnow() + delay > place.queued_at + line.max_wait):
+                break
+            line.log.info("Start of %s refused for now (%s); again in %.0f s", place.key,
+                          r.code, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_DELAY)
         if r.code == 400 and b"already running" in (r.body or b""):
             line.places.pop(place.key, None)
             line.granted[place.key] = place
             line.forget(place.key)
+        elif r.code in RETRY_CODES and place.key in line.places:
+            line.log.warning("Could not start %s again after a restart (%s) within its "
+                             "place's time; the keeper ends it when it expires",
+                             place.key, r.code)
         elif r.code not in (201, 202) and place.key in line.places:
             line.remove(place.key, "removed", "Your place could not be kept.")
             line.log.error("Could not start %s again after a restart (%s): %s",
@@ -95,8 +124,10 @@ def ensure_keeper(line: Line, api_url: str) -> None:
     global _keeper
 
     async def keep():
-        await resume_places(line, api_url)
+        # resumed beside the checks: a start refused for now is asked again later
+        resuming = asyncio.ensure_future(resume_places(line, api_url))
         await every(lambda: line.update_interval, tick, line.log, "The line's check")
+        await resuming
 
     async def tick():
         line.dispatch()
