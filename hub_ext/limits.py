@@ -14,10 +14,11 @@
   share) and
   ``GPUHUB_CONCURRENT_SPAWN_LIMIT`` spawns in progress at once (default 20).
 
-JupyterHub refuses past its limits with its own sentences: 400 "User alice already has the
-maximum of 1 named servers.  One must be deleted before a new server can be created", 429
-"Active user limit exceeded. Try again in a few minutes." and 429 "Too many users trying to
-log in right now. Try again in 30 seconds." (``jupyterhub/handlers/base.py``).
+JupyterHub refuses past the named-server limit with its own sentence: 400 "User alice
+already has the maximum of 1 named servers.  One must be deleted before a new server can be
+created" (``jupyterhub/handlers/base.py``).  On the Docker backend the other two are applied
+by the spawner, which leaves places in line out of the count (:mod:`hub_ext.server_limits`,
+429 with a sentence); on Slurm by JupyterHub.
 """
 
 from __future__ import annotations
@@ -172,7 +173,15 @@ def apply_limits_config(c, settings, node: Node) -> None:
         if value is not None and value < 0:
             raise ValueError(f"{name}={value}: use 0 (no limit) or a number of servers")
     c.JupyterHub.named_server_limit_per_user = settings.named_server_limit
-    c.JupyterHub.active_server_limit = (node.active_server_limit()
-                                        if settings.active_server_limit is None
-                                        else settings.active_server_limit)
-    c.JupyterHub.concurrent_spawn_limit = settings.concurrent_spawn_limit
+    active = (node.active_server_limit() if settings.active_server_limit is None
+              else settings.active_server_limit)
+    if settings.backend == "docker":
+        # JupyterHub counts places in line as starting servers: the spawner applies
+        # both limits itself, without them (hub_ext.server_limits)
+        c.JupyterHub.active_server_limit = 0
+        c.JupyterHub.concurrent_spawn_limit = 0
+        c.GPUDockerSpawner.active_server_limit = active
+        c.GPUDockerSpawner.concurrent_spawn_limit = settings.concurrent_spawn_limit
+    else:
+        c.JupyterHub.active_server_limit = active
+        c.JupyterHub.concurrent_spawn_limit = settings.concurrent_spawn_limit

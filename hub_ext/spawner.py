@@ -65,13 +65,15 @@ from .container import LABEL_PREFIX, MemberContainer
 from .notices import notices
 from .pool import GPUPool, ServerKey
 from .profiles import gpu_request
+from .server_limits import ServerLimits
 from .spawn_page import SpawnPage
 from .spawner_core import STATE_VERSION, SpawnerCore
 from .spawner_line import TOPIC as LINE_TOPIC
 from .spawner_line import LineSpawner
 
 
-class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, SpawnerCore, DockerSpawner):
+class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, MemberContainer, SpawnerCore,
+                       DockerSpawner):
     """A DockerSpawner that gives each server exclusive GPUs and a chosen profile."""
 
     gpus = Union(
@@ -176,6 +178,7 @@ class GPUDockerSpawner(LineSpawner, SpawnPage, MemberContainer, SpawnerCore, Doc
         await self.load_profile()
         container = await self.container_settings()
         await self.check_hooks()
+        self.check_start_limits()
         count, mig = gpu_request(self.gpus)
         self.allocation = None
         self.line_wait = None

@@ -72,6 +72,13 @@ class LineSpawner(LoggingConfigurable):
             self.start_timeout = int(self._start_timeout + self.line().max_wait + 60)
         return super().run_pre_spawn_hook()
 
+    def check_start_limits(self) -> None:
+        """The hub's server limits (:mod:`hub_ext.server_limits`), places in line left
+        out of the count; a place started again after a hub restart was admitted before."""
+        line = self.line()
+        if self.server_key not in line.places:
+            self.check_server_limits(list(line.places))
+
     def timed_rest(self, waited: bool):
         """The configured ``start_timeout`` for the rest of a start that waited in line."""
         if not waited:

@@ -8,7 +8,7 @@ import sys
 import pytest
 from traitlets.config import Config
 
-from hub_ext.admin import GPUS_SCOPE
+from hub_ext.admin import GPUS_SCOPE, LINE_ADMIN_SCOPE
 from hub_ext.config import Settings, apply_config
 from hub_ext.credits.hubconfig import HOOK as CREDITS_HOOK
 from hub_ext.culler_arbiter import CONFIG_TEXT, ENV
@@ -256,7 +256,7 @@ def test_negative_limits_name_the_variable(tmp_path, monkeypatch, variable):
 def test_gpu_board_scope_goes_to_the_admin_groups(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_ADMIN_GROUPS="hub-admins, staff")
     assert GPUS_SCOPE in c.JupyterHub.custom_scopes
-    assert role(c, "gpuhub-gpu-admins")["scopes"] == [GPUS_SCOPE]
+    assert role(c, "gpuhub-gpu-admins")["scopes"] == [GPUS_SCOPE, LINE_ADMIN_SCOPE]
     assert role(c, "gpuhub-gpu-admins")["groups"] == ["hub-admins", "staff"]
     routes = [route for route, _ in c.JupyterHub.extra_handlers]
     assert {"/gpus", "/api/gpuhub/gpus"} <= set(routes)

@@ -61,8 +61,10 @@ def test_a_fresh_install_limits_every_built_in_profile(tmp_path, monkeypatch):
     assert overrides(c, "cpu")["mem_limit"] == f"{cpu_memory // 1024**2}M"
     assert overrides(c, "cpu")["cpu_limit"] == cpu_cpus
     assert all("mem_limit" not in p["spawner_override"] for p in DEFAULT_PROFILES)
-    assert (c.JupyterHub.named_server_limit_per_user, c.JupyterHub.active_server_limit,
-            c.JupyterHub.concurrent_spawn_limit) == (1, node.active_server_limit(), 20)
+    assert (c.JupyterHub.named_server_limit_per_user, c.GPUDockerSpawner.active_server_limit,
+            c.GPUDockerSpawner.concurrent_spawn_limit) == (1, node.active_server_limit(), 20)
+    # JupyterHub's own two count places in line: the spawner applies them instead
+    assert (c.JupyterHub.active_server_limit, c.JupyterHub.concurrent_spawn_limit) == (0, 0)
 
 
 def test_a_sites_profile_file_is_used_as_written(tmp_path, monkeypatch):
@@ -75,8 +77,14 @@ def test_a_sites_profile_file_is_used_as_written(tmp_path, monkeypatch):
 def test_server_limits_are_settings(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_NAMED_SERVER_LIMIT="5",
                   GPUHUB_ACTIVE_SERVER_LIMIT="0", GPUHUB_CONCURRENT_SPAWN_LIMIT="3")
-    assert (c.JupyterHub.named_server_limit_per_user, c.JupyterHub.active_server_limit,
-            c.JupyterHub.concurrent_spawn_limit) == (5, 0, 3)
+    assert (c.JupyterHub.named_server_limit_per_user, c.GPUDockerSpawner.active_server_limit,
+            c.GPUDockerSpawner.concurrent_spawn_limit) == (5, 0, 3)
+
+
+def test_on_slurm_jupyterhub_applies_the_server_limits(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND="slurm",
+                  GPUHUB_ACTIVE_SERVER_LIMIT="7", GPUHUB_CONCURRENT_SPAWN_LIMIT="3")
+    assert (c.JupyterHub.active_server_limit, c.JupyterHub.concurrent_spawn_limit) == (7, 3)
 
 
 @pytest.mark.parametrize("variable", ["GPUHUB_NAMED_SERVER_LIMIT", "GPUHUB_ACTIVE_SERVER_LIMIT",

@@ -288,3 +288,21 @@ async def test_pages_offer_the_wait_and_show_the_place(line_hub):
     await eventually(lambda: hub.stopped("bob"), what="bob's place removed")
     await hub.stop_server("alice")
     await hub.wait_ready("carol")
+
+
+async def test_waiting_members_do_not_use_up_the_hubs_server_limits(line_hub):
+    """A place in line holds nothing, so it does not count against the limits on servers
+    starting at once or running at once: with both limits at 2 and two members waiting,
+    a CPU server still starts, and the limit still refuses the next one in a sentence."""
+    hub = await line_hub(GPUHUB_CONCURRENT_SPAWN_LIMIT="2", GPUHUB_ACTIVE_SERVER_LIMIT="2")
+    await add(hub, "alice", "bob", "carol", "dave", "erin")
+    await start(hub, "alice")
+    assert await join_line(hub, "bob") == 1
+    assert await join_line(hub, "carol") == 2
+
+    await start(hub, "dave", profile="cpu")  # two waiting spawns are not "starting"
+
+    r = await hub.spawn("erin", {"profile": "cpu"})  # alice and dave run: 2 of 2
+    assert r.status_code == 429, r.text
+    assert "servers" in r.json()["message"] and "Try again" in r.json()["message"]
+    assert await position(hub, "bob") == 1 and await position(hub, "carol") == 2
