@@ -126,11 +126,33 @@ async def notebook_says(page, code: str) -> str:
     return await output.inner_text()
 
 
+# A server can be up within a second of the click, and JupyterHub then sends the member
+# from /hub/spawn-pending straight on to the server: the progress page would flash past
+# (or never load) on a fast machine. This hook, after the credits debit, holds each start
+# for 3 s, as a slower node or a bigger image would, so the page and its events are there
+# to read. Defined in the hub's config file: the hub imports hub_ext only.
+LINGER_AFTER_DEBIT = """
+import asyncio
+from traitlets.config import SingletonConfigurable
+
+class LingerAfterDebit(SingletonConfigurable):
+    name = "linger"
+
+    async def before_container(self, spawner):
+        await asyncio.sleep(3)
+
+    async def undo(self, spawner):
+        pass
+
+c.GPUDockerSpawner.before_container_hooks.append(LingerAfterDebit.instance())
+"""
+
+
 @pytest.fixture
 async def journey_hub(hub_factory, tmp_path, oidc_provider):
     profiles = tmp_path / "profiles.json"
     profiles.write_text(json.dumps(PROFILES))
-    hub = await hub_factory(GPUHUB_PROFILES=str(profiles))
+    hub = await hub_factory(extra_config=LINGER_AFTER_DEBIT, GPUHUB_PROFILES=str(profiles))
     for name in ("alice", "bob", "carol", "dave"):
         oidc_provider.member(name)
     for name, amount in (("alice", "10"), ("bob", "10"), ("carol", "10"), ("dave", "0.50")):
