@@ -73,6 +73,16 @@ async def refunded(admin, member) -> None:
     await eventually(above, 30, f"the refund of {member}'s unused credits")
 
 
+async def running_gpu_server(hub, admin, member) -> str:
+    """``member`` with 10 credits and a ready server of the "gpu" profile; their token."""
+    token = await hub.create_user(member)
+    await grant(admin, member, "10.00")
+    r = await hub.spawn(member, {"profile": "gpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready(member, timeout=180)
+    return token
+
+
 async def test_credits_are_debited_when_the_job_runs_not_while_it_waits(
         credits_slurm_hub, slurm_cluster, admin, member):
     holder = f"ghs-{uuid.uuid4().hex[:8]}"
@@ -144,11 +154,7 @@ async def test_spawn_refused_at_once_while_slurmctld_is_down_and_running_servers
 async def test_a_job_cancelled_behind_the_hubs_back_is_seen_stopped_and_refunded(
         credits_slurm_hub, slurm_cluster, admin, member):
     hub = await credits_slurm_hub()
-    await hub.create_user(member)
-    await grant(admin, member, "10.00")
-    r = await hub.spawn(member, {"profile": "gpu"})
-    assert r.status_code in (201, 202), r.text
-    await hub.wait_ready(member, timeout=180)
+    await running_gpu_server(hub, admin, member)
     await settles(admin, member, [("grant", "10.00"), ("debit", "0.25")], hub, seconds=0.5)
 
     subprocess.run(["scancel", "-u", member], env={**os.environ, **slurm_cluster.env},
@@ -160,11 +166,7 @@ async def test_a_job_cancelled_behind_the_hubs_back_is_seen_stopped_and_refunded
 async def test_a_node_taken_down_under_a_server_stops_it_and_refunds(
         credits_slurm_hub, slurm_cluster, admin, member):
     hub = await credits_slurm_hub()
-    await hub.create_user(member)
-    await grant(admin, member, "10.00")
-    r = await hub.spawn(member, {"profile": "gpu"})
-    assert r.status_code in (201, 202), r.text
-    await hub.wait_ready(member, timeout=180)
+    await running_gpu_server(hub, admin, member)
     node = slurm_cluster.run("squeue", "-h", "-u", member, "-o", "%N").stdout.strip()
     try:
         slurm_cluster.run("scontrol", "update", f"nodename={node}", "state=down",
@@ -182,11 +184,7 @@ async def test_a_node_taken_down_under_a_server_stops_it_and_refunds(
 async def test_a_hub_killed_with_a_running_server_readopts_it_by_job_id_and_charges_once(
         credits_slurm_hub, slurm_cluster, admin, member):
     hub = await credits_slurm_hub()
-    token = await hub.create_user(member)
-    await grant(admin, member, "10.00")
-    r = await hub.spawn(member, {"profile": "gpu"})
-    assert r.status_code in (201, 202), r.text
-    await hub.wait_ready(member, timeout=180)
+    token = await running_gpu_server(hub, admin, member)
     [job] = slurm_cluster.run("squeue", "-h", "-u", member, "-o", "%i").stdout.split()
     await settles(admin, member, [("grant", "10.00"), ("debit", "0.25")], hub, seconds=0.5)
 
