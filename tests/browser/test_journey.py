@@ -117,9 +117,17 @@ async def notebook_says(page, code: str) -> str:
     return what the cell printed."""
     await page.get_by_title(re.compile("New Launcher")).first.click()
     await page.locator(".jp-LauncherCard[data-category='Notebook']").first.click()
-    cell = page.locator(".jp-Notebook .jp-Cell").first
-    await cell.locator(".cm-content").click()
+    # As a person would, wait until the kernel is up before typing: JupyterLab may re-render
+    # the first cell while the notebook's session starts, and keys typed then are lost.
+    panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+    await expect(panel.locator(".jp-Notebook-ExecutionIndicator")).to_have_attribute(
+        "data-status", "idle", timeout=60_000
+    )
+    cell = panel.locator(".jp-Notebook .jp-Cell").first
+    editor = cell.locator(".cm-content")
+    await editor.click()
     await page.keyboard.type(code)
+    await expect(editor).to_have_text(code)
     await page.keyboard.press("Shift+Enter")
     output = cell.locator(".jp-OutputArea-output")
     await expect(output).not_to_be_empty(timeout=60_000)  # the kernel starts first
