@@ -11,13 +11,14 @@ cannot bind its port ("Address already in use") while the hub talks to the orpha
 
 which, in the service's own process and before ``exec`` of ``CMD``:
 
-0. gives SIGINT and SIGTERM back their default action (:func:`default_stop_signals`):
-   a hub started in the background by a script (``scripts/demo.sh &``) has SIGINT
-   ignored (POSIX: a shell without job control ignores it for ``&`` commands), every
-   child inherits that, and a Python service then never sees the SIGINT with which
-   JupyterHub stops it (``LocalProcessSpawner.stop``: SIGINT, then SIGTERM only after
-   ``interrupt_timeout``, 30 s in JupyterHub 6.1, which ``c.JupyterHub.services`` cannot
-   set); jupyterhub-idle-culler held each SIGTERM shutdown of the demo for 28 s so;
+0. gives SIGINT and SIGTERM (and SIGPIPE, SIGXFSZ) their default action back
+   (:func:`default_stop_signals`): a hub started in the background by a script
+   (``scripts/demo.sh &``) has SIGINT ignored (POSIX: a shell without job control
+   ignores it for ``&`` commands), every child inherits that, and a Python service then
+   never sees the SIGINT with which JupyterHub stops it (``LocalProcessSpawner.stop``:
+   SIGINT, then SIGTERM only after ``interrupt_timeout``, 30 s in JupyterHub 6.1, which
+   no ``c.JupyterHub.services`` entry can set).  jupyterhub-idle-culler kept each SIGTERM
+   shutdown of the demo waiting that long;
 1. asks Linux to send it SIGTERM when its parent dies (``prctl(PR_SET_PDEATHSIG)``,
    prctl(2); the setting survives ``execve`` and the parent is the hub's event-loop
    thread, which lives as long as the hub);
