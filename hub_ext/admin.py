@@ -28,8 +28,8 @@ from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.handlers.base import BaseHandler
 from tornado import web
 
-from .inventory import Device, allocatable_units
-from .pool import Allocation, GPUPool, unit_state
+from .docker.inventory import Device, allocatable_units
+from .docker.pool import Allocation, GPUPool, unit_state
 
 __all__ = ["CLI_SERVICE", "CLI_TOKEN_FILE", "GPUS_SCOPE", "ROLE_NAME", "apply_admin_config",
            "board", "handlers"]
@@ -66,7 +66,7 @@ def board(devices: list[Device], holder, last_busy: dict[str, datetime], server_
           base_url: str) -> list[dict]:
     """One JSON-ready row per allocatable unit.
 
-    ``holder(uuid)`` gives the :class:`~hub_ext.pool.Allocation` holding a device (or
+    ``holder(uuid)`` gives the :class:`~hub_ext.docker.pool.Allocation` holding a device (or
     None), ``last_busy`` maps device UUIDs to when they were last seen busy, and
     ``server_view(owner)`` what the culler knows of a server (or None).  Times are ISO 8601
     UTC; memory in MiB; utilization in percent (None where NVML does not say).  A server

@@ -50,10 +50,10 @@ from traitlets.config import SingletonConfigurable
 
 from . import metrics, runs
 from .credits.metering import MeterRecord
-from .inventory import Device, InventoryError, allocatable_units
+from .docker.inventory import Device, InventoryError, allocatable_units
+from .docker.pool import GPUPool, ServerKey
 from .notices import notices
 from .periodic import ensure_task, every
-from .pool import GPUPool, ServerKey
 from .stopping import stop_server
 
 __all__ = ["Culler", "Limits", "Verdict", "assess", "duration", "log_request", "utcnow"]

@@ -18,8 +18,8 @@ from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
 
 from .admin import handlers as admin_handlers
+from .docker.pool import GPUPool
 from .line.handlers import handlers as line_handlers
-from .pool import GPUPool
 
 
 class AvailabilityHandler(APIHandler):

@@ -1,7 +1,7 @@
 """The spawn page: profile cards that say what each image holds, costs and whether it can
 start now (the fields they post become ``user_options`` in :mod:`hub_ext.choice`).
 
-:class:`SpawnPage` is a part of :class:`hub_ext.spawner.GPUDockerSpawner` (a mixin).  The
+:class:`SpawnPage` is a part of :class:`hub_ext.docker.spawner.GPUDockerSpawner` (a mixin).  The
 cards come from the same functions a spawn uses (:mod:`hub_ext.profiles`, the pool's
 counts, the hooks' ``why_not``), so a profile the page offers is one the spawn accepts;
 ``GET /hub/api/gpuhub/availability`` (:mod:`hub_ext.handlers`) serves them as JSON for the
@@ -15,9 +15,8 @@ import time
 from docker.errors import APIError, NotFound
 from traitlets.config import LoggingConfigurable
 
-from .container import LABEL_PREFIX
 from .limits import limits_text
-from .profiles import gpu_request, profile_overrides, select_profile
+from .profiles import LABEL_PREFIX, gpu_request, profile_overrides, select_profile
 from .templates import render
 
 

@@ -37,7 +37,7 @@ def configure(tmp_path, monkeypatch, **env):
 def test_defaults_are_production_shaped(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch)
     assert "gpuhub_short_lines" in c.JupyterHub.logging_config["handlers"]["console"]["filters"]
-    assert c.JupyterHub.spawner_class == "hub_ext.spawner.GPUDockerSpawner"
+    assert c.JupyterHub.spawner_class == "hub_ext.docker.spawner.GPUDockerSpawner"
     assert c.GPUPool.inventory_class == "nvml"
     assert c.GPUDockerSpawner.network_name == "gpuhub"  # a bridge network
     assert "host_network" not in c.GPUDockerSpawner
