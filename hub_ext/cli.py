@@ -105,7 +105,7 @@ def gpus(args) -> int:
             who = r["health_reason"]
         else:
             who = "-"
-        if r["state"] not in ("free", "allocated", "outside", "unhealthy"):  # a node's state
+        if r["state"] not in ("free", "held", "outside", "unhealthy"):  # a node's state
             who = f"{r['health_reason'] or '-'}" + (f"; {who}" if owner else "")
         if owner and owner.get("job"):
             who += f" job {owner['job']}"

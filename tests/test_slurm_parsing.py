@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 import pytest
@@ -40,3 +41,25 @@ def test_slurms_start_time_becomes_whole_minutes_from_now():
     assert minutes_until("2026-11-23T12:09:01", now) == 10
     assert minutes_until("2026-11-23T11:59:00", now) == 0
     assert minutes_until("N/A", now) is None
+
+
+def test_a_slurm_board_prints_as_a_table_without_a_hub_of_its_own(capsys, monkeypatch):
+    """``gpuhub gpus`` on a Slurm board: the node's reason, the job, the queue."""
+    from hub_ext import cli
+
+    board = {
+        "inventory": "slurm", "error": "", "devices": [
+            {"index": "node1:0", "uuid": "node1/gpu0", "state": "drained",
+             "health_reason": "bad fan", "utilization_pct": None, "memory_used_mib": None,
+             "memory_total_mib": None, "processes": [], "owner": None}],
+        "nodes": [{"name": "node1", "state": "drained", "reason": "bad fan",
+                   "available": False}],
+        "pending": [{"position": 1, "job": "42", "partition": "gpu", "reason": "Resources",
+                     "expected_start": None, "user": "ann", "server": "", "profile": "gpu",
+                     "known": True}]}
+    monkeypatch.setattr(cli, "board_from_hub", lambda settings: board)
+    assert cli.main(["gpus"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"node1/gpu0\s+drained\s.*bad fan$", out, re.M)
+    assert "node node1 is drained: bad fan" in out
+    assert re.search(r"^\s+1\s+42\s+gpu\s+Resources\s+unknown\s+ann \(gpu\)$", out, re.M)

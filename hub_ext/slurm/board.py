@@ -52,7 +52,7 @@ def board(nodes: list[Node], jobs: list[JobGPUs], hub: dict[str, HubJob],
           base_url: str) -> list[dict]:
     """One JSON-ready row per GPU of every node, in the Docker board's shape (``uuid`` is
     ``<node>/gpu<index>``, ``index`` ``<node>:<index>``), plus ``node`` and, in
-    ``owner``, the ``job`` id.  States: ``free``, ``allocated`` (a hub job), ``outside``
+    ``owner``, the ``job`` id.  States: ``free``, ``held`` (by a hub job), ``outside``
     (another job on the cluster), or the node's state when it takes no jobs (``drained``,
     ``down``, ...) with Slurm's reason as ``health_reason``.  Times are Slurm's local ISO
     text."""
@@ -85,7 +85,7 @@ def board(nodes: list[Node], jobs: list[JobGPUs], hub: dict[str, HubJob],
             elif owner is None:
                 state = "free"
             else:
-                state = "allocated" if owner["known"] else "outside"
+                state = "held" if owner["known"] else "outside"
             rows.append({
                 "uuid": f"{node.name}/gpu{index}",
                 "index": f"{node.name}:{index}",
@@ -154,11 +154,12 @@ async def board_model(handler, cluster: SlurmCluster) -> dict:
     hub = hub_jobs(handler.users.values())
     rows = board(nodes, jobs, hub, base_url)
     count = {state: sum(1 for r in rows if r["state"] == state)
-             for state in ("free", "allocated", "outside")}
+             for state in ("free", "held", "outside")}
     return {
         "inventory": "slurm",
         "error": "",
-        "summary": {"total": len(rows), **count,
+        "summary": {"total": len(rows), "free": count["free"], "allocated": count["held"],
+                    "outside": count["outside"],
                     "unhealthy": len(rows) - sum(count.values())},
         "devices": rows,
         "nodes": node_rows(nodes),
