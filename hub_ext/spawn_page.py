@@ -17,7 +17,9 @@ What the page needs of a backend (the seam; the Docker backend answers from its 
   they cannot be had now;
 - ``async availability(config, log)`` (a class method): the counts over every GPU, for
   the endpoint;
-- ``async image_facts(image)``: what the image holds (Python, framework, CUDA).
+- ``async image_facts(image)``: what the image holds (Python, framework, CUDA);
+- ``limits_of(overrides) -> (memory, cpus)``: the limits the backend enforces, as
+  :func:`hub_ext.limits.limits_text` reads them.
 """
 
 from __future__ import annotations
@@ -121,8 +123,7 @@ class SpawnPage(LoggingConfigurable):
                 "why_not": "" if available else card["why_not"],
                 "can_wait": not available and card["can_wait"],
                 "credits_per_hour": card["credits_per_hour"],
-                "limits": limits_text(card["overrides"].get("mem_limit"),
-                                      card["overrides"].get("cpu_limit")),
+                "limits": limits_text(*self.limits_of(card["overrides"])),
                 "choices": choices,
                 "chosen": chosen,
             })

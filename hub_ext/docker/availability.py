@@ -52,6 +52,11 @@ class PoolAvailability(LoggingConfigurable):
                        refusal=refusal, can_wait=bool(summary.total),
                        waiting=self.line().waiting(mig or "gpu") if count else 0)
 
+    def limits_of(self, overrides: dict) -> tuple:
+        """The profile's JupyterHub ``mem_limit`` and ``cpu_limit``, which the container
+        gets (DockerSpawner)."""
+        return overrides.get("mem_limit"), overrides.get("cpu_limit")
+
     @classmethod
     async def availability(cls, config, log) -> dict:
         """Counts over every unit of the hub's pool, for ``/hub/api/gpuhub/availability``

@@ -96,6 +96,15 @@ class SlurmAvailability(LoggingConfigurable):
                      or snapshot.default_partition)
         return gpus_in(snapshot.nodes, partition, kind, count)
 
+    def limits_of(self, overrides: dict) -> tuple:
+        """What the job asks Slurm for: ``req_memory`` (Slurm's ``--mem``, megabytes
+        unless it has a K/M/G/T suffix) and ``req_nprocs`` (``--cpus-per-task``);
+        JupyterHub's ``mem_limit``/``cpu_limit`` are not applied on this backend."""
+        memory = str(overrides.get("req_memory", self._configured.get("req_memory")) or "")
+        cpus = str(overrides.get("req_nprocs", self._configured.get("req_nprocs")) or "")
+        return (memory + "M" if memory.isdigit() else memory or None,
+                int(cpus) if cpus.isdigit() else None)
+
     @classmethod
     async def availability(cls, config, log) -> dict:
         """Counts over every GPU of the cluster, for ``/hub/api/gpuhub/availability``:

@@ -463,11 +463,14 @@ class GPUSlurmSpawner(SpawnPage, SlurmAvailability, SpawnerCore, SlurmSpawner):
 
     def get_state(self):
         state = super().get_state()
+        if self.profile_slug:  # the board names it after a hub restart too
+            state["gpuhub_profile"] = self.profile_slug
         state.update(self.hook_state_for_db())
         return state
 
     def load_state(self, state):
         super().load_state(state)
+        self.profile_slug = (state or {}).get("gpuhub_profile", "")
         self.restore_hook_state(state)
 
     def clear_state(self):
