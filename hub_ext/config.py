@@ -394,7 +394,7 @@ def apply_config(c, settings: Settings) -> None:
     c.JupyterHub.template_vars = template_vars
 
     # The spawner and its pool
-    c.JupyterHub.spawner_class = "hub_ext.spawner.GPUDockerSpawner"
+    c.JupyterHub.spawner_class = "hub_ext.docker.spawner.GPUDockerSpawner"
     from .limits import Node, apply_limits_config, limited_profiles, node_gpu_count
 
     node = Node.probe(node_gpu_count(settings.gpus))

@@ -1,12 +1,23 @@
-"""Reading Slurm's own words: GRES strings (sinfo) and start-time estimates (squeue)."""
+"""Reading Slurm's own words: GRES strings (sinfo), jobs' GPUs (scontrol), start-time
+estimates (squeue); and what the spawn page and the board make of them."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 import pytest
 
-from hub_ext.slurm.cluster import Node, parse_gres, parse_gres_request
+from hub_ext.slurm.availability import gpus_in
+from hub_ext.slurm.board import HubJob, board, pending_rows
+from hub_ext.slurm.cluster import (
+    JobGPUs,
+    Node,
+    QueuedJob,
+    parse_gres,
+    parse_gres_request,
+    parse_job_details,
+)
 from hub_ext.slurm.line import minutes_until
 
 
@@ -40,3 +51,92 @@ def test_slurms_start_time_becomes_whole_minutes_from_now():
     assert minutes_until("2026-11-23T12:09:01", now) == 10
     assert minutes_until("2026-11-23T11:59:00", now) == 0
     assert minutes_until("N/A", now) is None
+
+
+def test_a_slurm_board_prints_as_a_table_without_a_hub_of_its_own(capsys, monkeypatch):
+    """``gpuhub gpus`` on a Slurm board: the node's reason, the job, the queue."""
+    from hub_ext import cli
+
+    board = {
+        "inventory": "slurm", "error": "", "devices": [
+            {"index": "node1:0", "uuid": "node1/gpu0", "state": "drained",
+             "health_reason": "bad fan", "utilization_pct": None, "memory_used_mib": None,
+             "memory_total_mib": None, "processes": [], "owner": None}],
+        "nodes": [{"name": "node1", "state": "drained", "reason": "bad fan",
+                   "available": False}],
+        "pending": [{"position": 1, "job": "42", "partition": "gpu", "reason": "Resources",
+                     "expected_start": None, "user": "ann", "server": "", "profile": "gpu",
+                     "known": True}]}
+    monkeypatch.setattr(cli, "board_from_hub", lambda settings: board)
+    assert cli.main(["gpus"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"node1/gpu0\s+drained\s.*bad fan$", out, re.M)
+    assert "node node1 is drained: bad fan" in out
+    assert re.search(r"^\s+1\s+42\s+gpu\s+Resources\s+unknown\s+ann \(gpu\)$", out, re.M)
+
+
+def test_a_jobs_gpus_are_read_per_node_from_scontrol():
+    out = ("JobId=7 JobName=gpuhub-ann-default UserId=ann(1001) GroupId=ann(1001) "
+           "JobState=RUNNING Reason=None Partition=gpu StartTime=2026-11-23T12:00:00 "
+           "JOB_GRES=gpu:a100:2   Nodes=node1 CPU_IDs=0-1 Mem=0 GRES=gpu:a100:2(IDX:0-1) "
+           "MinCPUsNode=1\n"
+           "JobId=8 JobName=wrap UserId=bob(1002) GroupId=bob(1002) JobState=PENDING "
+           "Reason=Resources Partition=gpu StartTime=Unknown\n")
+    running, pending = parse_job_details(out)
+    assert (running.job_id, running.user, running.gpus, running.start) == (
+        "7", "ann", {"node1": [0, 1]}, "2026-11-23T12:00:00")
+    assert (pending.state, pending.reason, pending.gpus, pending.start) == (
+        "PENDING", "Resources", {}, "")
+    assert parse_job_details("No jobs in the system\n") == []
+
+
+def nodes() -> list[Node]:
+    return [Node("node1", ["gpu"], "mixed", {"": 2}, {"": 1}),
+            Node("node2", ["gpu"], "drained", {"": 2}, {"": 0}, reason="bad fan"),
+            Node("node3", ["gpu"], "mixed", {"a100": 1, "t4": 1}, {"t4": 1})]
+
+
+@pytest.mark.parametrize("kind, count, free, total, refusal, can_wait", [
+    pytest.param("", 1, 2, 4, "", True, id="any-gpu-free"),
+    pytest.param("", 2, 2, 4, "needs 2 GPUs on one node and only 2 of 4", True,
+                 id="two-but-on-no-one-node"),
+    pytest.param("a100", 1, 1, 1, "", True, id="typed-free"),
+    pytest.param("h100", 1, 0, 0, "has 1 h100 GPUs", False, id="type-no-node-has"),
+])
+def test_free_gpus_per_profile_count_only_nodes_that_take_jobs(kind, count, free, total,
+                                                                refusal, can_wait):
+    gpus = gpus_in(nodes(), "gpu", kind, count)
+    assert (gpus.free, gpus.total, gpus.can_wait) == (free, total, can_wait)
+    assert (refusal in gpus.refusal) if refusal else gpus.refusal == ""
+
+
+def test_the_board_names_each_gpus_job_member_and_a_drained_nodes_reason():
+    jobs = [JobGPUs("7", "gpuhub-ann-default", "ann", "RUNNING", "gpu", "2026-11-23T12:00:00",
+                    gpus={"node1": [1]}),
+            JobGPUs("9", "wrap", "zed", "RUNNING", "gpu", "", gpus={"node3": [1]})]
+    rows = {r["uuid"]: r for r in board(nodes(), jobs, {"7": HubJob("ann", "", "gpu")},
+                                        "/hub/")}
+    assert rows["node1/gpu0"]["state"] == "free"
+    held = rows["node1/gpu1"]
+    assert held["state"] == "held"
+    assert (held["owner"]["user"], held["owner"]["job"], held["owner"]["stop_url"]) == (
+        "ann", "7", "/hub/api/users/ann/server")
+    assert rows["node2/gpu0"]["state"] == "drained"
+    assert rows["node2/gpu0"]["health_reason"] == "bad fan"
+    outside = rows["node3/gpu1"]
+    assert (outside["state"], outside["owner"]["user"], outside["owner"]["stop_url"]) == (
+        "outside", "zed", None)
+    assert (outside["name"], rows["node3/gpu0"]["state"]) == ("node3 GPU 1 (t4)", "free")
+
+
+def test_pending_jobs_keep_slurms_order_and_count_places_per_partition():
+    queue = [QueuedJob("11", "PENDING", "ann", "gpuhub-ann-default", "gpu", 10, "Priority"),
+             QueuedJob("12", "PENDING", "bob", "x", "big", 9, "Resources"),
+             QueuedJob("13", "PENDING", "cy", "x", "gpu", 8, "Priority"),
+             QueuedJob("7", "RUNNING", "dee", "x", "gpu", 0, "None", "node1")]
+    rows = pending_rows(queue, {"11": "2026-11-23T12:30:00"},
+                        {"11": HubJob("ann", "", "gpu")}, "/hub/")
+    assert [(r["job"], r["position"], r["partition"]) for r in rows] == [
+        ("11", 1, "gpu"), ("12", 1, "big"), ("13", 2, "gpu")]
+    assert rows[0]["expected_start"] == "2026-11-23T12:30:00" and rows[0]["known"]
+    assert rows[1]["expected_start"] is None and rows[1]["stop_url"] is None

@@ -102,6 +102,63 @@ class QueuedJob:
 
 
 @dataclass
+class JobGPUs:
+    """A job and the GPUs it holds (``scontrol -d show job``): ``gpus`` maps each node to
+    the GPU indexes Slurm gave the job there (the ``IDX`` of its GRES)."""
+
+    job_id: str
+    name: str
+    user: str
+    state: str
+    partition: str
+    start: str  # StartTime, Slurm's local ISO time ("" when unknown)
+    reason: str = ""
+    gpus: dict[str, list[int]] = field(default_factory=dict)
+
+
+def parse_indexes(text: str) -> list[int]:
+    """``0-1,3`` -> ``[0, 1, 3]`` (Slurm's index lists)."""
+    out: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit():
+            out.extend(range(int(low), int(high or low) + 1))
+    return out
+
+
+_FIELD = re.compile(r"(\w[\w/:]*)=(\S*)")
+_NODE_GRES = re.compile(r"Nodes=(\S+) CPU_IDs=\S+ Mem=\S+ GRES=(\S*)")
+_IDX = re.compile(r"gpu(?::[^:(,]+)?(?::\d+)?\(IDX:([\d,-]+)\)")
+
+
+def parse_job_details(out: str) -> list[JobGPUs]:
+    """``scontrol -d -o show job`` (one line per job) -> :class:`JobGPUs`; a line without
+    a job id ("No jobs in the system") is skipped."""
+    jobs = []
+    for line in out.splitlines():
+        fields = dict(_FIELD.findall(line))
+        if "JobId" not in fields:
+            continue
+        gpus = {}
+        for nodes, gres in _NODE_GRES.findall(line):
+            indexes = [i for m in _IDX.findall(gres) for i in parse_indexes(m)]
+            if indexes:
+                gpus[nodes] = indexes  # one node per entry for the jobs the hub submits
+        start = fields.get("StartTime", "")
+        jobs.append(JobGPUs(
+            fields["JobId"], fields.get("JobName", ""),
+            fields.get("UserId", "").split("(", 1)[0], fields.get("JobState", ""),
+            fields.get("Partition", ""), "" if start in ("Unknown", "None") else start,
+            fields.get("Reason", ""), gpus))
+    return jobs
+
+
+#: Shared clusters per environment (the spawn page, its endpoint and the board read one
+#: cached node list, not one per spawner).
+_shared: dict[tuple, SlurmCluster] = {}
+
+
+@dataclass
 class SlurmCluster:
     """The Slurm commands, run off the event loop.  ``env`` is added to the commands'
     environment (e.g. ``{"SLURM_CONF": ...}``); ``prefix`` runs them elsewhere, e.g.
@@ -111,6 +168,8 @@ class SlurmCluster:
     prefix: list[str] = field(default_factory=list)
     timeout: float = 10.0
     cache_seconds: float = 5.0
+    #: the partition jobs go to when they name none (marked ``*`` by sinfo)
+    default_partition: str = ""
     _nodes: tuple[float, list[Node]] | None = None
 
     async def run(self, *argv: str, user: str | None = None, input: str | None = None,
@@ -154,7 +213,8 @@ class SlurmCluster:
             if len(cols) < 7:
                 continue
             name, partition, state, gres, used, address, reason = cols[:7]
-            partition = partition.rstrip("*")
+            if partition.endswith("*"):
+                partition = self.default_partition = partition.rstrip("*")
             if name in by_name:
                 by_name[name].partitions.append(partition)
                 continue
@@ -164,6 +224,20 @@ class SlurmCluster:
         nodes = list(by_name.values())
         self._nodes = (time.monotonic(), nodes)
         return nodes
+
+    @classmethod
+    def shared(cls, env: dict[str, str]) -> SlurmCluster:
+        """The one cluster object of this hub process for ``env`` (its cache shared)."""
+        key = tuple(sorted(env.items()))
+        if key not in _shared:
+            _shared[key] = cls(env=dict(env))
+        return _shared[key]
+
+    async def job_gpus(self, job_id: str = "") -> list[JobGPUs]:
+        """Every job Slurm knows (or the one ``job_id``), with the GPU indexes each
+        running one holds."""
+        return parse_job_details(await self.run("scontrol", "-d", "-o", "show", "job",
+                                                *([job_id] if job_id else [])))
 
     async def free_gpus(self, partition: str, gres: str) -> int:
         """Free GPUs of ``gres``'s type on ``partition``'s available nodes."""

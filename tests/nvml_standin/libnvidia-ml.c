@@ -335,7 +335,7 @@ static int read_gpu(const json *obj, int position, gpu_t *g) {
     unsigned long long v;
     memset(g, 0, sizeof *g);
     g->index = position;
-    g->memory_total_mib = 16384; /* the defaults of hub_ext.inventory.devices_from_json */
+    g->memory_total_mib = 16384; /* the defaults of hub_ext.docker.inventory.devices_from_json */
     strcpy(g->name, "Simulated GPU");
     if (obj->type != J_OBJ || get_text(obj, "uuid", g->uuid, TEXT) != 1) return -1;
     if (get_text(obj, "name", g->name, TEXT) < 0) return -1;
