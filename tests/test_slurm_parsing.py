@@ -140,3 +140,38 @@ def test_pending_jobs_keep_slurms_order_and_count_places_per_partition():
         ("11", 1, "gpu"), ("12", 1, "big"), ("13", 2, "gpu")]
     assert rows[0]["expected_start"] == "2026-11-23T12:30:00" and rows[0]["known"]
     assert rows[1]["expected_start"] is None and rows[1]["stop_url"] is None
+
+
+def test_a_job_name_or_comment_cannot_pass_for_another_job_or_claim_its_gpus():
+    """Job names and comments are the submitter's text and ``scontrol -o`` prints them
+    raw: a job named like another job's fields must not take that job's id (the board
+    would then give the stranger's GPU a Stop button for ann's server)."""
+    out = ("JobId=7 JobName=gpuhub-ann-default UserId=ann(1001) GroupId=ann(1001) "
+           "JobState=RUNNING Reason=None Partition=gpu StartTime=2026-11-23T12:00:00 "
+           "JOB_GRES=gpu:1   Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:1) MinCPUsNode=1 "
+           "Comment=(null)\n"
+           "JobId=9 JobName=x JobId=7 UserId=zed(1003) GroupId=zed(1003) JobState=RUNNING "
+           "Reason=None Partition=gpu StartTime=2026-11-23T12:01:00 JOB_GRES=gpu:1   "
+           "Nodes=node1 CPU_IDs=1 Mem=0 GRES=gpu:1(IDX:0) MinCPUsNode=1 "
+           "Comment=y JobId=7\n")
+    jobs = {j.job_id: j for j in parse_job_details(out)}
+    assert set(jobs) == {"7", "9"}
+    assert (jobs["7"].user, jobs["7"].gpus) == ("ann", {"node1": [1]})
+    assert (jobs["9"].user, jobs["9"].gpus) == ("zed", {"node1": [0]})
+    rows = {r["uuid"]: r for r in board(nodes(), list(jobs.values()),
+                                        {"7": HubJob("ann", "", "gpu")}, "/hub/")}
+    assert rows["node1/gpu0"]["owner"]["stop_url"] is None
+    assert rows["node1/gpu1"]["owner"]["stop_url"] == "/hub/api/users/ann/server"
+
+
+def test_a_job_id_that_a_name_repeats_on_a_line_of_its_own_claims_no_gpus():
+    """A name with a line break could print a whole forged line; an id on two lines is
+    ambiguous, so neither line's GPUs are given to it."""
+    out = ("JobId=7 JobName=gpuhub-ann-default UserId=ann(1001) JobState=RUNNING "
+           "Partition=gpu JOB_GRES=gpu:1   Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:1)\n"
+           "JobId=9 JobName=x\n"
+           "JobId=7 UserId=ann(1001) JobState=RUNNING Partition=gpu JOB_GRES=gpu:1   "
+           "Nodes=node1 CPU_IDs=1 Mem=0 GRES=gpu:1(IDX:0) UserId=zed(1003) "
+           "JobState=RUNNING Partition=gpu\n")
+    jobs = parse_job_details(out)
+    assert [j.gpus for j in jobs if j.job_id == "7"] == [{}]

@@ -127,18 +127,32 @@ def parse_indexes(text: str) -> list[int]:
 
 
 _FIELD = re.compile(r"(\w[\w/:]*)=(\S*)")
+#: a line's first field, written by Slurm before any text a submitter chose
+_JOB_ID = re.compile(r"JobId=(\S+)")
 _NODE_GRES = re.compile(r"Nodes=(\S+) CPU_IDs=\S+ Mem=\S+ GRES=(\S*)")
 _IDX = re.compile(r"gpu(?::[^:(,]+)?(?::\d+)?\(IDX:([\d,-]+)\)")
 
 
 def parse_job_details(out: str) -> list[JobGPUs]:
-    """``scontrol -d -o show job`` (one line per job) -> :class:`JobGPUs`; a line without
-    a job id ("No jobs in the system") is skipped."""
+    """``scontrol -d -o show job`` (one line per job) -> :class:`JobGPUs`; a line that does
+    not start with a job id ("No jobs in the system") is skipped.
+
+    ``scontrol`` prints a job's name, comment and paths raw, so a submitter can write
+    ``JobId=7`` or ``GRES=gpu(IDX:0)`` into them (``-o`` has no quoting).  The job id is
+    therefore taken from the start of its line only, and a job id found at the start of
+    two lines (a name with a line break can print a whole line) gets no GPUs: the board
+    never pairs a GPU with a job, and a Stop button with a member's server, on the word
+    of such text.  The other fields are the line's last of each name (display only).
+    """
     jobs = []
+    starts: dict[str, int] = {}
     for line in out.splitlines():
-        fields = dict(_FIELD.findall(line))
-        if "JobId" not in fields:
+        first = _JOB_ID.match(line)
+        if first is None:
             continue
+        fields = dict(_FIELD.findall(line))
+        fields["JobId"] = first.group(1)
+        starts[first.group(1)] = starts.get(first.group(1), 0) + 1
         gpus = {}
         for nodes, gres in _NODE_GRES.findall(line):
             indexes = [i for m in _IDX.findall(gres) for i in parse_indexes(m)]
@@ -150,7 +164,11 @@ def parse_job_details(out: str) -> list[JobGPUs]:
             fields.get("UserId", "").split("(", 1)[0], fields.get("JobState", ""),
             fields.get("Partition", ""), "" if start in ("Unknown", "None") else start,
             fields.get("Reason", ""), gpus))
-    return jobs
+    for job in jobs:
+        if starts[job.job_id] > 1:
+            job.gpus = {}
+    return [job for i, job in enumerate(jobs)
+            if all(other.job_id != job.job_id for other in jobs[:i])]
 
 
 #: Shared clusters per environment (the spawn page, its endpoint and the board read one
