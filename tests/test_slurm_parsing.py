@@ -175,3 +175,17 @@ def test_a_job_id_that_a_name_repeats_on_a_line_of_its_own_claims_no_gpus():
            "JobState=RUNNING Partition=gpu\n")
     jobs = parse_job_details(out)
     assert [j.gpus for j in jobs if j.job_id == "7"] == [{}]
+
+
+def test_a_bar_in_a_job_name_cannot_move_the_job_in_slurms_queue():
+    """``squeue`` prints the name raw; a name holding ``|`` must not change the job's
+    partition or priority (its place in line, the board's pending rows)."""
+    from hub_ext.slurm.cluster import QUEUE_FORMAT, parse_queue
+
+    assert QUEUE_FORMAT.endswith("|%j")
+    out = ("11|PENDING|ann|gpu|10|Priority|(null)|gpuhub-ann-default\n"
+           "12|PENDING|zed|big|1|Priority|(null)|x|gpu|99999|Priority|\n")
+    jobs = parse_queue(out)
+    assert [(j.job_id, j.partition, j.priority, j.name) for j in jobs] == [
+        ("11", "gpu", 10, "gpuhub-ann-default"),
+        ("12", "big", 1, "x|gpu|99999|Priority|")]

@@ -171,6 +171,28 @@ def parse_job_details(out: str) -> list[JobGPUs]:
             if all(other.job_id != job.job_id for other in jobs[:i])]
 
 
+#: ``squeue -o``: the job name (``%j``, the submitter's text, which may hold ``|``) last
+QUEUE_FORMAT = "%i|%T|%u|%P|%Q|%r|%N|%j"
+
+
+def parse_queue(out: str) -> list[QueuedJob]:
+    """``squeue -h -o QUEUE_FORMAT`` -> the jobs, pending ones in Slurm's priority order
+    (highest first, then by job id, as the scheduler takes them), then the others.  The
+    name is split off last, so a ``|`` in it cannot move the job to another partition or
+    priority."""
+    jobs = []
+    for line in out.splitlines():
+        cols = line.split("|", 7)
+        if len(cols) < 8:
+            continue
+        job_id, state, user, partition, prio, reason, node, name = cols
+        jobs.append(QueuedJob(job_id, state, user, name, partition,
+                              int(prio) if prio.isdigit() else 0, reason, node))
+    pending = [j for j in jobs if j.state == "PENDING"]
+    pending.sort(key=lambda j: (-j.priority, int(j.job_id.split("_")[0])))
+    return pending + [j for j in jobs if j.state != "PENDING"]
+
+
 #: Shared clusters per environment (the spawn page, its endpoint and the board read one
 #: cached node list, not one per spawner).
 _shared: dict[tuple, SlurmCluster] = {}
@@ -265,18 +287,7 @@ class SlurmCluster:
     async def queue(self) -> list[QueuedJob]:
         """Every job Slurm knows, pending ones in Slurm's priority order (highest first,
         then by job id, as the scheduler takes them), then the others."""
-        out = await self.run("squeue", "-h", "-o", "%i|%T|%u|%j|%P|%Q|%r|%N")
-        jobs = []
-        for line in out.splitlines():
-            cols = line.split("|")
-            if len(cols) < 8:
-                continue
-            job_id, state, user, name, partition, prio, reason, node = cols[:8]
-            jobs.append(QueuedJob(job_id, state, user, name, partition,
-                                  int(prio) if prio.isdigit() else 0, reason, node))
-        pending = [j for j in jobs if j.state == "PENDING"]
-        pending.sort(key=lambda j: (-j.priority, int(j.job_id.split("_")[0])))
-        return pending + [j for j in jobs if j.state != "PENDING"]
+        return parse_queue(await self.run("squeue", "-h", "-o", QUEUE_FORMAT))
 
     async def start_times(self) -> dict[str, str]:
         """Job id -> Slurm's expected start time (``squeue --start``), ISO text, for the
