@@ -189,3 +189,22 @@ def test_a_bar_in_a_job_name_cannot_move_the_job_in_slurms_queue():
     assert [(j.job_id, j.partition, j.priority, j.name) for j in jobs] == [
         ("11", "gpu", 10, "gpuhub-ann-default"),
         ("12", "big", 1, "x|gpu|99999|Priority|")]
+
+
+@pytest.mark.parametrize("idx", [
+    pytest.param("1-2-3", id="not-a-range"),
+    pytest.param("0-99999999999", id="a-range-no-node-has"),
+])
+def test_gpu_indexes_written_into_a_job_name_cannot_break_or_stall_the_board(idx):
+    """A stranger's job name is printed raw on its ``scontrol`` line: an index list no
+    Slurm writes is passed over (the board still renders, and the hub does not count to a
+    hundred billion on its event loop)."""
+    from hub_ext.slurm.cluster import MAX_GPU_INDEX, parse_indexes
+
+    out = (f"JobId=9 JobName=x Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu(IDX:{idx}) "
+           "UserId=zed(1003) JobState=RUNNING Partition=gpu JOB_GRES=gpu:1   "
+           "Nodes=node1 CPU_IDs=1 Mem=0 GRES=gpu:1(IDX:0)\n")
+    [job] = parse_job_details(out)
+    assert all(0 <= i <= MAX_GPU_INDEX for i in job.gpus["node1"])
+    assert 0 in job.gpus["node1"]
+    assert parse_indexes("0-1,3") == [0, 1, 3]

@@ -116,13 +116,21 @@ class JobGPUs:
     gpus: dict[str, list[int]] = field(default_factory=dict)
 
 
+#: the highest GPU index on a node that the hub reads (gres.conf: far fewer per node)
+MAX_GPU_INDEX = 1023
+_INDEX_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+
+
 def parse_indexes(text: str) -> list[int]:
-    """``0-1,3`` -> ``[0, 1, 3]`` (Slurm's index lists)."""
+    """``0-1,3`` -> ``[0, 1, 3]`` (Slurm's index lists).  A part that is not an index or
+    a range (``1-2-3``) is passed over, and indexes beyond :data:`MAX_GPU_INDEX` are
+    dropped: the text may come from a job name (see :func:`parse_job_details`)."""
     out: list[int] = []
     for part in text.split(","):
-        low, _, high = part.partition("-")
-        if low.isdigit():
-            out.extend(range(int(low), int(high or low) + 1))
+        match = _INDEX_RANGE.fullmatch(part)
+        if match:
+            low, high = int(match[1]), int(match[2] or match[1])
+            out.extend(range(low, min(high, MAX_GPU_INDEX) + 1))
     return out
 
 
