@@ -283,7 +283,9 @@ class SlurmCluster:
 
     async def job_gpus(self, job_id: str = "") -> list[JobGPUs]:
         """Every job Slurm knows (or the one ``job_id``), with the GPU indexes each
-        running one holds."""
+        running one holds (``scontrol -d -o show job``, read by
+        :func:`parse_job_details`).  Raises :class:`SlurmUnavailable` as :meth:`run`
+        does, also for a ``job_id`` Slurm no longer knows."""
         return parse_job_details(await self.run("scontrol", "-d", "-o", "show", "job",
                                                 *([job_id] if job_id else [])))
 
