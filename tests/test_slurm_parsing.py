@@ -208,3 +208,38 @@ def test_gpu_indexes_written_into_a_job_name_cannot_break_or_stall_the_board(idx
     assert all(0 <= i <= MAX_GPU_INDEX for i in job.gpus["node1"])
     assert 0 in job.gpus["node1"]
     assert parse_indexes("0-1,3") == [0, 1, 3]
+
+
+def test_a_job_on_several_nodes_holds_its_gpus_on_each_of_them():
+    """``scontrol`` folds nodes with the same allocation into one hostlist (seen on the
+    test cluster: ``sbatch -N2 --gres=gpu:1``); each node's GPU is held, none is free."""
+    out = ("JobId=518 JobName=wrap UserId=root(0) JobState=RUNNING Partition=gpu "
+           "NodeList=node[1-2] JOB_GRES=gpu:2   Nodes=node[1-2] CPU_IDs=0 Mem=0 "
+           "GRES=gpu:1(IDX:0) MinCPUsNode=1\n")
+    [job] = parse_job_details(out)
+    assert job.gpus == {"node1": [0], "node2": [0]}
+    rows = {r["uuid"]: r for r in board(nodes(), [job], {}, "/hub/")}
+    assert rows["node1/gpu0"]["state"] == "outside"
+    assert rows["node1/gpu1"]["state"] == "free"
+
+
+@pytest.mark.parametrize("text, names", [
+    pytest.param("node1", ["node1"], id="one"),
+    pytest.param("node[1-3,5]", ["node1", "node2", "node3", "node5"], id="ranges"),
+    pytest.param("gpu[09-11]", ["gpu09", "gpu10", "gpu11"], id="zero-padded"),
+    pytest.param("a,b[1-2]", ["a", "b1", "b2"], id="a-list"),
+    pytest.param("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"], id="two-brackets"),
+    pytest.param("n[0-99999999]", [], id="more-nodes-than-any-cluster"),
+    pytest.param("n[1-", [], id="not-a-hostlist"),
+])
+def test_slurm_hostlists_expand_as_scontrol_show_hostnames_does(text, names):
+    from hub_ext.slurm.cluster import expand_hostlist
+
+    assert expand_hostlist(text) == names
+
+
+def test_a_hostlist_up_to_the_bound_expands_and_one_past_it_does_not():
+    from hub_ext.slurm.cluster import MAX_HOSTS, expand_hostlist
+
+    assert len(expand_hostlist(f"n[1-{MAX_HOSTS - 1}]")) == MAX_HOSTS - 1
+    assert expand_hostlist("n[" + ",".join(["0-999"] * 5) + "]") == []

@@ -134,6 +134,45 @@ def parse_indexes(text: str) -> list[int]:
     return out
 
 
+#: the most node names one hostlist may expand to (more is no cluster's: passed over)
+MAX_HOSTS = 4096
+_BRACKETS = re.compile(r"\[([^\[\]]*)\]")
+
+
+def expand_hostlist(text: str, limit: int = MAX_HOSTS) -> list[str]:
+    """Slurm's hostlist -> node names, as ``scontrol show hostnames`` prints them:
+    ``node[1-3,5]``, ``gpu[09-11]`` (zero-padded as written), ``a,b[1-2]``,
+    ``r[1-2]n[1-2]``.  ``[]`` for text that is not a hostlist or names over ``limit``
+    nodes (the text may come from a job name, see :func:`parse_job_details`)."""
+    names: list[str] = []
+    for item in re.split(r",(?![^\[]*\])", text):
+        expanded, pos = [""], 0
+        for group in _BRACKETS.finditer(item):
+            values = []
+            for part in group[1].split(","):
+                match = _INDEX_RANGE.fullmatch(part)
+                if match is None:
+                    return []
+                low, high = int(match[1]), int(match[2] or match[1])
+                if high - low + len(values) >= limit:
+                    return []
+                values += [str(i).zfill(len(match[1])) for i in range(low, high + 1)]
+            if len(expanded) * len(values) > limit:
+                return []
+            prefix = item[pos:group.start()]
+            if "[" in prefix or "]" in prefix:
+                return []
+            expanded = [e + prefix + v for e in expanded for v in values]
+            pos = group.end()
+        tail = item[pos:]
+        if not item or "[" in tail or "]" in tail:
+            return []
+        names += [e + tail for e in expanded]
+        if len(names) > limit:
+            return []
+    return names
+
+
 _FIELD = re.compile(r"(\w[\w/:]*)=(\S*)")
 #: a line's first field, written by Slurm before any text a submitter chose
 _JOB_ID = re.compile(r"JobId=(\S+)")
@@ -164,8 +203,8 @@ def parse_job_details(out: str) -> list[JobGPUs]:
         gpus = {}
         for nodes, gres in _NODE_GRES.findall(line):
             indexes = [i for m in _IDX.findall(gres) for i in parse_indexes(m)]
-            if indexes:
-                gpus[nodes] = indexes  # one node per entry for the jobs the hub submits
+            for node in expand_hostlist(nodes) if indexes else []:
+                gpus[node] = indexes  # nodes with the same GPUs share one entry
         start = fields.get("StartTime", "")
         jobs.append(JobGPUs(
             fields["JobId"], fields.get("JobName", ""),
