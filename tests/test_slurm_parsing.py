@@ -243,3 +243,18 @@ def test_a_hostlist_up_to_the_bound_expands_and_one_past_it_does_not():
 
     assert len(expand_hostlist(f"n[1-{MAX_HOSTS - 1}]")) == MAX_HOSTS - 1
     assert expand_hostlist("n[" + ",".join(["0-999"] * 5) + "]") == []
+
+
+def test_a_strangers_job_cannot_take_over_a_hub_jobs_gpu_on_the_board():
+    """A stranger's ``scontrol`` line may claim any GPU in its name (``Nodes=node1 ...
+    GRES=gpu(IDX:1)``); the hub's own job's claim stands, with its Stop button."""
+    forged = parse_job_details(
+        "JobId=9 JobName=x Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu(IDX:1) UserId=zed(1003) "
+        "JobState=RUNNING Partition=gpu\n")
+    jobs = [JobGPUs("7", "gpuhub-ann-default", "ann", "RUNNING", "gpu", "", gpus={"node1": [1]}),
+            *forged]
+    for order in (jobs, jobs[::-1]):
+        rows = {r["uuid"]: r for r in board(nodes(), order, {"7": HubJob("ann", "", "gpu")},
+                                            "/hub/")}
+        owner = rows["node1/gpu1"]["owner"]
+        assert (owner["job"], owner["stop_url"]) == ("7", "/hub/api/users/ann/server")
