@@ -258,3 +258,42 @@ def test_a_strangers_job_cannot_take_over_a_hub_jobs_gpu_on_the_board():
                                             "/hub/")}
         owner = rows["node1/gpu1"]["owner"]
         assert (owner["job"], owner["stop_url"]) == ("7", "/hub/api/users/ann/server")
+
+
+async def test_an_images_labels_are_read_off_the_event_loop(tmp_path):
+    """The image folder is on storage the nodes share (NFS at a site): the spawn page,
+    polled by every member, must not wait on it in the hub's event loop.  Here the
+    labels file is a FIFO that blocks its reader until a writer comes; the writer comes
+    when the loop has ticked (or, to end the test, after 10 s regardless)."""
+    import asyncio
+    import json
+    import os
+    import threading
+
+    from hub_ext.slurm.availability import SlurmAvailability
+
+    folder = tmp_path / "gpuhub_base_latest"
+    (folder / "rootfs").mkdir(parents=True)
+    os.mkfifo(folder / "labels.json")
+
+    class Images(SlurmAvailability):
+        def rootfs_of(self, image):
+            return str(folder / "rootfs")
+
+    ticked = threading.Event()
+
+    def writer():
+        ticked.wait(10)
+        with open(folder / "labels.json", "w") as fifo:
+            fifo.write(json.dumps({"io.gpuhub.python.version": "3.11"}))
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    reading = asyncio.ensure_future(Images().image_facts("gpuhub/base:latest"))
+    await asyncio.sleep(0.01)  # the loop runs on while the read waits
+    loop_was_free = not reading.done()
+    ticked.set()
+    facts = await reading
+    thread.join()
+    assert loop_was_free
+    assert facts["python"] == "3.11"
