@@ -48,6 +48,8 @@ REFRESH_SECONDS = 5
 
 
 def iso(when: datetime | float | None) -> str | None:
+    """``when`` (an aware datetime, or seconds since the epoch) as ISO 8601 UTC text to
+    the second, as the board's JSON carries times; None stays None."""
     if when is None:
         return None
     if isinstance(when, int | float):

@@ -10,6 +10,7 @@ polls every 5 s costs one ``sinfo`` per period however many members look.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,10 +140,15 @@ class SlurmAvailability(LoggingConfigurable):
 
     async def image_facts(self, image: str) -> dict:
         """What an image holds, from ``labels.json`` beside its unpacked filesystem
-        (``{}`` when the image is not unpacked for the nodes)."""
+        (``{}`` when the image is not unpacked for the nodes).  Read in a worker thread:
+        the folder is on storage the nodes share, which the event loop never waits on."""
         folder = Path(self.rootfs_of(image)).parent
-        try:
-            labels = json.loads((folder / LABELS_FILE).read_text() or "{}") or {}
-        except (OSError, ValueError):
-            return {} if not (folder / "rootfs").is_dir() else facts_from_labels({})
-        return facts_from_labels(labels)
+
+        def read() -> dict:
+            try:
+                labels = json.loads((folder / LABELS_FILE).read_text() or "{}") or {}
+            except (OSError, ValueError):
+                return {} if not (folder / "rootfs").is_dir() else facts_from_labels({})
+            return facts_from_labels(labels)
+
+        return await asyncio.to_thread(read)

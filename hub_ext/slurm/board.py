@@ -57,11 +57,13 @@ def board(nodes: list[Node], jobs: list[JobGPUs], hub: dict[str, HubJob],
     ``down``, ...) with Slurm's reason as ``health_reason``.  Times are Slurm's local ISO
     text."""
     holders: dict[tuple[str, int], JobGPUs] = {}
-    for job in jobs:
+    # the hub's jobs first: a GPU one of them holds stays theirs, whatever another job's
+    # line claims (its name is printed raw and may read "GRES=gpu(IDX:1)")
+    for job in sorted(jobs, key=lambda j: j.job_id not in hub):
         if job.state in ("RUNNING", "COMPLETING", "SUSPENDED"):
             for node, indexes in job.gpus.items():
                 for index in indexes:
-                    holders[(node, index)] = job
+                    holders.setdefault((node, index), job)
     rows = []
     for node in nodes:
         for index, kind in enumerate(gpu_names(node)):
