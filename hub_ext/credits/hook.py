@@ -412,19 +412,11 @@ class CreditsHook(Affordability, SingletonConfigurable):
         if metered.stopped_at is not None or not self._running(metered):
             return
         spawner.hook_state[self.name] = metered.record.to_state()
-        orm_spawner = getattr(spawner, "orm_spawner", None)
-        if orm_spawner is None or getattr(spawner, "pending", None):
+        persist = getattr(spawner, "persist_state", None)
+        if persist is None or getattr(spawner, "pending", None):
             return
         try:
-            from sqlalchemy import inspect
-            from sqlalchemy.orm.attributes import flag_modified
-
-            session = inspect(orm_spawner).session
-            if session is not None:
-                orm_spawner.state = spawner.get_state()
-                # the state JupyterHub saved last may share our dicts: say it changed
-                flag_modified(orm_spawner, "state")
-                session.commit()
+            persist()
         except Exception:
             self.log.exception("Could not save the credits state of %s", metered.record.label)
 
