@@ -24,6 +24,7 @@ import asyncio
 import copy
 
 from sqlalchemy.orm import object_session
+from sqlalchemy.orm.attributes import flag_modified
 from traitlets import Any, Float, List, validate
 
 from .choice import ProfileChoice
@@ -228,7 +229,8 @@ class SpawnerCore(ProfileChoice):
     def persist_state(self) -> None:
         """Write this spawner's state to the hub database now, as JupyterHub's
         ``User.spawn`` does once ``start()`` returns.  A hook's write-ahead record (the
-        credits debit about to be made) then survives a hub killed mid-start.
+        credits debit about to be made) then survives a hub killed mid-start, and the
+        meter's record of paid intervals survives one killed while the server runs.
         """
         orm_spawner = getattr(self, "orm_spawner", None)
         # the hub's own session, found from its row (Spawner.db is deprecated)
@@ -236,4 +238,6 @@ class SpawnerCore(ProfileChoice):
         if session is None:
             return
         orm_spawner.state = self.get_state()
+        # the state JupyterHub saved last may share our dicts: say it changed
+        flag_modified(orm_spawner, "state")
         session.commit()

@@ -477,6 +477,37 @@ async def test_admin_stop_refunds_the_unused_credits(credits_hub, clock, admin, 
                   hub)
 
 
+@pytest.mark.parametrize("how", [pytest.param(signal.SIGTERM, id="clean-restart"),
+                                 pytest.param(signal.SIGKILL, id="kill-9")])
+async def test_refund_owed_while_the_api_was_down_survives_a_hub_restart(
+        credits_hub, clock, faults, admin, member, docker_client, how):
+    hub = await credits_hub(url=faults.url)
+    await hub.create_user(member)
+    await grant(admin, member, "10.00")
+    await spawn_ready(hub, member)
+    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00")], hub)
+
+    faults.set("refused")  # the Credits API cannot be reached
+    clock.at(300)  # a third of the interval used
+    await hub.stop_server(member)  # the stop itself succeeds and frees the GPU
+    assert hub.containers(docker_client) == []
+    assert (await hub.api("GET", "/gpuhub/availability")).json()["free"] == 2
+    assert await ledger(admin, member) == [("grant", "10.00"), ("debit", "1.00")]
+
+    hub.kill(how)  # before the API came back: the refund is owed by the next hub
+    faults.set("forward")
+    clock.at(5000)  # time passes; the refund is for the stop, not for the restart
+    await hub.start()
+    owed = [("grant", "10.00"), ("debit", "1.00"), ("refund", "0.66")]
+    await settles(admin, member, owed, hub)
+    [_, debit, refund] = await entries(admin, member)
+    assert refund.debit_id == debit.transaction_id
+
+    await hub.restart()
+    await settles(admin, member, owed, hub)  # settled once: nothing more after a restart
+    assert await balance(admin, member) == Decimal("9.66")
+
+
 async def test_server_whose_container_vanished_is_settled_without_stop(
         credits_hub, clock, admin, member, docker_client):
     hub = await credits_hub()

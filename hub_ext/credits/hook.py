@@ -27,6 +27,9 @@ spawner state and hands back through :meth:`restore` after a restart.
 - When the API cannot be reached, servers keep running; the debit is retried at the next
   tick with the same key.
 - On stop (:meth:`after_stop`) the unused part of the current interval is refunded pro rata.
+  What a stop, a failed start or a lost spawn debit still owes is written to the hub
+  database before it is settled (:mod:`hub_ext.credits.unsettled`), so a hub stopped
+  while the API cannot be reached settles it, with the same keys, after its restart.
   JupyterHub may also clear a server's state without calling ``stop()`` (its container was
   found dead); the meter notices and settles that server too, without charging further.
 
@@ -55,14 +58,7 @@ from ..periodic import ensure_task, every
 from ..stopping import stop_server
 from .affordability import UNREACHABLE, Affordability, _money, too_little
 from .client import CreditsClient
-from .errors import (
-    AccountNotFound,
-    CreditsAuthError,
-    CreditsContractError,
-    CreditsError,
-    CreditsUnavailable,
-    InsufficientCredits,
-)
+from .errors import AccountNotFound, CreditsAuthError, CreditsError, InsufficientCredits
 from .metering import (
     MeterRecord,
     as_decimal,
@@ -71,12 +67,11 @@ from .metering import (
     refund_amount,
     refund_key,
 )
+from .unsettled import Owed, UnsettledStore
+from .voids import UNCERTAIN as _UNCERTAIN
+from .voids import Void, refund_lost_debit
 
 __all__ = ["CreditsHook", "too_little", "utcnow"]
-
-#: Errors after which a debit may or may not have been made (the answer was lost).
-_UNCERTAIN = (CreditsUnavailable, CreditsContractError, TimeoutError)
-
 
 def _written_ahead(state: dict) -> dict:
     """The record in a write-ahead state (``PENDING`` set), as :meth:`MeterRecord.to_state`
@@ -101,15 +96,10 @@ class _Metered:
     stopping: bool = False
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-
-@dataclass
-class _Void:
-    """A spawn-time debit whose answer was lost, or whose spawn a hub killed mid-start
-    never finished: refund it if it was made after all."""
-
-    record: MeterRecord
-    not_before: float  # time.monotonic()
-    why: str = "was refused"  # "Spawn of <server> ..." in the refund's reason
+    @property
+    def user(self):
+        """The spawner's JupyterHub user; None for a run read back from the database."""
+        return getattr(self.spawner, "user", None)
 
 
 class CreditsHook(Affordability, SingletonConfigurable):
@@ -227,10 +217,11 @@ class CreditsHook(Affordability, SingletonConfigurable):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._metered: dict[str, _Metered] = {}
-        self._voids: list[_Void] = []
+        self._voids: list[Void] = []
         # starts a killed hub did not finish, by server id: (write-ahead record, spawner)
         self._unfinished: dict[str, tuple[dict, Any]] = {}
         self._meter_task: asyncio.Task | None = None
+        self.unsettled = UnsettledStore(self.log)
 
     def now(self) -> datetime:
         value = self.utcnow()
@@ -303,7 +294,9 @@ class CreditsHook(Affordability, SingletonConfigurable):
                 self._track(spawner, record)
                 return None
             if isinstance(e, _UNCERTAIN):
-                self._voids.append(_Void(record, time.monotonic() + 2 * self.client.timeout))
+                void = Void(record, time.monotonic() + 2 * self.client.timeout)
+                self.unsettled.keep(Owed("void", record, why=void.why), spawner)
+                self._voids.append(void)
                 self.ensure_meter()
             metrics.SPAWNS_REFUSED.labels(reason="credits_unavailable").inc()
             self.log.error("Refusing spawn of %s: the debit of %s credits failed: %s",
@@ -332,7 +325,7 @@ class CreditsHook(Affordability, SingletonConfigurable):
         state = spawner.hook_state.get(self.name)
         if isinstance(state, dict) and state.get(PENDING):
             spawner.hook_state.pop(self.name, None)
-            await self._void_unfinished(state)
+            await self._void_unfinished(state, spawner)
             return
         metered = self._forget_state(spawner)
         if metered is None:
@@ -419,19 +412,11 @@ class CreditsHook(Affordability, SingletonConfigurable):
         if metered.stopped_at is not None or not self._running(metered):
             return
         spawner.hook_state[self.name] = metered.record.to_state()
-        orm_spawner = getattr(spawner, "orm_spawner", None)
-        if orm_spawner is None or getattr(spawner, "pending", None):
+        persist = getattr(spawner, "persist_state", None)
+        if persist is None or getattr(spawner, "pending", None):
             return
         try:
-            from sqlalchemy import inspect
-            from sqlalchemy.orm.attributes import flag_modified
-
-            session = inspect(orm_spawner).session
-            if session is not None:
-                orm_spawner.state = spawner.get_state()
-                # the state JupyterHub saved last may share our dicts: say it changed
-                flag_modified(orm_spawner, "state")
-                session.commit()
+            persist()
         except Exception:
             self.log.exception("Could not save the credits state of %s", metered.record.label)
 
@@ -483,7 +468,7 @@ class CreditsHook(Affordability, SingletonConfigurable):
                                index, record.label, e)
                 return True
             record.debits[index] = entry.transaction_id
-            await remember_balance(metered.spawner.user, entry.balance, self.log)
+            await remember_balance(metered.user, entry.balance, self.log)
             if record.refused_at is not None:
                 record.refused_at = record.refused_balance = None
                 notices().withdraw(record.username, record.server_name, self.name)
@@ -521,16 +506,18 @@ class CreditsHook(Affordability, SingletonConfigurable):
                     self.log.info("Refunded %s credits to %s for %s (interval %d, %s), "
                                   "balance %s", entry.amount, record.username, record.label,
                                   index, entry.transaction_id, entry.balance)
-                    await remember_balance(metered.spawner.user, entry.balance, self.log)
+                    await remember_balance(metered.user, entry.balance, self.log)
             record.refunds[index] = amount
         return True
 
     async def _settle_now(self, metered: _Metered, why: str) -> None:
-        """Settle at once, within spawn_timeout; what is left goes to the meter."""
+        """Settle at once, within spawn_timeout; what is left goes to the meter.  The hub
+        database holds it until it is done (:mod:`hub_ext.credits.unsettled`)."""
         async def settle() -> bool:
             async with metered.lock:
                 return await self._settle(metered)
 
+        self._owe(metered)
         try:
             done = await asyncio.wait_for(settle(), self.spawn_timeout)
         except Exception as e:  # noqa: BLE001 - never fail a stop; the meter retries
@@ -538,11 +525,20 @@ class CreditsHook(Affordability, SingletonConfigurable):
                              metered.record.label, why, e)
             done = False
         if done:
-            self._metered.pop(metered.record.server_id, None)
+            self._settled(metered)
         else:
             self.ensure_meter()
 
-    async def _void_unfinished(self, state: dict) -> None:
+    def _owe(self, metered: _Metered) -> None:
+        """Write the settlement of a stopped run to the hub database, before it is tried."""
+        self.unsettled.keep(Owed("stop", metered.record, metered.stopped_at,
+                                 metered.charge_to_stop), metered.spawner)
+
+    def _settled(self, metered: _Metered) -> None:
+        self._metered.pop(metered.record.server_id, None)
+        self.unsettled.drop(metered.record.server_id)
+
+    async def _void_unfinished(self, state: dict, spawner=None) -> None:
         """Refund the first debit of a start the hub never finished, if it was made."""
         try:
             record = MeterRecord.from_state(_written_ahead(state))
@@ -551,38 +547,36 @@ class CreditsHook(Affordability, SingletonConfigurable):
             return
         # settled once, whichever sees it first: Spawner.stop (after_stop) or the meter
         self._unfinished.pop(record.server_id, None)
-        void = _Void(record, time.monotonic(), why="did not finish (the hub stopped)")
+        void = Void(record, time.monotonic(), why="did not finish (the hub stopped)")
+        self.unsettled.keep(Owed("void", record, why=void.why), spawner)
         if not await self._settle_void(void):
             self._voids.append(void)
             self.ensure_meter()
 
-    async def _settle_void(self, void: _Void) -> bool:
+    async def _settle_void(self, void: Void) -> bool:
         """Refund a spawn debit whose answer was lost, if it was made.  True when done."""
-        record = void.record
-        try:
-            page, _ = await self.client.transactions(record.username, limit=100)
-        except AccountNotFound:
-            return True
-        except CreditsError as e:
-            self.log.warning("Cannot check the lost debit of %s yet: %s", record.label, e)
-            return False
-        for entry in page:
-            if (entry.kind == "debit" and entry.metadata.get("server_id") == record.server_id
-                    and entry.metadata.get("interval") == "0"):
-                try:
-                    await self.client.refund(record.username, entry.transaction_id,
-                                             entry.amount, key=refund_key(record.server_id, 0),
-                                             reason=f"Spawn of {record.label} {void.why}")
-                except _UNCERTAIN:
-                    return False
-                except CreditsError as e:
-                    self.log.error("Refund of the lost debit %s failed: %s",
-                                   entry.transaction_id, e)
-                self.log.warning("Refunded %s credits to %s: the debit of a spawn that %s "
-                                 "(%s)", entry.amount, record.username, void.why,
-                                 entry.transaction_id)
-                return True
-        return True
+        done = await refund_lost_debit(self.client, void, self.log)
+        if done:
+            self.unsettled.drop(void.record.server_id)
+        return done
+
+    def resume_unsettled(self, db) -> None:
+        """At hub start: take over the settlements a previous hub left in the database
+        ``db`` (JupyterHub's session); the meter retries them with their first keys."""
+        self.unsettled.attach(db)
+        owed = self.unsettled.load()
+        for one in owed:
+            record = one.record
+            if one.kind == "void":
+                self._voids.append(Void(record, 0.0, why=one.why))
+            elif record.server_id not in self._metered:
+                self._metered[record.server_id] = _Metered(
+                    record, None, one.stopped_at, stopped_at=one.stopped_at,
+                    charge_to_stop=one.charge_to_stop)
+            self.log.warning("Credits of %s left unsettled by the previous hub (%s); the "
+                             "meter settles them", record.label, one.kind)
+        if owed:
+            self.ensure_meter()
 
     # -- the meter ---------------------------------------------------------------------------
 
@@ -608,7 +602,7 @@ class CreditsHook(Affordability, SingletonConfigurable):
                 del self._unfinished[server_id]
             elif spawner.hook_state.get(self.name) is not state and not spawner.pending:
                 # JupyterHub cleared it (no container; User.stop without Spawner.stop)
-                await self._void_unfinished(state)
+                await self._void_unfinished(state, spawner)
         now = time.monotonic()
         for void in [v for v in self._voids if v.not_before <= now]:
             if await self._settle_void(void):
@@ -623,10 +617,11 @@ class CreditsHook(Affordability, SingletonConfigurable):
                              record.label)
             metered.stopped_at = metered.last_seen
             metered.charge_to_stop = False
+            self._owe(metered)
         async with metered.lock:
             if metered.stopped_at is not None:
                 if record.server_id in self._metered and await self._settle(metered):
-                    self._metered.pop(record.server_id, None)
+                    self._settled(metered)
                 return
             now = self.now()
             metered.last_seen = now

@@ -11,7 +11,10 @@ Three ways, from :class:`hub_ext.config.Settings`:
 - ``GPUHUB_CREDITS=off``: no hook, no service; every profile is free.
 
 Either way :class:`hub_ext.credits.hook.CreditsHook` runs before each container and the
-home page shows its messages (:mod:`hub_ext.notices`, wired by ``apply_config``).
+home page shows its messages (:mod:`hub_ext.notices`, wired by ``apply_config``); the hub
+that loads this configuration hands the settlements a previous hub left unsettled (a
+refund owed when the Credits API could not be reached) to the meter when it starts
+(:func:`hub_ext.credits.unsettled.settle_at_start`).
 """
 
 from __future__ import annotations
@@ -100,3 +103,10 @@ def apply_credits_config(c, settings) -> None:
     c.GPUDockerSpawner.before_container_hooks = hooks
     c.CreditsHook.interval = settings.credits_interval
     c.CreditsHook.fail_open = settings.credits_fail_open
+    from jupyterhub.app import JupyterHub
+
+    if JupyterHub.initialized():  # the hub loading this configuration, not a config check
+        from .hook import CreditsHook
+        from .unsettled import settle_at_start
+
+        settle_at_start(JupyterHub.instance(), CreditsHook)
