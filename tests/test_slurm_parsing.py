@@ -7,7 +7,7 @@ from datetime import datetime
 import pytest
 
 from hub_ext.slurm.cluster import Node, parse_gres, parse_gres_request
-from hub_ext.slurm.line import minutes_until
+from hub_ext.slurm.line import seconds_until
 
 
 @pytest.mark.parametrize("text, counts", [
@@ -35,8 +35,10 @@ def test_a_drained_node_has_no_free_gpus():
     assert Node("node2", ["gpu"], "mixed", {"a100": 2}, {"a100": 1}).free("a100") == 1
 
 
-def test_slurms_start_time_becomes_whole_minutes_from_now():
+def test_slurms_start_time_becomes_seconds_from_now():
     now = datetime(2026, 11, 23, 12, 0, 0)
-    assert minutes_until("2026-11-23T12:09:01", now) == 10
-    assert minutes_until("2026-11-23T11:59:00", now) == 0
-    assert minutes_until("N/A", now) is None
+    assert seconds_until("2026-11-23T12:09:01", now) == 541
+    assert seconds_until("2026-11-23T11:59:00", now) == 0
+    assert seconds_until("N/A", now) is None
+    # what Slurm's backfill says of a job it cannot place: a year ahead
+    assert seconds_until("2027-11-23T12:00:00", now) is None

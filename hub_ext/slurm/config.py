@@ -11,9 +11,11 @@ from __future__ import annotations
 SHARED = ("profile_list", "image", "default_url", "start_timeout", "http_timeout",
           "gpu_idle_timeout", "cull_idle_timeout", "cull_max_age")
 
-#: Pre-start hooks the Slurm backend runs (the credits debit, undo and meter).  The
-#: culler's GPU-idle watch reads NVML on the hub's own machine, which a Slurm hub is not.
-HOOKS = ("hub_ext.credits.hook.CreditsHook",)
+#: Pre-start hooks the Slurm backend runs: the credits debit, undo and meter, and the
+#: culler, which keeps the run records (why each server stopped) and the maximum age.  Its
+#: GPU-idle watch reads NVML on the hub's own machine, which a Slurm hub is not: it sees
+#: no GPU of a Slurm server, so it never culls one for idle GPUs.
+HOOKS = ("hub_ext.credits.hook.CreditsHook", "hub_ext.culling.Culler")
 
 
 def apply_slurm_config(c, settings) -> None:
