@@ -10,6 +10,7 @@ import uuid
 from decimal import Decimal
 
 import pytest
+
 from tests.fixtures.hub import eventually
 from tests.test_credits_hub import balance, grant, settles
 from tests.test_line_hub import runs_of
