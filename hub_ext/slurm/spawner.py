@@ -369,22 +369,11 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnerCore, SlurmSpawner):
             raise
 
     async def submit_batch_script(self):
-        """Submit the job; its id goes to the hub database at once, so a hub killed while
-        the job waits knows it.  A job left pending by such a hub is taken back instead
-        (same id: its place in Slurm's queue stays); one that is no longer pending (it
-        ran while the hub was down, with a token JupyterHub no longer honours) is
-        cancelled first."""
-        await self.hand_token()  # before the job is looked at: if it runs now, it reads it
-        previous = self.previous_job()
-        if previous and await self._take_back(previous):
+        """Submit the job; its id goes to the hub database at once.  A job of this server
+        left pending by a hub that stopped during the start is taken back instead (same
+        id: its place in Slurm's queue stays; :meth:`take_back_job`)."""
+        if await self.take_back_job():
             return self.job_id
-        if previous:
-            self.log.warning("%s: cancelling job %s, left by a hub that stopped during its "
-                             "start", self._log_name, previous)
-            try:
-                await self.cluster.run("scancel", previous)
-            except Exception:
-                self.log.exception("Could not cancel job %s", previous)
         job_id = await super().submit_batch_script()
         self.persist_state()
         self.emit(15, f"Submitted job {job_id}")
@@ -464,33 +453,55 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnerCore, SlurmSpawner):
             self.stop_reason = self.stop_detail = None
 
     async def poll(self):
-        """batchspawner's poll; a job that ended because its node went down (or failed)
-        sets ``stop_reason`` "node_down" and ``stop_detail`` ("node node2 down: <Slurm's
-        reason>"), which the run record keeps (:class:`hub_ext.culling.Culler`)."""
+        """batchspawner's poll.  A server whose job ended without the hub stopping it is
+        stopped here for the hooks (``after_stop``): its run record says ``gone``, or
+        ``node_down`` with ``stop_detail`` ("node node2 down: <Slurm's reason>") when its
+        node went down or failed (:class:`hub_ext.culling.Culler`)."""
+        last = self.job_status  # "RUNNING node1": where the job ran at the last look
         status = await self.query_job_status()
+        if status == JobStatus.PENDING and not self._spawn_pending:
+            # the hub restarted while this start waited: not a server yet.  JupyterHub
+            # clears it; the job stays in Slurm's queue and the line's keeper starts the
+            # spawn again, which takes the job back
+            self.log.info("%s: job %s is still pending from before the restart",
+                          self._log_name, self.job_id)
+            self.clear_state()
+            return 1
         if status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.UNKNOWN):
             return None
-        if not self._spawn_pending and self.job_id:
-            await self._why_ended(self.job_status)
+        if not self._spawn_pending and self.job_id and self.hook_state:
+            # ended behind the hub's back: JupyterHub's User.stop calls no stop() for a
+            # server whose poll says it ended, so the stop hooks run here (idempotent:
+            # credits settled and the unused part refunded, the run record closed)
+            self.stop_reason = "gone"
+            await self._why_ended(last)
+            try:
+                await self.run_stop_hooks()
+            finally:
+                self.stop_reason = self.stop_detail = None
         self.clear_state()
         return 1
 
-    async def _why_ended(self, job_status: str) -> None:
-        """``stop_reason``/``stop_detail`` from the ended job's last state ("NODE_FAIL
-        node2") and its node's state and reason in Slurm.  Never raises."""
-        state, _, node = (job_status or "").partition(" ")
-        node = node.strip()
+    async def _why_ended(self, last: str) -> None:
+        """``stop_reason``/``stop_detail`` from the ended job's state (``squeue -t all``
+        keeps it ``MinJobAge`` seconds: NODE_FAIL) and its node's state and reason in
+        Slurm; ``last`` is the job's last status ("RUNNING node1").  Never raises."""
+        node = last.partition(" ")[2].strip()
+        state, found = "", []
         try:
+            state = (await self.cluster.run("squeue", "-h", "-j", self.job_id, "-t", "all",
+                                            "-o", "%T")).strip()
             found = [n for n in await self.cluster.nodes(fresh=True) if n.name == node]
         except SlurmUnavailable as e:
             self.log.warning("Cannot read why job %s of %s ended: %s", self.job_id,
                              self._log_name, e)
-            found = []
         if found and not found[0].available:
             self.stop_detail = f"node {node} {found[0].state}: {found[0].reason or state}"
         elif state == "NODE_FAIL":
             self.stop_detail = f"node {node or '?'} failed (Slurm: {state})"
         else:
+            self.log.warning("%s stopped: job %s ended (%s) without the hub", self._log_name,
+                             self.job_id, state or "gone from Slurm")
             return
         self.stop_reason = "node_down"
         self.log.warning("%s stopped: job %s ended as %s; %s", self._log_name, self.job_id,

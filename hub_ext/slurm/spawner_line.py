@@ -72,16 +72,6 @@ class SlurmLineSpawner(LoggingConfigurable):
                              message)
             raise web.HTTPError(409, message)
 
-    def previous_job(self) -> str:
-        """The job this server had when the hub stopped during its start: its id is in the
-        spawner state in the hub database (written at submission), which JupyterHub's
-        ``clear_state()`` before a start leaves alone; "" when none."""
-        orm_spawner = getattr(self, "orm_spawner", None)
-        state = (orm_spawner.state if orm_spawner is not None else None) or {}
-        return str(state.get("job_id") or "")
-
-    # -- a job kept from before a hub restart -------------------------------------------
-
     def token_file(self) -> str:
         """Where the job finds the API token of this start (in the member's workspace)."""
         workspace = self.workspace.format(username=self.user.name)
@@ -104,21 +94,41 @@ class SlurmLineSpawner(LoggingConfigurable):
             raise web.HTTPError(500, "Your server could not be prepared on the cluster. "
                                      "Ask an admin.")
 
-    async def _take_back(self, job_id: str) -> bool:
-        """Adopt ``job_id`` when it is this server's job and still pending; True if so."""
+    async def take_back_job(self) -> bool:
+        """Before a submission: this server's job left by a hub that stopped during the
+        start (found by its name and owner, and by the id spawner state kept, if any).
+        A pending one is taken back (True: ``self.job_id`` is its id; its place in
+        Slurm's queue stays); any other (one that ran while the hub was down, with a
+        token JupyterHub no longer honours) is cancelled.  The new API token is handed
+        first (:meth:`hand_token`), so a job that starts meanwhile reads it."""
+        await self.hand_token()
+        state = getattr(getattr(self, "orm_spawner", None), "state", None) or {}
+        known = str(state.get("job_id") or "")
         try:
-            job = (await self.line().backend.read(fresh=True)).get(job_id)
+            jobs = await self.line().backend.read(fresh=True)
         except SlurmUnavailable as e:
-            self.log.warning("Cannot look at job %s of %s: %s", job_id, self._log_name, e)
+            self.log.warning("Cannot look for the earlier job of %s: %s", self._log_name, e)
             return False
-        if job is None or job.state != "PENDING" or (job.user, job.name) != (
-                self.user.name, self.job_name):
+        mine = [j for j in jobs.values() if (j.user, j.name) == (self.user.name, self.job_name)
+                and j.state not in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT")]
+        pending = sorted((j for j in mine if j.state == "PENDING"),
+                         key=lambda j: j.job_id != known)  # the id kept in state first
+        kept = pending[0] if pending else None
+        for job in mine:
+            if job is not kept:
+                self.log.warning("%s: cancelling job %s (%s), left by a hub that stopped "
+                                 "during its start", self._log_name, job.job_id, job.state)
+                try:
+                    await self.cluster.run("scancel", job.job_id)
+                except SlurmUnavailable:
+                    self.log.exception("Could not cancel job %s", job.job_id)
+        if kept is None:
             return False
-        self.job_id = job_id
+        self.job_id = kept.job_id
         self.persist_state()
         self.log.info("%s takes back job %s, pending since before the hub restarted",
-                      self._log_name, job_id)
-        self.emit(15, f"Your job {job_id} kept its place in the cluster's queue")
+                      self._log_name, kept.job_id)
+        self.emit(15, f"Your job {kept.job_id} kept its place in the cluster's queue")
         return True
 
     # -- the place ---------------------------------------------------------------------
