@@ -375,6 +375,8 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnerCore, SlurmSpawner):
         if await self.take_back_job():
             return self.job_id
         job_id = await super().submit_batch_script()
+        # the line reads Slurm's queue for this job only once it has waited a moment
+        self._line_from = asyncio.get_running_loop().time() + self.line_poll_interval
         self.persist_state()
         self.emit(15, f"Submitted job {job_id}")
         return job_id

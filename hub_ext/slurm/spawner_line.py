@@ -135,12 +135,16 @@ class SlurmLineSpawner(LoggingConfigurable):
 
     async def _report_place(self) -> None:
         """A pending job is a place in the hub's line: joined once Slurm has looked at the
-        job and kept it waiting (its reason is no longer "None"); its sentence on the
+        job and kept it waiting (its reason is no longer "None"; the queue is first read
+        ``line_poll_interval`` seconds after the submission); its sentence on the
         progress page whenever it changes.  Raises HTTPError(409) when the place ended
         (the member left, an admin removed it, it expired: ``c.Line.max_wait``) or may
         not be taken (one place per member and profile)."""
         line = self.line()
         key = self.line_key
+        if key not in line.places and asyncio.get_running_loop().time() < getattr(
+                self, "_line_from", 0.0):
+            return  # just submitted: most jobs run before the queue is worth a read
         try:
             job = (await line.backend.read()).get(self.job_id)
         except SlurmUnavailable as e:
