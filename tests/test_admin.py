@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from hub_ext.admin import board
+from hub_ext.docker.board import board
 from hub_ext.docker.inventory import devices_from_json
 from hub_ext.docker.pool import Allocation, ServerKey
 

@@ -275,3 +275,10 @@ def test_the_cli_service_reads_the_gpu_board_and_nothing_else(tmp_path, monkeypa
         "scopes": [GPUS_SCOPE],
         "services": ["gpuhub-cli"],
     }
+
+
+def test_on_slurm_runs_are_recorded_and_the_culler_reads_no_local_gpus(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND="slurm")
+    assert c.JupyterHub.spawner_class == "hub_ext.slurm.spawner.GPUSlurmSpawner"
+    assert c.GPUSlurmSpawner.before_container_hooks == [CREDITS_HOOK, HOOK]
+    assert c.Culler.read_gpus is False

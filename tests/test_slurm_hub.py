@@ -84,8 +84,8 @@ async def test_four_members_get_four_gpus_on_both_nodes_and_a_fifth_waits_in_lin
     fifth = members[4]
     r = await hub.spawn(fifth, {"profile": "gpu"})
     assert r.status_code == 409, r.text
-    assert r.json()["message"] == ("No GPU free: all 4 GPUs are in use. Try the CPU profile "
-                                   "or come back later.")
+    assert r.json()["message"] == ("No GPU free: all 4 GPUs are in use. You can wait in line "
+                                   "for one, try the CPU profile or come back later.")
     r = await hub.spawn(fifth, {"profile": "gpu", "wait": True})
     # 201 too: after a failed start JupyterHub answers for a spawner it replaced
     assert r.status_code in (201, 202), r.text

@@ -35,7 +35,6 @@ from traitlets import Float, Int, Unicode, default, validate
 from traitlets.config import SingletonConfigurable
 
 from .. import metrics
-from ..line.order import no_gpu_free
 from .inventory import Device, Inventory, InventoryError, SimulatedInventory, allocatable_units
 
 
@@ -355,8 +354,15 @@ class GPUPool(SingletonConfigurable):
             if (u.mig_profile == mig_profile if mig_profile else not u.is_mig)
         ]
         what = f"{mig_profile} GPU slices" if mig_profile else "GPUs"
-        free = len(self._free_units(devices, mig_profile)) if units else 0
-        return no_gpu_free(len(units), free, count, what)
+        if not units:
+            return (f"No GPU free: this node has no {what}. "
+                    "Try the CPU profile or ask an admin.")
+        free = len(self._free_units(devices, mig_profile))
+        if free == 0:
+            return (f"No GPU free: all {len(units)} {what} are in use. "
+                    "Try the CPU profile or come back later.")
+        return (f"No GPU free for this profile: it needs {count} {what} and only {free} "
+                f"of {len(units)} are free. Try a smaller profile or come back later.")
 
     def release(self, owner: ServerKey) -> Allocation | None:
         """Give back what ``owner`` holds.  Idempotent: releasing twice returns None.

@@ -37,8 +37,8 @@ Four parts live in modules of their own, mixed into the class (their traits are 
 the profile list, ``user_options`` validated and kept small, the form's fields), the
 container a member lives in (:mod:`hub_ext.docker.container`: workspace, datasets, uid, limits,
 labels, the device request), the spawn page (:mod:`hub_ext.spawn_page`: the profile
-cards) and the reservation of the GPUs, at once or after a wait in line
-(:mod:`hub_ext.docker.spawner_line`).
+cards, fed from the pool by :mod:`hub_ext.docker.availability`) and the reservation of the
+GPUs, at once or after a wait in line (:mod:`hub_ext.docker.spawner_line`).
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ from ..notices import notices
 from ..profiles import LABEL_PREFIX, gpu_request
 from ..spawn_page import SpawnPage
 from ..spawner_core import STATE_VERSION, SpawnerCore
+from .availability import PoolAvailability
 from .container import MemberContainer
 from .pool import GPUPool, ServerKey
 from .reconcile import ensure_reconciler
@@ -73,8 +74,8 @@ from .spawner_line import TOPIC as LINE_TOPIC
 from .spawner_line import LineSpawner
 
 
-class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, MemberContainer, SpawnerCore,
-                       DockerSpawner):
+class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, PoolAvailability, MemberContainer,
+                       SpawnerCore, DockerSpawner):
     """A DockerSpawner that gives each server exclusive GPUs and a chosen profile."""
 
     gpus = Union(

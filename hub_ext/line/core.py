@@ -422,9 +422,11 @@ class Line(SingletonConfigurable):
             on_update(self.describe(key))
             self.dispatch()
             left = place.queued_at + self.max_wait - utcnow()
-            try:
-                await asyncio.wait_for(asyncio.shield(place.waiter), max(left, 0))
-            except TimeoutError:
+            # asyncio.wait, not wait_for: under Python 3.11 wait_for returns the result of
+            # a waiter granted alongside the task's cancellation (bpo-42130), and the stop
+            # would be lost; asyncio.wait raises it and leaves the waiter as it is.
+            done, _ = await asyncio.wait({place.waiter}, timeout=max(left, 0))
+            if not done:
                 within = (f"{self.max_wait:g} s" if self.max_wait < 60
                           else f"{self.max_wait / 60:g} min")
                 self.remove(key, "expired", f"Your place in line for {place.profile_name} "

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Waiting", "estimate_wait", "expected_left", "grants", "no_gpu_free", "ordinal",
+__all__ = ["Waiting", "estimate_wait", "expected_left", "grants", "ordinal",
            "place_sentence", "sort_key"]
 
 
@@ -109,19 +109,6 @@ def minutes(seconds: float) -> str:
         return f"about {total} min"
     hours, mins = divmod(total, 60)
     return f"about {hours} h" + (f" {mins} min" if mins else "")
-
-
-def no_gpu_free(total: int, free: int, count: int, what: str = "GPUs") -> str:
-    """The refusal a member reads when a profile's ``count`` units are not free and they
-    did not ask to wait: ``total`` units of the kind, ``free`` of them free now; ``what``
-    names them ("GPUs", "1g.5gb GPU slices").  The same words on every backend."""
-    if not total:
-        return f"No GPU free: this node has no {what}. Try the CPU profile or ask an admin."
-    if free == 0:
-        return (f"No GPU free: all {total} {what} are in use. "
-                "Try the CPU profile or come back later.")
-    return (f"No GPU free for this profile: it needs {count} {what} and only {free} "
-            f"of {total} are free. Try a smaller profile or come back later.")
 
 
 #: what the sentence says when the line has no estimate (nothing of the kind runs)

@@ -2,7 +2,9 @@
 
 - :mod:`.spawner`: GPUSlurmSpawner, batchspawner's SlurmSpawner with the shared core
   (:mod:`hub_ext.spawner_core`);
-- :mod:`.cluster`: what the hub reads from Slurm (nodes, free GPUs, the queue);
+- :mod:`.cluster`: what the hub reads from Slurm (nodes, free GPUs, jobs' GPUs, the queue);
+- :mod:`.availability`: the spawn page's free GPUs per profile and image facts;
+- :mod:`.board`: the GPU board's rows (nodes, their GPUs and jobs, pending jobs);
 - :mod:`.spawner_line`: the spawner's part of the line (refusal when no GPU is free, the
   place of a pending job, a pending job taken back after a hub restart);
 - :mod:`.line`: Slurm's queue as the shared line's backend (a pending job's standing).

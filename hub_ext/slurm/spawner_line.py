@@ -4,7 +4,7 @@
 :class:`hub_ext.docker.spawner_line.LineSpawner` is into the Docker spawner.  What it does:
 
 - before the job is submitted, no GPU of the profile free and no wait asked: refused at
-  once (HTTP 409) in the single-node backend's words (:func:`hub_ext.line.order.no_gpu_free`);
+  once (HTTP 409), in the words of the spawn page's card;
 - while Slurm keeps the job pending, the job is a place in the hub's line
   (:class:`hub_ext.line.Line`, Slurm's queue as its backend: :mod:`.line`); the progress
   page shows the place's sentence, updated live; the member may leave the line, an admin
@@ -26,7 +26,7 @@ from traitlets.config import LoggingConfigurable
 from .. import metrics
 from ..line import LineRefused
 from ..line.core import utcnow
-from ..line.order import no_gpu_free
+from .availability import gpus_in
 from .cluster import SlurmUnavailable, parse_gres_request
 from .line import attach_line
 
@@ -53,24 +53,25 @@ class SlurmLineSpawner(LoggingConfigurable):
         return attach_line(self)
 
     def check_free_gpus(self, nodes) -> None:
-        """No GPU of the profile free on its partition's nodes (``nodes``: sinfo, just
-        read) and no wait asked: refused at once (HTTP 409) in the single-node backend's
-        words.  A member who asked to wait, or whose place was kept from before a hub
-        restart, goes on to the queue.  Slurm may still keep a job pending that found a
-        GPU free here (another start took it first): it is then a place in line."""
+        """No node of the profile's partition with its GPUs free (``nodes``: sinfo, just
+        read) and no wait asked: refused at once (HTTP 409) in the words of its spawn page
+        card (:func:`hub_ext.slurm.availability.gpus_in`).  A member who asked to wait
+        goes on to the queue, unless no node could ever hold the request; so does a
+        start whose place was kept from before a hub restart.  Slurm may still keep a job
+        pending that found a GPU free here (another start took it first): it is then a
+        place in line."""
         kind, count = parse_gres_request(self.req_gres)
-        if not count or self.wait_requested or self.line_key in self.line().places:
+        if not count or self.line_key in self.line().places:
             return
-        nodes = [n for n in nodes if not self.req_partition or self.req_partition in n.partitions]
-        total = sum(n.gpus.get(kind, 0) if kind else sum(n.gpus.values()) for n in nodes)
-        free = sum(n.free(kind) for n in nodes)
-        if free < count:
-            message = no_gpu_free(total, free, count, f"{kind} GPUs" if kind else "GPUs")
-            metrics.SPAWNS_REFUSED.labels(reason="no_gpu_free").inc()
-            self.log.warning("Refusing spawn of %s (no_gpu_free, gres %s, partition %s): %s",
-                             self._log_name, self.req_gres, self.req_partition or "default",
-                             message)
-            raise web.HTTPError(409, message)
+        gpus = gpus_in(nodes, self.req_partition or self.cluster.default_partition, kind,
+                       count)
+        if not gpus.refusal or (self.wait_requested and gpus.can_wait):
+            return
+        metrics.SPAWNS_REFUSED.labels(reason="no_gpu_free").inc()
+        self.log.warning("Refusing spawn of %s (no_gpu_free, gres %s, partition %s): %s",
+                         self._log_name, self.req_gres, self.req_partition or "default",
+                         gpus.refusal)
+        raise web.HTTPError(409, gpus.refusal)
 
     def token_file(self) -> str:
         """Where the job finds the API token of this start (in the member's workspace)."""
