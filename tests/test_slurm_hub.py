@@ -80,7 +80,7 @@ async def test_four_members_get_four_gpus_on_both_nodes_and_a_fifth_waits_in_lin
         assert s["cuda"] == "0"  # the job's one GPU, as CUDA numbers it there
 
     # every GPU taken: a member who did not ask to wait is refused at once, in the
-    # single-node backend's words; one who asks to wait is a place in line
+    # spawn page card's words; one who asks to wait is a place in line
     fifth = members[4]
     r = await hub.spawn(fifth, {"profile": "gpu"})
     assert r.status_code == 409, r.text
