@@ -112,7 +112,7 @@ async def freed_to_running(hub: Hub, user: str, holder: str) -> tuple[float, flo
                 "--wrap=sleep 600", user=holder) for _ in range(4)]
     while not all(job_state(j) == "RUNNING" for j in holds):
         await asyncio.sleep(0.1)
-    r = await hub.spawn(user, {"profile": "gpu"})
+    r = await hub.spawn(user, {"profile": "gpu", "wait": True})  # a place in line
     assert r.status_code in (201, 202), r.text
     mine = ""
     while not mine:
@@ -135,8 +135,8 @@ async def main(runs: int, image: str) -> None:
     subprocess.run(["bash", str(SCRIPT), "image", image], check=True)
     for name in ("ghs-bench", "ghs-holder"):
         member(name)
-    sched = sh("scontrol", "show", "config").split("SchedulerParameters", 1)[1]
-    sched = sched.split("=", 1)[1].splitlines()[0].strip()
+    config = sh("scontrol", "show", "config")
+    sched = config.split("SchedulerParameters", 1)[1].split("=", 1)[1].splitlines()[0].strip()
     with tempfile.TemporaryDirectory() as tmp, \
             running_provider(Path(tmp) / "oidc.log") as oidc:
         tmp = Path(tmp)
@@ -164,6 +164,8 @@ async def main(runs: int, image: str) -> None:
             await slurm_hub.close(docker.APIClient())
     d, s = statistics.median(docker_runs), statistics.median(slurm_runs)
     print(f"SchedulerParameters: {sched}")
+    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}"
+          f" (1, 5, 15 min) on {os.cpu_count()} CPUs")
     print(f"docker backend spawn : median {d:.2f} s  runs {[round(x, 2) for x in docker_runs]}")
     print(f"slurm backend spawn  : median {s:.2f} s  runs {[round(x, 2) for x in slurm_runs]}")
     if split:

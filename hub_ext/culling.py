@@ -371,7 +371,8 @@ class Culler(SingletonConfigurable):
             # maybe the idle culler's request, whose log line comes after the stop
             watched.cull_seconds = _idle_seconds(spawner)
             notices().withdraw(watched.key.user, watched.key.server, self.name)
-            self._finish(watched, getattr(spawner, "stop_reason", None) or "stopped")
+            self._finish(watched, getattr(spawner, "stop_reason", None) or "stopped",
+                         getattr(spawner, "stop_detail", None))
             self._remember(watched)
         else:
             self._finish(watched, watched.cull)
@@ -508,11 +509,12 @@ class Culler(SingletonConfigurable):
 
     # -- the record -----------------------------------------------------------------------------
 
-    def _finish(self, watched: _Watched, reason: str) -> None:
-        """Close the run; for a cull also count it and tell the member."""
+    def _finish(self, watched: _Watched, reason: str, detail: str | None = None) -> None:
+        """Close the run (``detail``: the backend's words on why); for a cull also count
+        it and tell the member."""
         if watched.run_id is not None and watched.stopped_at is not None:
             self._db_write(watched.spawner, runs.close_run, watched.run_id,
-                           watched.stopped_at, reason)
+                           watched.stopped_at, reason, detail)
         if reason in CULL_REASONS:
             self._announce(watched, reason)
 

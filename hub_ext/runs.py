@@ -16,7 +16,9 @@ seconds the member waited for their turn.
 
 Stop reasons: ``stopped`` (by the member, an admin or the API), ``idle`` (no activity,
 jupyterhub-idle-culler), ``idle_gpu`` (GPUs idle), ``max_age``, ``credits`` (credits ran
-out and the grace period was over), ``gone`` (its container vanished and the hub cleared it).
+out and the grace period was over), ``gone`` (its container vanished and the hub cleared it),
+``node_down`` (Slurm backend: the node under it went down or failed).  ``stop_detail`` says
+more where the backend knows it, e.g. "node node2 down: power failure" (Slurm's reason).
 """
 
 from __future__ import annotations
@@ -50,7 +52,9 @@ __all__ = [
     "set_reason",
 ]
 
-STOP_REASONS = ("stopped", "idle", "idle_gpu", "max_age", "credits", "gone")
+STOP_REASONS = ("stopped", "idle", "idle_gpu", "max_age", "credits", "gone", "node_down")
+#: characters of ``stop_detail`` kept
+DETAIL_CHARS = 255
 
 
 class Base(DeclarativeBase):
@@ -74,6 +78,8 @@ class ServerRun(Base):
     started_at: Mapped[datetime] = mapped_column(DateTime, index=True)
     stopped_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     stop_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    #: why, in words, where the backend knows more (a node's reason in Slurm)
+    stop_detail: Mapped[str | None] = mapped_column(String(DETAIL_CHARS), nullable=True)
     credits_run: Mapped[str | None] = mapped_column(String(64), nullable=True)
     #: seconds the server waited in line before it started; None: it started at once
     line_wait_s: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -90,18 +96,20 @@ def naive_utc(when: datetime) -> datetime:
     return when.astimezone(UTC).replace(tzinfo=None)
 
 
-def _add_line_wait(engine) -> None:
-    """A table made before the line existed lacks ``line_wait_s``: add it."""
+def _add_columns(engine) -> None:
+    """A table made before the line (``line_wait_s``) or the stop details (``stop_detail``)
+    existed lacks them: add them."""
     columns = {c["name"] for c in inspect(engine).get_columns(ServerRun.__tablename__)}
-    if "line_wait_s" not in columns:
-        with engine.begin() as conn:
-            conn.execute(text(f"ALTER TABLE {ServerRun.__tablename__} "
-                              "ADD COLUMN line_wait_s FLOAT"))
+    for name, kind in (("line_wait_s", "FLOAT"), ("stop_detail", f"VARCHAR({DETAIL_CHARS})")):
+        if name not in columns:
+            with engine.begin() as conn:
+                conn.execute(text(f"ALTER TABLE {ServerRun.__tablename__} "
+                                  f"ADD COLUMN {name} {kind}"))
 
 
 def ensure_table(session: Session) -> None:
     """Create ``gpuhub_server_runs`` if the database lacks it (once per process and URL)."""
-    ensure_tables(session, Base.metadata, _add_line_wait)
+    ensure_tables(session, Base.metadata, _add_columns)
 
 
 def open_run(session: Session, *, username: str, server_name: str, profile: str,
@@ -128,8 +136,10 @@ def open_run(session: Session, *, username: str, server_name: str, profile: str,
     return run.id
 
 
-def close_run(session: Session, run_id: int, stopped_at: datetime, reason: str) -> None:
-    """Record that run ``run_id`` ended at ``stopped_at`` for ``reason``.  Commits.
+def close_run(session: Session, run_id: int, stopped_at: datetime, reason: str,
+              detail: str | None = None) -> None:
+    """Record that run ``run_id`` ended at ``stopped_at`` for ``reason`` (``detail``: more,
+    in words, cut to :data:`DETAIL_CHARS`).  Commits.
 
     Idempotent: a run already closed keeps its first end.  Raises ValueError for a reason
     not in :data:`STOP_REASONS`.
@@ -142,6 +152,7 @@ def close_run(session: Session, run_id: int, stopped_at: datetime, reason: str) 
         return
     run.stopped_at = max(naive_utc(stopped_at), run.started_at)
     run.stop_reason = reason
+    run.stop_detail = detail[:DETAIL_CHARS] if detail else None
     session.commit()
 
 

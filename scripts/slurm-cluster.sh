@@ -31,7 +31,10 @@
 # logs, devices, and the shared storage DIR/shared that every node sees),
 # GPUHUB_SLURM_NODES (2), GPUHUB_SLURM_SUBNET (10.215.15), GPUHUB_SLURM_PORT (6817),
 # GPUHUB_SLURM_SCHEDULER_PARAMETERS (see deploy/slurm/slurm.conf.in; bf_interval=30 gives
-# Slurm's own defaults, for comparison).
+# Slurm's own defaults, for comparison).  A second cluster beside the first (another
+# checkout's tests) needs its own DIR, SUBNET and PORT, and names of its own for the bridge,
+# the namespaces and the veth pairs: GPUHUB_SLURM_BRIDGE (ghslurm0), GPUHUB_SLURM_NS_PREFIX
+# (ghslurm-), GPUHUB_SLURM_VETH (ghs; at most 9 characters).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DIR=${GPUHUB_SLURM_DIR:-/srv/gpuhub-slurm}
@@ -39,9 +42,10 @@ NODES=${GPUHUB_SLURM_NODES:-2}
 SUBNET=${GPUHUB_SLURM_SUBNET:-10.215.15}
 CTL_PORT=${GPUHUB_SLURM_PORT:-6817}
 SLURMD_PORT=$((CTL_PORT + 1))
-SCHED=${GPUHUB_SLURM_SCHEDULER_PARAMETERS:-sched_min_interval=0,batch_sched_delay=0,bf_interval=5,defer_batch=0}
-BRIDGE=ghslurm0
-NS_PREFIX=ghslurm-
+SCHED=${GPUHUB_SLURM_SCHEDULER_PARAMETERS:-sched_min_interval=0,batch_sched_delay=0,bf_interval=5}
+BRIDGE=${GPUHUB_SLURM_BRIDGE:-ghslurm0}
+NS_PREFIX=${GPUHUB_SLURM_NS_PREFIX:-ghslurm-}
+VETH=${GPUHUB_SLURM_VETH:-ghs}
 NODE_PREFIX=node
 CTL_ADDR=$SUBNET.1
 GPUS_PER_NODE=2
@@ -124,7 +128,7 @@ setup_network() {
     ip link set "$BRIDGE" up
   fi
   for i in $(seq 1 "$NODES"); do
-    local ns=$NS_PREFIX$NODE_PREFIX$i host=ghs-h$i peer=ghs-n$i
+    local ns=$NS_PREFIX$NODE_PREFIX$i host=$VETH-h$i peer=$VETH-n$i
     ip netns list | grep -qw "$ns" || ip netns add "$ns"
     if ! ip link show "$host" >/dev/null 2>&1; then
       ip link add "$host" type veth peer name "$peer"
@@ -188,7 +192,7 @@ stop() {
     rm -f "$pidf"
   done
   for i in $(seq 1 "$NODES"); do
-    ip link del "ghs-h$i" 2>/dev/null || true
+    ip link del "$VETH-h$i" 2>/dev/null || true
     ip netns del "$NS_PREFIX$NODE_PREFIX$i" 2>/dev/null || true
   done
   ip link del "$BRIDGE" 2>/dev/null || true

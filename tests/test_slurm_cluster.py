@@ -109,28 +109,30 @@ async def test_a_pending_job_has_its_place_in_line_and_slurms_estimate(slurm_clu
                                                                        members):
     """Position from Slurm's priority order; the estimate from ``squeue --start`` (the
     running jobs' 10-minute limits tell Slurm when a GPU frees)."""
+    from hub_ext.line.order import place_sentence
     from hub_ext.slurm.cluster import SlurmCluster
-    from hub_ext.slurm.line import place_in_line
+    from hub_ext.slurm.line import SlurmQueue
 
     holds = [_submit(slurm_cluster, name, HOLD, "--time=10") for name in members[:4]]
     slurm_cluster.wait_for("every GPU to be taken", lambda: all(
         slurm_cluster.job_state(j) == "RUNNING" for j in holds))
     first = _submit(slurm_cluster, members[4], "true", "--time=5")
     second = _submit(slurm_cluster, members[0], "true", "--time=5")
-    cluster = SlurmCluster(env=slurm_cluster.env)
-    start_times = {}
+    queue = SlurmQueue(SlurmCluster(env=slurm_cluster.env), line=None)
 
     async def estimated():
-        start_times.update(await cluster.start_times())
-        return first in start_times and second in start_times
+        await queue.read(fresh=True)
+        return all((queue.job_standing(j) or (0, None))[1] is not None
+                   for j in (first, second))
 
     deadline = asyncio.get_running_loop().time() + 60
     while not await estimated():  # the backfill pass (bf_interval) makes the estimates
-        assert asyncio.get_running_loop().time() < deadline, start_times
+        assert asyncio.get_running_loop().time() < deadline, queue.queued
         await asyncio.sleep(0.5)
-    one, two = await place_in_line(cluster, first), await place_in_line(cluster, second)
-    assert (one.position, two.position) == (1, 2)
-    assert one.minutes is not None and 0 < one.minutes <= 10
-    assert one.sentence() == (f"You are number 1 in line for a GPU; expected wait: about "
-                              f"{one.minutes} min.")
-    assert await place_in_line(cluster, holds[0]) is None  # running: not in line
+    (one, wait), (two, _) = queue.job_standing(first), queue.job_standing(second)
+    assert (one, two) == (1, 2)
+    assert 0 < wait <= 10 * 60
+    # the single-node backend's sentence, with Slurm's estimate
+    assert place_sentence(one, 1, "GPU", "One GPU", wait, 3600, queue.no_estimate).startswith(
+        "You are 1st in line for 1 GPU (One GPU). Estimated wait: about ")
+    assert queue.job_standing(holds[0]) is None  # running: not in line

@@ -79,11 +79,24 @@ async def test_four_members_get_four_gpus_on_both_nodes_and_a_fifth_waits_in_lin
         assert s["devices"] == f"nvidia{s['gpu']}"  # only the GPU Slurm gave the job
         assert s["cuda"] == "0"  # the job's one GPU, as CUDA numbers it there
 
+    # every GPU taken: a member who did not ask to wait is refused at once, in the
+    # spawn page card's words; one who asks to wait is a place in line
     fifth = members[4]
     r = await hub.spawn(fifth, {"profile": "gpu"})
-    assert r.status_code == 202, r.text
-    events = await events_until(hub, fifth, "number 1 in line")
-    assert any("number 1 in line for a GPU" in e for e in events)
+    assert r.status_code == 409, r.text
+    assert r.json()["message"] == ("No GPU free: all 4 GPUs are in use. You can wait in line "
+                                   "for one, try the CPU profile or come back later.")
+    r = await hub.spawn(fifth, {"profile": "gpu", "wait": True})
+    # 201 too: after a failed start JupyterHub answers for a spawner it replaced
+    assert r.status_code in (201, 202), r.text
+    sentence = ("You are 1st in line for 1 GPU (One GPU). Estimated wait: unknown. "
+                "Your place is kept for about 1 h more.")
+    events = await events_until(hub, fifth, "1st in line")
+    assert sentence in events
+    r = await hub.api("GET", "/gpuhub/line", token=tokens[fifth])
+    assert r.status_code == 200, r.text
+    [place] = r.json()["places"]
+    assert (place["user"], place["position"], place["sentence"]) == (fifth, 1, sentence)
 
     await hub.stop_server(members[0], timeout=120)
     await hub.wait_ready(fifth, timeout=180)  # started without asking again

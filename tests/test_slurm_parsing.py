@@ -18,7 +18,7 @@ from hub_ext.slurm.cluster import (
     parse_gres_request,
     parse_job_details,
 )
-from hub_ext.slurm.line import minutes_until
+from hub_ext.slurm.line import seconds_until
 
 
 @pytest.mark.parametrize("text, counts", [
@@ -46,11 +46,14 @@ def test_a_drained_node_has_no_free_gpus():
     assert Node("node2", ["gpu"], "mixed", {"a100": 2}, {"a100": 1}).free("a100") == 1
 
 
-def test_slurms_start_time_becomes_whole_minutes_from_now():
+def test_slurms_start_time_becomes_seconds_from_now():
     now = datetime(2026, 11, 23, 12, 0, 0)
-    assert minutes_until("2026-11-23T12:09:01", now) == 10
-    assert minutes_until("2026-11-23T11:59:00", now) == 0
-    assert minutes_until("N/A", now) is None
+    assert seconds_until("2026-11-23T12:09:01", now) == 541
+    assert seconds_until("2026-11-23T11:59:00", now) == 0
+    assert seconds_until("N/A", now) is None
+    # what Slurm's backfill says of a job it cannot place: a year ahead
+    assert seconds_until("2027-11-23T12:00:00", now) is None
+
 
 
 def test_a_slurm_board_prints_as_a_table_without_a_hub_of_its_own(capsys, monkeypatch):

@@ -27,7 +27,15 @@ from traitlets.config import SingletonConfigurable
 
 from .. import metrics
 from . import store
-from .order import Waiting, estimate_wait, expected_left, grants, place_sentence, sort_key
+from .order import (
+    NO_ESTIMATE,
+    Waiting,
+    estimate_wait,
+    expected_left,
+    grants,
+    place_sentence,
+    sort_key,
+)
 
 __all__ = ["Line", "LineBackend", "LineLeft", "LineRefused", "Place", "utcnow"]
 
@@ -79,6 +87,12 @@ class LineBackend(Protocol):
 
     def frees(self, units: str) -> list[tuple[float, int]]:
         """(seconds until it frees, units) per running server of this kind."""
+
+    # optional: a backend whose own scheduler keeps the order (Slurm) has
+    # ``standing(place) -> (position, estimate in seconds or None) | None``: the place's
+    # position (1 = next) and wait in that scheduler's line, which the line shows instead
+    # of its own (None: not known yet, counted from the line's order), and
+    # ``no_estimate``: the words for an unknown wait.
 
 
 @dataclass
@@ -226,10 +240,19 @@ class Line(SingletonConfigurable):
         self._update_metrics()
 
     def ordered(self, units: str | None = None) -> list[Place]:
-        """The places (of one kind of unit, or all), in the line's order."""
+        """The places (of one kind of unit, or all), in the line's order: the backend's
+        scheduler's order where it keeps one (``standing``), places it does not know
+        yet after those."""
         fair = bool(self.fair_share_days)
         places = [p for p in self.places.values() if units is None or p.units == units]
-        return sorted(places, key=lambda p: sort_key(p.front, p.share_hours, p.rank, fair))
+        places.sort(key=lambda p: sort_key(p.front, p.share_hours, p.rank, fair))
+        if self._standing is not None:
+            places.sort(key=lambda p: (self._standing(p) or (float("inf"),))[0])
+        return places
+
+    @property
+    def _standing(self) -> Callable | None:
+        return getattr(self.backend, "standing", None)
 
     def ordered_keys(self) -> list:
         return [p.key for p in self.ordered()]
@@ -335,6 +358,22 @@ class Line(SingletonConfigurable):
         place = self.granted.pop(key, None)
         if place is not None:
             self._write(store.delete_row, *key)
+
+    def started(self, key) -> Place | None:
+        """The backend's scheduler started ``key``'s server itself (Slurm ran its job):
+        the place ends, its row is deleted and the places behind move up.  Returns the
+        place (None when it had none); idempotent."""
+        place = self.places.pop(key, None)
+        if place is None:
+            return None
+        self._write(store.delete_row, *key)
+        metrics.LINE_WAIT.labels(profile=place.profile).observe(
+            max(0.0, utcnow() - place.queued_at))
+        self.log.info("%s's turn: started by the scheduler after %.1fs in line", key,
+                      utcnow() - place.queued_at)
+        self._update_metrics()
+        self.announce_soon()
+        return place
 
     def move_to_front(self, key) -> bool:
         """Put ``key``'s place ahead of every other of its kind (an admin's choice).
@@ -497,6 +536,11 @@ class Line(SingletonConfigurable):
         positions, needed, frees = kinds[place.units]
         index = positions[key]
         estimate = estimate_wait(needed[index], frees, self.typical_run)
+        unknown = NO_ESTIMATE
+        standing = self._standing(place) if self._standing is not None else None
+        if standing is not None:  # the scheduler's own line (Slurm)
+            index, estimate = standing[0] - 1, standing[1]
+            unknown = getattr(self.backend, "no_estimate", NO_ESTIMATE)
         left = max(0.0, place.queued_at + self.max_wait - utcnow())
         return {"user": key[0], "server": key[1], "profile": place.profile,
                 "profile_name": place.profile_name, "units": place.units,
@@ -504,7 +548,7 @@ class Line(SingletonConfigurable):
                 "left_s": left, "waiting_since": _iso(place.queued_at),
                 "front": place.front, "waiting": place.waiter is not None,
                 "sentence": place_sentence(index + 1, place.count, place.unit_word,
-                                           place.profile_name, estimate, left)}
+                                           place.profile_name, estimate, left, unknown)}
 
     def describe_all(self, user: str | None = None) -> list[dict]:
         """Every place (of ``user`` when given), in order, described."""

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Waiting", "estimate_wait", "expected_left", "grants", "ordinal", "place_sentence",
-           "sort_key"]
+__all__ = ["Waiting", "estimate_wait", "expected_left", "grants", "ordinal",
+           "place_sentence", "sort_key"]
 
 
 @dataclass
@@ -111,11 +111,17 @@ def minutes(seconds: float) -> str:
     return f"about {hours} h" + (f" {mins} min" if mins else "")
 
 
+#: what the sentence says when the line has no estimate (nothing of the kind runs)
+NO_ESTIMATE = "unknown (nothing of this kind runs)"
+
+
 def place_sentence(position: int, count: int, unit: str, profile_name: str,
-                   estimate: float | None, left: float) -> str:
+                   estimate: float | None, left: float, unknown: str = NO_ESTIMATE) -> str:
     """"You are 3rd in line for 1 GPU (PyTorch). Estimated wait: about 20 min. Your place
-    is kept for about 58 min more." ``unit`` is "GPU" or "1g.5gb GPU slice"."""
+    is kept for about 58 min more." ``unit`` is "GPU" or "1g.5gb GPU slice"; ``estimate``
+    and ``left`` in seconds; ``unknown`` is said when ``estimate`` is None (Slurm's
+    backend: "unknown", ``squeue --start`` has no estimate)."""
     what = f"{count} {unit}{'' if count == 1 else 's'}"
-    guess = minutes(estimate) if estimate is not None else "unknown (nothing of this kind runs)"
+    guess = minutes(estimate) if estimate is not None else unknown
     return (f"You are {ordinal(position)} in line for {what} ({profile_name}). "
             f"Estimated wait: {guess}. Your place is kept for {minutes(left)} more.")

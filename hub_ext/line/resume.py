@@ -91,7 +91,10 @@ async def resume_places(line: Line, api_url: str, timeout: float = 300,
             # 429: JupyterHub's concurrent_spawn_limit or active_server_limit; 503: a
             # service not up yet (the credits' before_reserve check); 599: no answer.
             # The place is kept while it may still be kept (its max_wait).
-            if r.code not in RETRY_CODES or place.key not in line.places or (
+            # 400 "is pending": the server is still being checked after the restart
+            # (JupyterHub's init_spawners polls it), asked again in a moment
+            checking = r.code == 400 and b"is pending" in (r.body or b"")
+            if (r.code not in RETRY_CODES and not checking) or place.key not in line.places or (
                     utcnow() + delay > place.queued_at + line.max_wait):
                 break
             line.log.info("Start of %s refused for now (%s); again in %.0f s", place.key,

@@ -5,5 +5,7 @@
 - :mod:`.cluster`: what the hub reads from Slurm (nodes, free GPUs, jobs' GPUs, the queue);
 - :mod:`.availability`: the spawn page's free GPUs per profile and image facts;
 - :mod:`.board`: the GPU board's rows (nodes, their GPUs and jobs, pending jobs);
-- :mod:`.line`: a pending job's place in line.
+- :mod:`.spawner_line`: the spawner's part of the line (refusal when no GPU is free, the
+  place of a pending job, a pending job taken back after a hub restart);
+- :mod:`.line`: Slurm's queue as the shared line's backend (a pending job's standing).
 """

@@ -10,14 +10,22 @@ A start runs in this order (each step yields a ``progress()`` event):
    script running the notebook image in the container runtime (``container_command``,
    bubblewrap by default) with the member's workspace, the datasets read-only and only the
    GPU devices Slurm allocated (``SLURM_JOB_GPUS``);
-4. while Slurm keeps the job pending, report its place in line (position in Slurm's
-   priority order, estimate from ``squeue --start``);
+4. while Slurm keeps the job pending, it is a place in the hub's line (:mod:`hub_ext.line`,
+   :mod:`.line`): the member's place and the admins' view list it, in Slurm's priority
+   order with the estimate from ``squeue --start``, and the progress page says it in the
+   words of the single-node backend, updated live.  When no GPU of the profile is free
+   and the member did not ask to wait (``user_options["wait"]``), the spawn is refused at
+   once instead, in the same words as there;
 5. once the job runs: the pre-start hooks (the credits debit: paid from the moment the GPU
    is the member's, not from the submission), then batchspawner's wrapper reports the port
    and the hub waits for JupyterLab.
 
 GPUs are Slurm's to hand out (GRES, and the devices cgroup with ConstrainDevices=yes):
-this backend never assigns devices itself.  A failed start cancels the job and undoes the
+this backend never assigns devices itself.  A hub killed while a job waits keeps the job:
+the line's keeper starts the spawn again after the restart and it takes the same job back
+by its id (:meth:`GPUSlurmSpawner.submit_batch_script`), so it keeps its place in Slurm's
+queue.  A server whose node went down is recorded as stopped for that reason
+(:meth:`GPUSlurmSpawner.poll`).  A failed start cancels the job and undoes the
 hooks (the debit is refunded); JupyterHub calls ``stop()`` after any failed start.
 """
 
@@ -34,11 +42,12 @@ from tornado import web
 from traitlets import Dict, Float, Int, Unicode, Union, default
 
 from .. import metrics
+from ..line.core import utcnow
 from ..spawn_page import SpawnPage
 from ..spawner_core import SpawnerCore
 from .availability import SlurmAvailability
 from .cluster import UNREACHABLE_MESSAGE, SlurmCluster, SlurmUnavailable
-from .line import place_in_line
+from .spawner_line import SlurmLineSpawner
 
 #: The member's notebook server inside the container: bubblewrap (Debian ``bubblewrap``,
 #: unprivileged user namespaces) on the image's unpacked root filesystem, as the member's
@@ -74,12 +83,20 @@ for i in ${SLURM_JOB_GPUS//,/ }; do
   dev={{gpu_device}}
   gpu_binds+=(--dev-bind "$dev" "/dev/nvidia$i")
 done
+# the API token of the hub's latest start of this server (a job kept from before a hub
+# restart gets the new one): left by the hub in a file of the member's, read once
+if [ -f {{token_file}} ]; then
+  JUPYTERHUB_API_TOKEN=$(<{{token_file}})
+  rm -f {{token_file}}
+  export JUPYTERHUB_API_TOKEN JPY_API_TOKEN=$JUPYTERHUB_API_TOKEN
+fi
 echo "gpuhub: job $SLURM_JOB_ID on $SLURMD_NODENAME, GPUs ${SLURM_JOB_GPUS:-none}"
 exec {{container}} {{cmd}}
 """
 
 
-class GPUSlurmSpawner(SpawnPage, SlurmAvailability, SpawnerCore, SlurmSpawner):
+class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCore,
+                      SlurmSpawner):
     """A SlurmSpawner with profiles, credits, progress and the line of the Docker backend,
     and its spawn page (:mod:`hub_ext.spawn_page`, free GPUs from Slurm:
     :mod:`hub_ext.slurm.availability`)."""
@@ -188,7 +205,8 @@ class GPUSlurmSpawner(SpawnPage, SlurmAvailability, SpawnerCore, SlurmSpawner):
     line_poll_interval = Float(
         2.0,
         config=True,
-        help="""Seconds between updates of a pending job's place in line.
+        help="""Seconds between two reads of Slurm's queue for the places in line (one
+        read for every waiting member).
 
             c.GPUSlurmSpawner.line_poll_interval = 2
         """,
@@ -239,6 +257,11 @@ class GPUSlurmSpawner(SpawnPage, SlurmAvailability, SpawnerCore, SlurmSpawner):
         self.cluster = SlurmCluster.shared(self.slurm_env)  # one cached node list
         self._hooks_done: list | None = None
         self.gpu_devices: list[str] = []  # the running job's GPUs (the run record)
+        self.profile_name = ""
+        self.line_wait: float | None = None  # seconds in line before the job ran
+        self.stop_reason = self.stop_detail = None  # why the server ended (poll)
+        if self.line_db() is not None:
+            self.line()  # the places kept from before a restart count from the start
 
     # -- the batch job -----------------------------------------------------------------
 
@@ -290,6 +313,7 @@ class GPUSlurmSpawner(SpawnPage, SlurmAvailability, SpawnerCore, SlurmSpawner):
                             for n, p in sorted(self.datasets.items()))
         subvars.update(
             log=f"{workspace}/.gpuhub/slurm-%j.log",
+            token_file=shlex.quote(self.token_file()),
             job_name=self.job_name,
             gpu_device=self.gpu_device,
             container=self.container_command.format(
@@ -324,6 +348,7 @@ class GPUSlurmSpawner(SpawnPage, SlurmAvailability, SpawnerCore, SlurmSpawner):
         self._events = []
         self._hooks_done = None
         self._submitting = False  # a job may exist only from here on
+        self.line_wait = self.stop_reason = self.stop_detail = None
         try:
             await self.load_profile()
             if self.gpus and not self.req_gres:
@@ -331,12 +356,13 @@ class GPUSlurmSpawner(SpawnPage, SlurmAvailability, SpawnerCore, SlurmSpawner):
             await self.check_hooks()  # a member who cannot pay is not queued at all
             workspace = self.prepare_workspace()
             try:
-                await self.cluster.nodes(fresh=True, timeout=self.scheduler_timeout)
+                nodes = await self.cluster.nodes(fresh=True, timeout=self.scheduler_timeout)
             except SlurmUnavailable as e:
                 metrics.SPAWNS_REFUSED.labels(reason="scheduler_down").inc()
                 self.log.error("Refusing spawn of %s: Slurm does not answer: %s",
                                self._log_name, e)
                 raise web.HTTPError(503, UNREACHABLE_MESSAGE) from None
+            self.check_free_gpus(nodes)
             self.emit(10, f"Asking the cluster for {self.req_gres or 'a CPU-only'} server "
                           f"(partition {self.req_partition or 'default'})")
             self.log.info("%s submits a job (gres %s) with workspace %s", self._log_name,
@@ -358,18 +384,14 @@ class GPUSlurmSpawner(SpawnPage, SlurmAvailability, SpawnerCore, SlurmSpawner):
             raise
 
     async def submit_batch_script(self):
-        """Submit the job; its id goes to the hub database at once, so a hub killed while
-        the job waits knows it.  A job left by such a hub is cancelled first: its server
-        would answer with a token JupyterHub no longer honours."""
-        if self.job_id:
-            self.log.warning("%s: cancelling job %s, left by a hub that stopped during its "
-                             "start", self._log_name, self.job_id)
-            try:
-                await self.cancel_batch_job()
-            except Exception:
-                self.log.exception("Could not cancel job %s", self.job_id)
-            self.job_id = ""
+        """Submit the job; its id goes to the hub database at once.  A job of this server
+        left pending by a hub that stopped during the start is taken back instead (same
+        id: its place in Slurm's queue stays; :meth:`take_back_job`)."""
+        if await self.take_back_job():
+            return self.job_id
         job_id = await super().submit_batch_script()
+        # the line reads Slurm's queue for this job only once it has waited a moment
+        self._line_from = asyncio.get_running_loop().time() + self.line_poll_interval
         self.persist_state()
         self.emit(15, f"Submitted job {job_id}")
         return job_id
@@ -384,6 +406,9 @@ class GPUSlurmSpawner(SpawnPage, SlurmAvailability, SpawnerCore, SlurmSpawner):
             await self._report_place()
         elif status == JobStatus.RUNNING and self._hooks_done is None:
             self._hooks_done = []
+            place = self.line().started(self.line_key)
+            if place is not None:
+                self.line_wait = max(0.0, utcnow() - place.queued_at)
             self.emit(30, f"Job {self.job_id} runs on {self.state_gethost()}")
             self.gpu_devices = await self.job_devices()
             self._hooks_done = await self.run_start_hooks()
@@ -401,21 +426,6 @@ class GPUSlurmSpawner(SpawnPage, SlurmAvailability, SpawnerCore, SlurmSpawner):
             return []
         return [f"{node}/gpu{i}" for job in jobs for node, indexes in job.gpus.items()
                 for i in indexes]
-
-    async def _report_place(self) -> None:
-        last = getattr(self, "_last_place", (0.0, None))
-        now = asyncio.get_running_loop().time()
-        if now - last[0] < self.line_poll_interval:
-            return
-        try:
-            place = await place_in_line(self.cluster, self.job_id)
-        except SlurmUnavailable as e:
-            self.log.warning("No place in line for %s: %s", self._log_name, e)
-            return
-        self._last_place = (now, place)
-        if place is not None and place != last[1]:
-            self.place = place
-            self.emit(20, place.sentence())
 
     @property
     def job_name(self) -> str:
@@ -440,6 +450,15 @@ class GPUSlurmSpawner(SpawnPage, SlurmAvailability, SpawnerCore, SlurmSpawner):
         await self._cancel_job()
         await self.undo_start_hooks(self._hooks_done or [])
         self._hooks_done = None
+        try:
+            line = self.line()
+            place = line.places.get(self.line_key)
+            if place is not None and place.waiter is not None:
+                place.waiter.cancel()  # this start was its only reader
+            line.remove(self.line_key, "stopped", "The pending server was stopped.")
+            line.backend.untrack(self.line_key)
+        except Exception:
+            self.log.exception("Could not end the place in line of %s", self._log_name)
 
     async def node_address(self, node: str) -> str:
         """The address the hub reaches ``node`` at (its NodeAddr in Slurm)."""
@@ -460,6 +479,62 @@ class GPUSlurmSpawner(SpawnPage, SlurmAvailability, SpawnerCore, SlurmSpawner):
         finally:
             await self.run_stop_hooks()
             self.hook_state = {}
+            self.stop_reason = self.stop_detail = None
+
+    async def poll(self):
+        """batchspawner's poll.  A server whose job ended without the hub stopping it is
+        stopped here for the hooks (``after_stop``): its run record says ``gone``, or
+        ``node_down`` with ``stop_detail`` ("node node2 down: <Slurm's reason>") when its
+        node went down or failed (:class:`hub_ext.culling.Culler`)."""
+        last = self.job_status  # "RUNNING node1": where the job ran at the last look
+        status = await self.query_job_status()
+        if status == JobStatus.PENDING and not self._spawn_pending:
+            # the hub restarted while this start waited: not a server yet.  JupyterHub
+            # clears it; the job stays in Slurm's queue and the line's keeper starts the
+            # spawn again, which takes the job back
+            self.log.info("%s: job %s is still pending from before the restart",
+                          self._log_name, self.job_id)
+            self.clear_state()
+            return 1
+        if status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.UNKNOWN):
+            return None
+        if not self._spawn_pending and self.job_id and self.hook_state:
+            # ended behind the hub's back: JupyterHub's User.stop calls no stop() for a
+            # server whose poll says it ended, so the stop hooks run here (idempotent:
+            # credits settled and the unused part refunded, the run record closed)
+            self.stop_reason = "gone"
+            await self._why_ended(last)
+            try:
+                await self.run_stop_hooks()
+            finally:
+                self.stop_reason = self.stop_detail = None
+        self.clear_state()
+        return 1
+
+    async def _why_ended(self, last: str) -> None:
+        """``stop_reason``/``stop_detail`` from the ended job's state (``squeue -t all``
+        keeps it ``MinJobAge`` seconds: NODE_FAIL) and its node's state and reason in
+        Slurm; ``last`` is the job's last status ("RUNNING node1").  Never raises."""
+        node = last.partition(" ")[2].strip()
+        state, found = "", []
+        try:
+            state = (await self.cluster.run("squeue", "-h", "-j", self.job_id, "-t", "all",
+                                            "-o", "%T")).strip()
+            found = [n for n in await self.cluster.nodes(fresh=True) if n.name == node]
+        except SlurmUnavailable as e:
+            self.log.warning("Cannot read why job %s of %s ended: %s", self.job_id,
+                             self._log_name, e)
+        if found and not found[0].available:
+            self.stop_detail = f"node {node} {found[0].state}: {found[0].reason or state}"
+        elif state == "NODE_FAIL":
+            self.stop_detail = f"node {node or '?'} failed (Slurm: {state})"
+        else:
+            self.log.warning("%s stopped: job %s ended (%s) without the hub", self._log_name,
+                             self.job_id, state or "gone from Slurm")
+            return
+        self.stop_reason = "node_down"
+        self.log.warning("%s stopped: job %s ended as %s; %s", self._log_name, self.job_id,
+                         state or "gone", self.stop_detail)
 
     def get_state(self):
         state = super().get_state()
