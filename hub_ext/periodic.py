@@ -28,6 +28,12 @@ _in_pass: set[asyncio.Task] = set()
 _stopping = False
 
 
+def shutting_down() -> bool:
+    """Whether this hub process has begun to shut down (:func:`stop_passes` ran): a task
+    cancelled now is cancelled by the shutdown, not by a member."""
+    return _stopping
+
+
 def ensure_task(task: asyncio.Task | None,
                 make: Callable[[], Awaitable[None]]) -> asyncio.Task | None:
     """``task`` while it runs, else a new task of ``make()`` on the running event loop.

@@ -139,13 +139,14 @@ async def test_newcomer_arriving_as_a_gpu_frees_does_not_overtake_the_line(line_
         holder, waiter = waiter, holder
 
 
-async def test_line_keeps_its_order_through_kill_9(line_hub, docker_client):
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
+async def test_line_keeps_its_order_through_a_restart(line_hub, docker_client, signum):
     hub = await line_hub()
     await add(hub, "alice", "bob", "carol", "dave")
     await start(hub, "alice")
     for name in ("bob", "carol", "dave"):
         await join_line(hub, name)
-    hub.kill(signal.SIGKILL)
+    hub.kill(signum)
     for task in hub.pending:
         task.cancel()
     hub.pending.clear()

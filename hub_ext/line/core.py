@@ -26,6 +26,7 @@ from traitlets import Float, Unicode, default, validate
 from traitlets.config import SingletonConfigurable
 
 from .. import metrics
+from ..periodic import shutting_down
 from . import store
 from .order import (
     NO_ESTIMATE,
@@ -434,7 +435,15 @@ class Line(SingletonConfigurable):
                             "Try again later or pick another profile.")
             grant = place.waiter.result()  # raises LineLeft
         except asyncio.CancelledError:
-            if key in self.places:
+            if shutting_down():
+                # JupyterHub cancels every task at the end of its clean-up: the place is
+                # not given up, its row stays and the next hub takes it up in its order
+                # (:mod:`hub_ext.line.resume`)
+                self.places.pop(key, None)
+                self.granted.pop(key, None)
+                self.log.info("%s keeps its place in line for %s through the hub's shutdown",
+                              key, place.profile)
+            elif key in self.places:
                 self.remove(key, "stopped", "The pending server was stopped.")
             elif self.granted.get(key) is place:  # granted, then cancelled before it woke
                 self.forget(key)
