@@ -14,12 +14,16 @@ start is refused ("No GPU free") in both phases:
 2. ``--servers`` CPU servers started, five at a time, each until ready; then the memory of
    each container (Docker's stats, one shot: ``usage`` less ``total_inactive_file``, as
    ``docker stats`` computes it on cgroup v1) and the hub process's CPU while nothing
-   happens (``utime + stime`` of ``/proc/<pid>/stat`` over ``--idle`` seconds);
+   happens (``utime + stime`` of ``/proc/<pid>/stat`` over ``--idle`` seconds), and the
+   servers' own CPU meanwhile (their cgroups' ``cpuacct.usage``);
 3. the same spawns (the 51st server) and refusals as in 1;
 4. the servers stopped, the same again: the empty hub's figures are the medians of 1 and 4
    together, since the load of a shared machine drifts while the servers start.
 
-Prints the medians and the ratios full/empty (target <= 1.2).  Before starting the
+Prints the medians and the ratios full/empty (target <= 1.2), and of each spawn the hub's
+own work (``benchmarks/spawn_latency.breakdown``: the spawn less the container's time from
+``docker create`` to its first answer), which tells the hub's share of a change from the
+machine's (50 servers share its cores with the new one).  Before starting the
 servers it checks, from the first five, that the rest fit in the machine's available
 memory (``MemAvailable``) with 2 GiB to spare, and stops with the figures if not.
 
@@ -45,7 +49,7 @@ from pathlib import Path
 import docker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.spawn_latency import hub_refusal, spawn_until_ready  # noqa: E402
+from benchmarks.spawn_latency import hub_refusal, hub_spawn  # noqa: E402
 from tests.fixtures.hub import Hub  # noqa: E402
 from tests.fixtures.oidc import running_provider  # noqa: E402
 
@@ -81,14 +85,24 @@ async def idle_cpu(pid: int, seconds: float) -> float:
 
 
 async def measure(hub: Hub, runs: int) -> dict:
-    """Spawn-to-ready of a CPU server (``probe``) and the GPU refusal (``refused``), in s."""
-    spawns = []
+    """Spawn-to-ready of a CPU server (``probe``), the hub's own part of it (see
+    ``spawn_latency.breakdown``) and the GPU refusal (``refused``), in seconds."""
+    spawns, parts = [], []
     for _ in range(runs):
-        spawns.append(await spawn_until_ready(hub, "probe", {"profile": "cpu"}))
+        seconds, where = await hub_spawn(hub, "probe", "cpu")
+        spawns.append(seconds)
+        parts.append(where["hub"])
         await hub.stop_server("probe")
     refusals = [await hub_refusal(hub, "refused") for _ in range(runs * 5)]
     return {"spawn": statistics.median(spawns), "spawns": spawns,
+            "hub": statistics.median(parts), "hubs": parts,
             "refusal": statistics.median(refusals), "refusals": refusals}
+
+
+def containers_cpu(ids: list[str]) -> float:
+    """CPU seconds the containers ``ids`` used so far (cgroup v1 ``cpuacct.usage``)."""
+    return sum(int(Path(f"/sys/fs/cgroup/cpuacct/docker/{i}/cpuacct.usage").read_text())
+               for i in ids) / 1e9
 
 
 async def start_servers(hub: Hub, names: list[str], at_once: int = 5) -> None:
@@ -137,19 +151,23 @@ async def main(servers: int, runs: int, image: str, idle: float) -> None:
                        if c["Labels"].get("io.gpuhub.user") in members]
             assert len(running) == servers, len(running)
             memory = [container_memory(client, c["Id"]) for c in running]
+            ids = [c["Id"] for c in running]
+            servers_cpu = containers_cpu(ids)
             hub_cpu = await idle_cpu(hub.proc.pid, idle)
+            servers_cpu = (containers_cpu(ids) - servers_cpu) / idle
             full = await measure(hub, runs)
             for i in range(0, servers, 10):  # and empty again: the machine's load drifts
                 await asyncio.gather(*(hub.stop_server(n) for n in members[i:i + 10]))
             again = await measure(hub, runs)
             empty = {key: statistics.median(before[key + "s"] + again[key + "s"])
-                     for key in ("spawn", "refusal")}
+                     for key in ("spawn", "hub", "refusal")}
         finally:
             await hub.close(client)
     print(f"{servers} running CPU servers ({image}) on one hub; {runs} spawns and "
           f"{runs * 5} refusals per phase; load average "
           f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}, {os.cpu_count()} cores")
     for what, key, unit in (("spawn-to-ready of a CPU server", "spawn", "s"),
+                            ("  of it the hub's own work", "hub", "s"),
                             ("GPU refusal (POST until the 409)", "refusal", "ms")):
         scale = 1000 if unit == "ms" else 1
         ratio = full[key] / empty[key]
@@ -161,7 +179,8 @@ async def main(servers: int, runs: int, image: str, idle: float) -> None:
     print(f"  memory per server: median {statistics.median(memory) / MIB:.0f} MiB, "
           f"max {max(memory) / MIB:.0f} MiB, all {servers}: {sum(memory) / MIB:.0f} MiB")
     print(f"  the hub's own CPU while idle with {servers} servers: {100 * hub_cpu:.1f}% of "
-          f"one core over {idle:.0f} s")
+          f"one core over {idle:.0f} s; the {servers} servers together "
+          f"{100 * servers_cpu:.1f}%")
 
 
 if __name__ == "__main__":
