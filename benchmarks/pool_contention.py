@@ -60,7 +60,7 @@ async def ticker(stalls: list[float], stop: asyncio.Event) -> None:
 
 
 async def run(requests: int, gpus: int, inventory) -> dict:
-    from hub_ext.pool import AllocationRefused, GPUPool, ServerKey
+    from hub_ext.docker.pool import AllocationRefused, GPUPool, ServerKey
 
     pool = GPUPool(inventory=inventory, refresh_interval=2.0)
     free = pool.summary(await pool.devices()).free  # the hub has read it before the rush
@@ -134,13 +134,13 @@ def main() -> None:
             env = {**os.environ, "LD_LIBRARY_PATH": str(lib), "NVML_STANDIN_JSON": str(node)}
             sys.exit(subprocess.run([sys.executable, *sys.argv], env=env).returncode)
         if args.nvml or args.driver:
-            from hub_ext.nvml import NVMLInventory
+            from hub_ext.docker.nvml import NVMLInventory
 
             inventory = NVMLInventory()
             label = ("this machine's NVIDIA driver via pynvml" if args.driver
                      else "NVML stand-in via pynvml")
         else:
-            from hub_ext.inventory import SimulatedInventory
+            from hub_ext.docker.inventory import SimulatedInventory
 
             inventory, label = SimulatedInventory(path=str(node)), "simulated (JSON)"
         result = asyncio.run(run(args.requests, args.gpus, inventory))

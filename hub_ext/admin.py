@@ -4,8 +4,12 @@
   or a MIG device): state, utilization and memory now, when it was last busy, the server
   holding it (user, server, profile, since when) and a button that stops that server
   through JupyterHub's own REST API (``DELETE /hub/api/users/<name>/server``), so the stop
-  takes the usual path: pro rata credit refund, GPU back to the pool.  Unhealthy devices
-  and processes outside the hub have their rows too.  Below, the line of members waiting
+  takes the usual path: pro rata credit refund, GPU back to the pool (on Slurm: the job
+  cancelled).  Unhealthy devices and processes outside the hub have their rows too.
+  The rows come from the backend (its spawner class's ``gpu_board(handler)``): the
+  node's GPU pool (:mod:`hub_ext.docker.board`), or Slurm's nodes, jobs and queue
+  (:mod:`hub_ext.slurm.board`, which adds the nodes with their state and reason, and the
+  pending jobs in Slurm's order).  Below, the line of members waiting
   for a GPU (member, profile, waiting since, position), with buttons that remove a place or
   move it to the front (:mod:`hub_ext.line.handlers`).  The page refreshes itself from:
 - ``GET /hub/api/gpuhub/gpus``: the same data as JSON, for scripts.
@@ -28,11 +32,8 @@ from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.handlers.base import BaseHandler
 from tornado import web
 
-from .inventory import Device, allocatable_units
-from .pool import Allocation, GPUPool, unit_state
-
 __all__ = ["CLI_SERVICE", "CLI_TOKEN_FILE", "GPUS_SCOPE", "ROLE_NAME", "apply_admin_config",
-           "board", "handlers"]
+           "board_model", "handlers", "stop_path"]
 
 GPUS_SCOPE = "custom:gpuhub:gpus:read"
 #: remove a place in line or move it to the front (the admin role only, not gpuhub-cli)
@@ -46,7 +47,9 @@ CLI_TOKEN_FILE = "gpuhub-cli-token"
 REFRESH_SECONDS = 5
 
 
-def _iso(when: datetime | float | None) -> str | None:
+def iso(when: datetime | float | None) -> str | None:
+    """``when`` (an aware datetime, or seconds since the epoch) as ISO 8601 UTC text to
+    the second, as the board's JSON carries times; None stays None."""
     if when is None:
         return None
     if isinstance(when, int | float):
@@ -54,81 +57,25 @@ def _iso(when: datetime | float | None) -> str | None:
     return when.astimezone(UTC).isoformat(timespec="seconds")
 
 
-def stop_path(base_url: str, allocation: Allocation) -> str:
-    """JupyterHub's REST path that stops the server holding ``allocation``."""
-    user = quote(allocation.owner.user, safe="")
-    if allocation.owner.server:
-        return f"{base_url}api/users/{user}/servers/{quote(allocation.owner.server, safe='')}"
+def stop_path(base_url: str, user: str, server: str = "") -> str:
+    """JupyterHub's REST path that stops ``user``'s server ``server`` ("" the default)."""
+    user = quote(user, safe="")
+    if server:
+        return f"{base_url}api/users/{user}/servers/{quote(server, safe='')}"
     return f"{base_url}api/users/{user}/server"
 
 
-def board(devices: list[Device], holder, last_busy: dict[str, datetime], server_view,
-          base_url: str) -> list[dict]:
-    """One JSON-ready row per allocatable unit.
-
-    ``holder(uuid)`` gives the :class:`~hub_ext.pool.Allocation` holding a device (or
-    None), ``last_busy`` maps device UUIDs to when they were last seen busy, and
-    ``server_view(owner)`` what the culler knows of a server (or None).  Times are ISO 8601
-    UTC; memory in MiB; utilization in percent (None where NVML does not say).  A server
-    the hub does not know (a container left from a crash) has no ``stop_url``.
-    """
-    rows = []
-    for unit in allocatable_units(devices):
-        allocation = holder(unit.uuid)
-        owner = None
-        if allocation is not None:
-            view = server_view(allocation.owner) or {}
-            owner = {
-                "user": allocation.owner.user,
-                "server": allocation.owner.server,
-                "profile": allocation.profile,
-                "since": _iso(allocation.since),
-                "known": allocation.known,
-                "stop_url": stop_path(base_url, allocation) if allocation.known else None,
-                "limits": view.get("limits"),
-                "gpu_idle_for": view.get("gpu_idle_for"),
-            }
-        rows.append({
-            "uuid": unit.uuid,
-            "index": unit.index,
-            "name": unit.name,
-            "mig_profile": unit.mig_profile,
-            "state": unit_state(unit, allocation is not None),
-            "health_reason": unit.health_reason,
-            "utilization_pct": unit.utilization_pct,
-            "memory_used_mib": unit.memory_used_mib,
-            "memory_total_mib": unit.memory_total_mib,
-            "last_busy": _iso(last_busy.get(unit.uuid)),
-            "processes": [{"pid": p.pid, "used_memory_mib": p.used_memory_mib}
-                          for p in unit.processes],
-            "owner": owner,
-        })
-    return rows
-
-
 async def board_model(handler) -> dict:
-    """The board of this hub's node, as the page and the API show it."""
-    from .culling import Culler
-
-    pool = GPUPool.instance()
-    culler = Culler.instance(config=handler.settings.get("config"))
-    culler.ensure_loop()  # "last busy" is tracked by its passes
-    try:
-        devices = await pool.devices()
-    except Exception as e:  # noqa: BLE001 - show the error on the board instead
-        handler.log.warning("GPU inventory unavailable for the GPU board: %s", e)
-        devices = []
-    summary = pool.summary(devices)
-    return {
-        "inventory": summary.kind,
-        "error": pool.last_error,
-        "summary": {key: getattr(summary, key)
-                    for key in ("total", "free", "allocated", "outside", "unhealthy")},
-        "checked_at": _iso(datetime.now(UTC)),
-        "devices": board(devices, pool.holder, culler.activity.last_busy, culler.server_view,
-                         handler.hub.base_url),
-        "line": line_rows(handler),
-    }
+    """The board, as the page and the API show it: the backend's part (its spawner class's
+    ``gpu_board(handler)``: ``inventory``, ``error``, ``summary``, ``devices``, and on a
+    cluster ``nodes`` and ``pending``), when it was read, and the hub's line."""
+    backend = handler.settings["spawner_class"]
+    model = await backend.gpu_board(handler)
+    model.setdefault("nodes", [])
+    model.setdefault("pending", [])
+    model["checked_at"] = iso(datetime.now(UTC))
+    model["line"] = line_rows(handler)
+    return model
 
 
 def line_rows(handler) -> list[dict]:

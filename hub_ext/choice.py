@@ -1,6 +1,6 @@
 """The member's choice: untrusted ``user_options`` in, one profile applied, the choice kept.
 
-:class:`ProfileChoice` is a part of :class:`hub_ext.spawner.GPUDockerSpawner` (a
+:class:`ProfileChoice` is a part of :class:`hub_ext.docker.spawner.GPUDockerSpawner` (a
 configurable mixin: its traits are set as ``c.GPUDockerSpawner.<trait>``).  It runs the
 steps of :mod:`hub_ext.profiles` on a spawn's ``user_options`` (the REST API's body, or the
 spawn form through :meth:`ProfileChoice.options_from_form`) and keeps untrusted input small:
@@ -60,7 +60,7 @@ def too_large(size: int, limit: int) -> str:
 
 def wants_wait(value) -> bool:
     """``user_options["wait"]``: true, 1, "1", "true", "on", "yes" ask to wait in line for
-    a GPU (:mod:`hub_ext.spawner_line`); anything else does not."""
+    a GPU (:mod:`hub_ext.docker.spawner_line`); anything else does not."""
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "on", "yes")
     return value is True or value == 1
@@ -192,7 +192,7 @@ class ProfileChoice(LoggingConfigurable):
         visible, everything = await self.get_profiles()
         options = self.user_options
         self.wait_requested = False
-        if isinstance(options, dict) and "wait" in options:  # hub_ext.spawner_line
+        if isinstance(options, dict) and "wait" in options:  # hub_ext.docker.spawner_line
             options = dict(options)
             self.wait_requested = wants_wait(options.pop("wait"))
         if not everything:

@@ -10,7 +10,8 @@
 ``init`` and ``upgrade`` are in :mod:`hub_ext.deploy`; README.md "Production" uses them.
 
 ``gpuhub gpus`` asks the running hub for its GPU board (``/hub/api/gpuhub/gpus``, the hub's
-own inventory: NVML or simulated) with a token the hub keeps in its state dir
+own inventory: NVML or simulated; on the Slurm backend every node's GPUs with their jobs,
+the nodes that take no jobs and the pending jobs) with a token the hub keeps in its state dir
 (``gpuhub-cli-token``, mode 0600, scope ``custom:gpuhub:gpus:read`` only, see
 :mod:`hub_ext.admin`); with no hub answering it says so in one line and exits 1.
 """
@@ -104,8 +105,30 @@ def gpus(args) -> int:
             who = r["health_reason"]
         else:
             who = "-"
+        if r["state"] not in ("free", "held", "outside", "unhealthy"):  # a node's state
+            who = f"{r['health_reason'] or '-'}" + (f"; {who}" if owner else "")
+        if owner and owner.get("job"):
+            who += f" job {owner['job']}"
         print(f"{r['index']:>3}  {r['uuid']:<40} {r['state']:<9} {util:>4} {mem:>15}  {who}")
+    print_cluster(board)
     return 0
+
+
+def print_cluster(board: dict) -> None:
+    """A Slurm board's nodes that take no jobs (with Slurm's reason) and pending jobs."""
+    for n in board.get("nodes") or []:
+        if not n["available"]:
+            print(f"node {n['name']} is {n['state']}: {n['reason'] or 'no reason given'}")
+    pending = board.get("pending") or []
+    if pending:
+        print(f"\n{'POS':>3}  {'JOB':<10} {'PARTITION':<12} {'REASON':<14} "
+              f"{'EXPECTED START':<20} MEMBER")
+        for j in pending:
+            who = j["user"] + (f":{j['server']}" if j["server"] else "")
+            who += f" ({j['profile']})" if j["profile"] else (" (not the hub's)"
+                                                             if not j["known"] else "")
+            print(f"{j['position']:>3}  {j['job']:<10} {j['partition']:<12} {j['reason']:<14} "
+                  f"{j['expected_start'] or 'unknown':<20} {who}")
 
 
 def init(args) -> int:

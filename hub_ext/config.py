@@ -352,7 +352,9 @@ def apply_config(c, settings: Settings) -> None:
 
     The state directory is made mode 0700 and a SQLite hub database mode 0600
     (:mod:`hub_ext.private_files`); managed services are guarded to die with the hub
-    (:mod:`hub_ext.service_guard`).  Raises ValueError for a setting that cannot work
+    (:mod:`hub_ext.service_guard`), and the hub that loads this configuration stops its
+    periodic passes before its services when it shuts down (:mod:`hub_ext.periodic`).
+    Raises ValueError for a setting that cannot work
     (e.g. the demo login on a non-loopback address, plain HTTP off loopback without
     ``GPUHUB_ALLOW_HTTP=1``, a secret file that others may read: :mod:`hub_ext.serving`).
     """
@@ -392,7 +394,7 @@ def apply_config(c, settings: Settings) -> None:
     c.JupyterHub.template_vars = template_vars
 
     # The spawner and its pool
-    c.JupyterHub.spawner_class = "hub_ext.spawner.GPUDockerSpawner"
+    c.JupyterHub.spawner_class = "hub_ext.docker.spawner.GPUDockerSpawner"
     from .limits import Node, apply_limits_config, limited_profiles, node_gpu_count
 
     node = Node.probe(node_gpu_count(settings.gpus))
@@ -471,6 +473,12 @@ def apply_config(c, settings: Settings) -> None:
     from .service_guard import guard_services
 
     guard_services(c, state)
+    from jupyterhub.app import JupyterHub
+
+    if JupyterHub.initialized():  # the hub loading this configuration, not a config check
+        from .periodic import stop_passes_first
+
+        stop_passes_first(JupyterHub.instance())
 
     if settings.backend == "slurm":
         from .slurm.config import apply_slurm_config

@@ -45,15 +45,15 @@ from typing import Any
 from jupyterhub.apihandlers.users import UserServerAPIHandler
 from jupyterhub.log import log_request as hub_log_request
 from jupyterhub.utils import utcnow as hub_utcnow
-from traitlets import Callable, Float, Instance, Int, Unicode, default, validate
+from traitlets import Bool, Callable, Float, Instance, Int, Unicode, default, validate
 from traitlets.config import SingletonConfigurable
 
 from . import metrics, runs
 from .credits.metering import MeterRecord
-from .inventory import Device, InventoryError, allocatable_units
+from .docker.inventory import Device, InventoryError, allocatable_units
+from .docker.pool import GPUPool, ServerKey
 from .notices import notices
 from .periodic import ensure_task, every
-from .pool import GPUPool, ServerKey
 from .stopping import stop_server
 
 __all__ = ["Culler", "Limits", "Verdict", "assess", "duration", "log_request", "utcnow"]
@@ -283,6 +283,18 @@ class Culler(SingletonConfigurable):
         """,
     )
 
+    read_gpus = Bool(
+        True,
+        config=True,
+        help="""Read the GPUs' utilization from the hub's GPU pool at each pass (for
+        gpu_idle_timeout and the board's "last busy").  The Slurm backend turns it off:
+        its GPUs are on the cluster's nodes, not on the hub's machine, so only the maximum
+        age and the run records apply there.
+
+            c.Culler.read_gpus = False
+        """,
+    )
+
     pool = Instance(GPUPool, help="The GPU pool whose devices are read; the hub's own.")
 
     @default("utcnow")
@@ -399,11 +411,12 @@ class Culler(SingletonConfigurable):
     async def cull_once(self) -> None:
         """One pass over every watched server: activity, warnings, culls, vanished servers."""
         now = self.now()
+        units = []
         try:
-            units = list(allocatable_units(await self.pool.devices()))
+            if self.read_gpus:
+                units = list(allocatable_units(await self.pool.devices()))
         except InventoryError as e:
             self.log.warning("Culling without GPU readings this pass: %s", e)
-            units = []
         self.activity.observe(units, now, self.busy_utilization)
         utilization = {u.uuid: u.utilization_pct for u in units}
         for watched in list(self._watched.values()):
@@ -542,11 +555,10 @@ class Culler(SingletonConfigurable):
 
     def _open_run(self, watched: _Watched) -> int | None:
         spawner = watched.spawner
-        allocation = getattr(spawner, "allocation", None)
         return self._db_write(
             spawner, runs.open_run, username=watched.key.user, server_name=watched.key.server,
             profile=watched.profile, groups=[g.name for g in getattr(spawner.user, "groups", [])],
-            devices=list(allocation.uuids) if allocation is not None else [],
+            devices=held_devices(spawner),
             started_at=watched.started_at, credits_run=_credits_run(spawner),
             line_wait=getattr(spawner, "line_wait", None))
 
@@ -572,6 +584,16 @@ class Culler(SingletonConfigurable):
         return {"started_at": watched.started_at.isoformat(), "limits": watched.limits.to_dict(),
                 "gpu_idle_for": verdict.gpu_idle_for if verdict else None,
                 "stopping": watched.cull}
+
+
+def held_devices(spawner) -> list[str]:
+    """The GPUs a starting server holds, for its run record: the Docker pool's device
+    UUIDs (``allocation``), or what a backend names ``gpu_devices`` (Slurm:
+    ``<node>/gpu<index>``)."""
+    allocation = getattr(spawner, "allocation", None)
+    if allocation is not None:
+        return list(allocation.uuids)
+    return list(getattr(spawner, "gpu_devices", None) or [])
 
 
 def _idle_seconds(spawner) -> float:

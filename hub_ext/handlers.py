@@ -4,7 +4,9 @@ The GPU board for admins (``/hub/gpus`` and its JSON) lives in :mod:`hub_ext.adm
 
 ``GET /hub/api/gpuhub/availability`` answers, for the logged-in member, how many GPUs are
 free now and which of their profiles can start; the spawn page polls it so nobody has to
-reload.  It needs login (a browser session or a token) and reveals no other member's data.
+reload.  The backend's spawner answers (``availability()``, ``profile_cards()``:
+:mod:`hub_ext.spawn_page`), so the endpoint is the same on Docker and on Slurm.  It
+needs login (a browser session or a token) and reveals no other member's data.
 
 JupyterHub 3.1 deprecated ``extra_handlers`` in favour of services, but the pool lives in
 the hub process (its allocations are the spawners'), so a service could only show a copy.
@@ -19,7 +21,6 @@ from tornado import web
 
 from .admin import handlers as admin_handlers
 from .line.handlers import handlers as line_handlers
-from .pool import GPUPool
 
 
 class AvailabilityHandler(APIHandler):
@@ -29,17 +30,9 @@ class AvailabilityHandler(APIHandler):
         user = self.current_user
         if user is None:
             raise web.HTTPError(403, "Log in to see which GPUs are free.")
-        # the hub's own config: whichever of this handler and the spawners makes the
-        # pool first, it is made the same way
-        pool = GPUPool.instance(config=self.settings["config"])
-        try:
-            await pool.devices()
-        except Exception:  # noqa: BLE001 - answer with what is known; spawns say why
-            self.log.warning("GPU inventory unavailable for the availability endpoint")
-        summary = pool.summary()
-        model = {"inventory": summary.kind, "total": summary.total, "free": summary.free,
-                 "allocated": summary.allocated, "outside": summary.outside,
-                 "unhealthy": summary.unhealthy, "error": pool.last_error, "profiles": {}}
+        backend = self.settings["spawner_class"]
+        model = {**await backend.availability(self.settings["config"], self.log),
+                 "profiles": {}}
         if getattr(user, "kind", "user") == "user":
             spawner = user.spawners[""]
             visible, _ = await spawner.get_profiles()

@@ -17,7 +17,7 @@
 JupyterHub refuses past the named-server limit with its own sentence: 400 "User alice
 already has the maximum of 1 named servers.  One must be deleted before a new server can be
 created" (``jupyterhub/handlers/base.py``).  On the Docker backend the other two are applied
-by the spawner, which leaves places in line out of the count (:mod:`hub_ext.server_limits`,
+by the spawner, which leaves places in line out of the count (:mod:`hub_ext.docker.server_limits`,
 429 with a sentence); on Slurm by JupyterHub.
 """
 
@@ -177,7 +177,7 @@ def apply_limits_config(c, settings, node: Node) -> None:
               else settings.active_server_limit)
     if settings.backend == "docker":
         # JupyterHub counts places in line as starting servers: the spawner applies
-        # both limits itself, without them (hub_ext.server_limits)
+        # both limits itself, without them (hub_ext.docker.server_limits)
         c.JupyterHub.active_server_limit = 0
         c.JupyterHub.concurrent_spawn_limit = 0
         c.GPUDockerSpawner.active_server_limit = active

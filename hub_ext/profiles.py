@@ -39,6 +39,11 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+#: Prefix of the labels the notebook images carry (what a profile card shows: framework,
+#: versions) and of the labels each server container gets (owner, devices; both backends
+#: run the same images).
+LABEL_PREFIX = "io.gpuhub."
+
 __all__ = [
     "ProfileError",
     "Selection",

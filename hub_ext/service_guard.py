@@ -11,6 +11,14 @@ cannot bind its port ("Address already in use") while the hub talks to the orpha
 
 which, in the service's own process and before ``exec`` of ``CMD``:
 
+0. gives SIGINT and SIGTERM (and SIGPIPE, SIGXFSZ) their default action back
+   (:func:`default_stop_signals`): a hub started in the background by a script
+   (``scripts/demo.sh &``) has SIGINT ignored (POSIX: a shell without job control
+   ignores it for ``&`` commands), every child inherits that, and a Python service then
+   never sees the SIGINT with which JupyterHub stops it (``LocalProcessSpawner.stop``:
+   SIGINT, then SIGTERM only after ``interrupt_timeout``, 30 s in JupyterHub 6.1, which
+   no ``c.JupyterHub.services`` entry can set).  jupyterhub-idle-culler kept each SIGTERM
+   shutdown of the demo waiting that long;
 1. asks Linux to send it SIGTERM when its parent dies (``prctl(PR_SET_PDEATHSIG)``,
    prctl(2); the setting survives ``execve`` and the parent is the hub's event-loop
    thread, which lives as long as the hub);
@@ -77,6 +85,20 @@ def set_parent_death_signal(sig: int = signal.SIGTERM) -> bool:
     return True
 
 
+#: Signals whose action a service gets back as the default: JupyterHub's two stop signals,
+#: and the two that ``subprocess.Popen(restore_signals=True)`` resets for a child and this
+#: module's own Python interpreter ignores again.
+DEFAULT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE, signal.SIGXFSZ)
+
+
+def default_stop_signals() -> None:
+    """Set :data:`DEFAULT_SIGNALS` to ``SIG_DFL``; the setting survives ``execve``
+    (signal(7)), so the service starts as if JupyterHub had started it from a shell
+    that ignores nothing (a Python service then turns SIGINT into KeyboardInterrupt)."""
+    for sig in DEFAULT_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _cmdline(pid: int) -> list[str] | None:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -139,6 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command to run after --")
+    default_stop_signals()
     set_parent_death_signal()
     if os.getppid() != args.hub_pid:
         print(f"service_guard: the hub (pid {args.hub_pid}) is gone; not starting "

@@ -1,24 +1,69 @@
 """The spawn page: profile cards that say what each image holds, costs and whether it can
 start now (the fields they post become ``user_options`` in :mod:`hub_ext.choice`).
 
-:class:`SpawnPage` is a part of :class:`hub_ext.spawner.GPUDockerSpawner` (a mixin).  The
-cards come from the same functions a spawn uses (:mod:`hub_ext.profiles`, the pool's
-counts, the hooks' ``why_not``), so a profile the page offers is one the spawn accepts;
+:class:`SpawnPage` is a part of each backend's spawner (a mixin).  The cards come from the
+same functions a spawn uses (:mod:`hub_ext.profiles`, the backend's free GPUs, the hooks'
+``why_not``), so a profile the page offers is one the spawn accepts;
 ``GET /hub/api/gpuhub/availability`` (:mod:`hub_ext.handlers`) serves them as JSON for the
 page's live refresh.  HTML comes from ``share/gpuhub/templates/options_form.html``.
+
+What the page needs of a backend (the seam; the Docker backend answers from its GPU pool,
+:mod:`hub_ext.docker.availability`, the Slurm backend from ``sinfo``,
+:mod:`hub_ext.slurm.availability`):
+
+- ``async gpu_snapshot()``: what the backend knows of its GPUs now, read once per page
+  (never raises: an unreadable inventory is part of the snapshot);
+- ``gpus_now(snapshot, overrides) -> GPUsNow``: a profile's GPUs, free and in all, and why
+  they cannot be had now;
+- ``async availability(config, log)`` (a class method): the counts over every GPU, for
+  the endpoint;
+- ``async image_facts(image)``: what the image holds (Python, framework, CUDA);
+- ``limits_of(overrides) -> (memory, cpus)``: the limits the backend enforces, as
+  :func:`hub_ext.limits.limits_text` reads them.
 """
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
 
-from docker.errors import APIError, NotFound
 from traitlets.config import LoggingConfigurable
 
-from .container import LABEL_PREFIX
 from .limits import limits_text
-from .profiles import gpu_request, profile_overrides, select_profile
+from .profiles import LABEL_PREFIX, profile_overrides, select_profile
 from .templates import render
+
+
+@dataclass(frozen=True)
+class GPUsNow:
+    """A profile's GPUs as a backend sees them now: ``count`` per server (0: no GPU), of
+    ``kind`` (a MIG slice profile such as "1g.5gb", a Slurm GRES type such as "a100", or
+    "" for whole GPUs of any type); ``free`` and ``total`` of that kind; ``refusal``: the
+    sentence a member reads when ``count`` cannot be had now, or ``""``; ``can_wait``: a
+    member refused may wait for them (the backend has such GPUs; False when its inventory
+    cannot be read); ``waiting``: members already waiting in the hub's line for that
+    kind."""
+
+    count: int
+    kind: str = ""
+    mig: bool = False
+    free: int = 0
+    total: int = 0
+    simulated: bool = False
+    refusal: str = ""
+    can_wait: bool = False
+    waiting: int = 0
+
+
+def facts_from_labels(labels: dict) -> dict:
+    """An image's labels (the project's ``LABEL_PREFIX`` ones, OCI's description) -> what
+    a card shows: {"python", "framework", "framework_version", "cuda", "description"}."""
+    return {
+        "python": labels.get(LABEL_PREFIX + "python.version", ""),
+        "framework": labels.get(LABEL_PREFIX + "framework", ""),
+        "framework_version": labels.get(LABEL_PREFIX + "framework.version", ""),
+        "cuda": labels.get(LABEL_PREFIX + "cuda.version", ""),
+        "description": labels.get("org.opencontainers.image.description", ""),
+    }
 
 
 class SpawnPage(LoggingConfigurable):
@@ -43,18 +88,14 @@ class SpawnPage(LoggingConfigurable):
         a "2 GPUs" choice is disabled when one GPU is free.  A profile is available when
         its default, or any one of its choices, can start.
         """
-        try:
-            devices = await self.pool.devices()
-        except Exception as e:  # noqa: BLE001 - the page still renders; spawns say why
-            self.log.warning("GPU inventory unavailable for the spawn page: %s", e)
-            devices = []
+        snapshot = await self.gpu_snapshot()
         cards = []
         for profile in profiles:
             slug = profile["slug"]
-            card = await self._assess({"profile": slug}, profile, devices)
+            card = await self._assess({"profile": slug}, profile, snapshot)
             choices = {
                 name: {key: (await self._assess({"profile": slug, name: key}, profile,
-                                                devices))["why_not"]
+                                                snapshot))["why_not"]
                        for key in option["choices"]}
                 for name, option in (profile.get("profile_options") or {}).items()
             }
@@ -74,6 +115,7 @@ class SpawnPage(LoggingConfigurable):
                 "facts": await self.image_facts(image),
                 "gpus": card["gpus"],
                 "mig_profile": card["mig_profile"],
+                "gpu_type": card["gpu_type"],
                 "free": card["free"],
                 "total": card["total"],
                 "simulated": card["simulated"],
@@ -81,34 +123,30 @@ class SpawnPage(LoggingConfigurable):
                 "why_not": "" if available else card["why_not"],
                 "can_wait": not available and card["can_wait"],
                 "credits_per_hour": card["credits_per_hour"],
-                "limits": limits_text(card["overrides"].get("mem_limit"),
-                                      card["overrides"].get("cpu_limit")),
+                "limits": limits_text(*self.limits_of(card["overrides"])),
                 "choices": choices,
                 "chosen": chosen,
             })
         return cards
 
-    async def _assess(self, options: dict, profile: dict, devices: list) -> dict:
+    async def _assess(self, options: dict, profile: dict, snapshot) -> dict:
         """Can ``options`` (trusted: built by the page itself) start now?  The overrides,
         the GPU request, the free count, ``why_not`` (``""`` when it can) and ``can_wait``
         (no GPU free, or members already waiting, and nothing else in the way: the member
         may wait in line)."""
         overrides = profile_overrides(select_profile([profile], options))
-        count, mig = gpu_request(overrides.get("gpus", self._configured["gpus"]))
-        summary = self.pool.summary(devices, mig_profile=mig)
+        gpus = self.gpus_now(snapshot, overrides)
         price = float(overrides.get("credits_per_hour", 0) or 0)
-        waiting = self.line().waiting(mig or "gpu") if count else 0
-        why_not = ""
-        if count and summary.free < count:
-            why_not = self.pool.refusal_message(devices, count, mig)
-        elif waiting:
-            why_not = f"No GPU free: {waiting} member(s) already wait in line for it."
+        why_not = gpus.refusal
+        if not why_not and gpus.count and gpus.waiting:
+            why_not = f"No GPU free: {gpus.waiting} member(s) already wait in line for it."
         cannot_pay = await self._hooks_why_not(price)
-        return {"overrides": overrides, "gpus": count, "mig_profile": mig,
-                "free": summary.free, "total": summary.total,
-                "simulated": summary.kind == "simulated", "credits_per_hour": price,
-                "why_not": why_not or cannot_pay,
-                "can_wait": bool(why_not and summary.total and not cannot_pay)}
+        return {"overrides": overrides, "gpus": gpus.count,
+                "mig_profile": gpus.kind if gpus.mig else None,
+                "gpu_type": "" if gpus.mig else gpus.kind,
+                "free": gpus.free, "total": gpus.total, "simulated": gpus.simulated,
+                "credits_per_hour": price, "why_not": why_not or cannot_pay,
+                "can_wait": bool(why_not and gpus.can_wait and not cannot_pay)}
 
     async def _hooks_why_not(self, credits_per_hour: float) -> str:
         """The first hook's reason why a profile of this price cannot start now, or ``""``."""
@@ -118,34 +156,3 @@ class SpawnPage(LoggingConfigurable):
             if why_not:
                 return why_not
         return ""
-
-    #: image name -> (time.monotonic() of the read, facts); shared by every spawner
-    _image_facts: dict[str, tuple[float, dict]] = {}
-    #: seconds an image's facts are reused before Docker is asked again (a rebuilt tag)
-    image_facts_max_age = 60.0
-
-    async def image_facts(self, image: str) -> dict:
-        """What an image contains, from its labels, read at most once a minute per image
-        (the spawn page polls; Docker is not asked for every card of every poll).
-
-        Returns {"python", "framework", "framework_version", "cuda", "description"};
-        ``{}`` when the image is not on this node.
-        """
-        cached = self._image_facts.get(image)
-        if cached is not None and time.monotonic() - cached[0] < self.image_facts_max_age:
-            return cached[1]
-        try:
-            info = await self.docker("inspect_image", image)
-        except (NotFound, APIError):
-            facts = {}
-        else:
-            labels = (info.get("Config") or {}).get("Labels") or {}
-            facts = {
-                "python": labels.get(LABEL_PREFIX + "python.version", ""),
-                "framework": labels.get(LABEL_PREFIX + "framework", ""),
-                "framework_version": labels.get(LABEL_PREFIX + "framework.version", ""),
-                "cuda": labels.get(LABEL_PREFIX + "cuda.version", ""),
-                "description": labels.get("org.opencontainers.image.description", ""),
-            }
-        self._image_facts[image] = (time.monotonic(), facts)
-        return facts

@@ -1,6 +1,6 @@
 """What every backend's spawner shares: profiles, pre-start hooks, progress, hook state.
 
-A backend (:class:`hub_ext.spawner.GPUDockerSpawner`, :class:`hub_ext.slurm.spawner.
+A backend (:class:`hub_ext.docker.spawner.GPUDockerSpawner`, :class:`hub_ext.slurm.spawner.
 GPUSlurmSpawner`) mixes :class:`SpawnerCore` in before its JupyterHub spawner base and
 calls, in its ``start()``:
 

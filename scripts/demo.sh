@@ -18,7 +18,9 @@ while [ "$#" -gt 0 ]; do
     *) echo "usage: $0 [--backend docker|slurm]" >&2; exit 2 ;;
   esac
 done
-bash scripts/setup.sh
+# the notebook images the demo serves; the hub itself runs from .venv, so the hub and
+# postgres images (docker-compose.yml's) are not built here
+bash scripts/setup.sh base pytorch
 if [ "$GPUHUB_BACKEND" = slurm ]; then
   bash scripts/slurm-cluster.sh start
   bash scripts/slurm-cluster.sh image gpuhub/base:latest gpuhub/pytorch:latest

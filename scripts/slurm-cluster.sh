@@ -10,6 +10,7 @@
 #   scripts/slurm-cluster.sh image gpuhub/base:latest
 #                                     # unpacks a local Docker image for the nodes'
 #                                     # container runtime: DIR/images/gpuhub_base_latest/rootfs
+#                                     # and its labels beside it, labels.json
 #                                     # (kept while the image id is the same)
 #
 # Why namespaces: Debian's slurm-wlm 22.05 *is* built with multiple-slurmd mode
@@ -198,13 +199,18 @@ image() {  # unpack a Docker image's filesystem where every node reads it
   local name=$1 id dest tmp
   id=$(docker image inspect --format '{{.Id}}' "$name")
   dest=$DIR/images/$(tr '/:' '__' <<<"$name")
-  if [ "$(cat "$dest/image-id" 2>/dev/null)" = "$id" ]; then say "$name is current in $dest"; return; fi
+  if [ "$(cat "$dest/image-id" 2>/dev/null)" = "$id" ]; then
+    [ -s "$dest/labels.json" ] || docker image inspect --format '{{json .Config.Labels}}' "$name" >"$dest/labels.json"
+    say "$name is current in $dest"; return
+  fi
   tmp=$dest.new
   rm -rf "$tmp"; mkdir -p "$tmp/rootfs"
   local cid; cid=$(docker create "$name")
   docker export "$cid" | tar -x -C "$tmp/rootfs"
   docker rm "$cid" >/dev/null
   echo "$id" >"$tmp/image-id"
+  # the image's labels (Python, framework, CUDA), which the spawn page's cards show
+  docker image inspect --format '{{json .Config.Labels}}' "$name" >"$tmp/labels.json"
   chmod 0755 "$tmp" "$tmp/rootfs"
   rm -rf "$dest"; mv "$tmp" "$dest"
   say "$name unpacked in $dest"

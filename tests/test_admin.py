@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from hub_ext.admin import board
-from hub_ext.inventory import devices_from_json
-from hub_ext.pool import Allocation, ServerKey
+from hub_ext.docker.board import board
+from hub_ext.docker.inventory import devices_from_json
+from hub_ext.docker.pool import Allocation, ServerKey
 
 SINCE = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 NODE = {"devices": [

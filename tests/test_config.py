@@ -37,7 +37,7 @@ def configure(tmp_path, monkeypatch, **env):
 def test_defaults_are_production_shaped(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch)
     assert "gpuhub_short_lines" in c.JupyterHub.logging_config["handlers"]["console"]["filters"]
-    assert c.JupyterHub.spawner_class == "hub_ext.spawner.GPUDockerSpawner"
+    assert c.JupyterHub.spawner_class == "hub_ext.docker.spawner.GPUDockerSpawner"
     assert c.GPUPool.inventory_class == "nvml"
     assert c.GPUDockerSpawner.network_name == "gpuhub"  # a bridge network
     assert "host_network" not in c.GPUDockerSpawner
@@ -275,3 +275,10 @@ def test_the_cli_service_reads_the_gpu_board_and_nothing_else(tmp_path, monkeypa
         "scopes": [GPUS_SCOPE],
         "services": ["gpuhub-cli"],
     }
+
+
+def test_on_slurm_runs_are_recorded_and_the_culler_reads_no_local_gpus(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND="slurm")
+    assert c.JupyterHub.spawner_class == "hub_ext.slurm.spawner.GPUSlurmSpawner"
+    assert c.GPUSlurmSpawner.before_container_hooks == [CREDITS_HOOK, HOOK]
+    assert c.Culler.read_gpus is False

@@ -22,9 +22,9 @@ from sqlalchemy.orm import Session
 
 from hub_ext.culler_arbiter import CONFIG_TEXT, ENV, ProfileIdleLimits
 from hub_ext.culling import Culler, Limits, assess, cull_message, duration
-from hub_ext.inventory import SimulatedInventory
+from hub_ext.docker.inventory import SimulatedInventory
+from hub_ext.docker.pool import GPUPool, ServerKey
 from hub_ext.notices import notices
-from hub_ext.pool import GPUPool, ServerKey
 from hub_ext.runs import ServerRun
 from hub_ext.stopping import stop_server
 

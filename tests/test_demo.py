@@ -29,6 +29,13 @@ pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
 @pytest.fixture
 async def demo(tmp_path, docker_client, notebook_image):
+    async for running in run_demo(tmp_path, docker_client):
+        yield running
+
+
+async def run_demo(tmp_path, docker_client, *args: str):
+    """``scripts/demo.sh ARGS`` as a person runs it, on ports and names of its own; yields
+    what a test needs of it once its hub answers, and stops it afterwards."""
     hub_id = "d" + secrets.token_hex(4)
     port = random_port()
     env = {
@@ -44,7 +51,7 @@ async def demo(tmp_path, docker_client, notebook_image):
         "GPUHUB_WORKSPACE": f"{hub_id}-user-{{username}}",
     }
     log = open(tmp_path / "demo.log", "wb")
-    proc = subprocess.Popen(["bash", "scripts/demo.sh"], cwd=REPO, env=env, stdout=log,
+    proc = subprocess.Popen(["bash", "scripts/demo.sh", *args], cwd=REPO, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -97,6 +104,21 @@ async def test_the_readme_demo_serves_a_hub_members_sign_in_to(demo):
         assert r.status_code == 403
         assert "Not a member of this hub" in r.text
     assert "SIMULATED node of 2 GPUs" in log.read_text()
+
+
+@pytest.mark.slurm
+async def test_the_readme_demo_on_slurm_shows_the_clusters_free_gpus(
+        tmp_path, docker_client, notebook_image, slurm_cluster):
+    async for demo in run_demo(tmp_path, docker_client, "--backend", "slurm"):
+        async with httpx.AsyncClient(timeout=30) as alice:
+            r = await oidc_login(alice, demo.url, "alice", provider_auth=("alice", demo.secret))
+            assert r.status_code == 302, r.text
+            page = await alice.get(demo.url + "/hub/spawn", follow_redirects=True)
+            assert page.status_code == 200
+            assert re.search(r"\d of 4 GPUs free now", page.text)  # two nodes, two each
+            assert "(simulated GPUs)" not in page.text  # Slurm's own GPUs, not the pool's
+            model = (await alice.get(demo.url + "/hub/api/gpuhub/availability")).json()
+            assert (model["inventory"], model["total"]) == ("slurm", 4)
 
 
 async def test_gpuhub_credits_finds_the_demos_own_credits_service(demo):

@@ -208,6 +208,23 @@ async def test_a_start_cancelled_right_after_its_grant_is_forgotten(line, hub_db
     await join(line, "bob")  # and the next join is not refused by a row left behind
 
 
+async def test_a_stop_just_after_the_grant_still_stops_the_start(line):
+    # The other order: the GPU is granted first, then the member stops the pending server
+    # before the waiting start resumes.  Python 3.11's asyncio.wait_for returns the result
+    # of a future that completed alongside its own cancellation (bpo-42130, changed in
+    # 3.12), which would let this start go on after its stop.
+    await join(line, "bob")
+    waiting = asyncio.ensure_future(line.wait_turn(("bob", ""), lambda _: None))
+    await asyncio.sleep(0.05)
+    line.backend.free = 1
+    line.dispatch()  # bob's turn ...
+    waiting.cancel()  # ... and his stop, in the same step
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert line.granted == {}
+    assert line.backend.free == 1  # the grant went back
+
+
 async def test_a_join_cancelled_while_its_row_is_written_leaves_no_row(line, hub_db):
     joining = asyncio.ensure_future(join(line, "bob"))
     await asyncio.sleep(0)  # the insert is submitted

@@ -5,8 +5,8 @@ by pynvml in a child Python process through LD_LIBRARY_PATH (a process loads
 libnvidia-ml.so.1 once, so each test gets its own).  The child keeps NVML initialised
 between reads, as the hub does.
 
-Imports stay minimal (pytest, pynvml, hub_ext.inventory, hub_ext.nvml): the ``gpu`` test runs
-on a GPU machine that has nvidia-ml-py and little else.
+Imports stay minimal (pytest, pynvml, hub_ext.docker.inventory, hub_ext.docker.nvml): the
+``gpu`` test runs on a GPU machine that has nvidia-ml-py and little else.
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from hub_ext.inventory import InventoryError, SimulatedInventory
-from hub_ext.nvml import NVMLInventory
-from hub_ext.pool import AllocationRefused, GPUPool, ServerKey
+from hub_ext.docker.inventory import InventoryError, SimulatedInventory
+from hub_ext.docker.nvml import NVMLInventory
+from hub_ext.docker.pool import AllocationRefused, GPUPool, ServerKey
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # The child: one NVMLInventory, driven by "read" / "close" lines on stdin, answering JSON lines.
 _CHILD = r"""
 import json, sys
-from hub_ext.inventory import InventoryError
-from hub_ext.nvml import NVMLInventory
+from hub_ext.docker.inventory import InventoryError
+from hub_ext.docker.nvml import NVMLInventory
 
 inventory = NVMLInventory()
 for line in sys.stdin:

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from hub_ext.inventory import SimulatedInventory
-from hub_ext.pool import AllocationRefused, GPUPool, ServerKey
+from hub_ext.docker.inventory import SimulatedInventory
+from hub_ext.docker.pool import AllocationRefused, GPUPool, ServerKey
 
 
 def node(tmp_path, devices):

@@ -1,6 +1,8 @@
 """The hub's managed services (the reference credits service, jupyterhub-idle-culler) live
 and die with it: a hub killed with SIGKILL leaves none behind, and the next hub starts each
-at the first try (hub_ext/service_guard.py)."""
+at the first try (hub_ext/service_guard.py); a hub stopped with SIGTERM first stops its
+own periodic passes (hub_ext/periodic.py), then each service at the first signal
+JupyterHub sends, whatever signals the hub was started with ignoring."""
 
 from __future__ import annotations
 
@@ -13,10 +15,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+from jupyterhub.utils import random_port
 
 from hub_ext import service_guard
-from hub_ext.credits.hubconfig import HUB_TOKEN_FILE, api_url
+from hub_ext.credits.client import CreditsClient
+from hub_ext.credits.errors import CreditsError
+from hub_ext.credits.hubconfig import ADMIN_TOKEN_FILE, HUB_TOKEN_FILE, api_url
 from tests.fixtures.hub import eventually
+from tests.test_credits_hub import FAST, PROFILES, ledger
 
 
 def processes_mentioning(text: str) -> dict[int, list[str]]:
@@ -175,3 +181,69 @@ def assert_eventually(check, timeout: float = 20) -> None:
     while not check():
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.05)
+
+
+@pytest.mark.docker
+@pytest.mark.hub
+async def test_sigterm_stops_the_passes_then_each_service_at_its_first_signal(
+        hub_factory, movable_clock, tmp_path, docker_client):
+    # started as `scripts/demo.sh &` from a script starts it: with SIGINT ignored, which
+    # every service inherits unless its guard gives the signal back
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text(PROFILES)
+    no_credits_api = {k: "" for k in os.environ if k.startswith("GPUHUB_CREDITS")}
+    hub = await hub_factory(
+        extra_config=movable_clock.hub_config("CreditsHook") + FAST,
+        sigint_ignored=True, GPUHUB_PROFILES=str(profiles),
+        **{**no_credits_api, "GPUHUB_CREDITS_PORT": str(random_port())})
+    services = await eventually(lambda: _both(hub), what="both services running")
+    async with credits_admin(hub) as admin:
+        await eventually(lambda: _granted(admin, "ann", "10.00"), what="credits granted")
+        await hub.create_user("ann")
+        r = await hub.spawn("ann", {"profile": "gpu"})
+        assert r.status_code in (201, 202), r.text
+        await hub.wait_ready("ann")
+        paid = [("grant", "10.00"), ("debit", "1.00")]
+        assert await ledger(admin, "ann") == paid
+    [before] = [(c["Id"], c["Labels"]["io.gpuhub.devices"]) for c in hub.containers(docker_client)]
+    movable_clock.at(900)  # the second interval is due: a meter pass may be under way now
+
+    hub.proc.send_signal(signal.SIGTERM)
+    hub.proc.wait(120)  # a bound on a hang; the time it takes: benchmarks/hub_shutdown.py
+    shutdown = hub.log().rpartition("Received signal SIGTERM")[2]
+    assert "Stopping the hub's" in shutdown, "the periodic passes were not stopped"
+    assert shutdown.index("Stopping the hub's") < shutdown.index("Cleaning up 2 services")
+    for name, pid in services.items():
+        assert f"Interrupting {pid}" in shutdown, name  # JupyterHub's first signal, SIGINT
+        assert f"Terminating {pid}" not in shutdown, f"{name} did not stop on SIGINT"
+    assert "Credits API" not in shutdown  # no call failed against the stopped service
+    assert not processes_mentioning(str(hub.state_dir))
+
+    await hub.start()
+    await eventually(lambda: _both(hub), what="both services of the new hub")
+    await eventually(lambda: hub.running("ann"), what="ann's server running after restart")
+    assert [(c["Id"], c["Labels"]["io.gpuhub.devices"])
+            for c in hub.containers(docker_client)] == [before]  # same container, same GPU
+    async with credits_admin(hub) as admin:
+        # the second interval charged once, whether before, during or after the shutdown
+        await eventually(lambda: _ledger_is(admin, "ann", paid + [("debit", "1.00")]),
+                         what="ann's ledger: the grant and two debits")
+
+
+def credits_admin(hub) -> CreditsClient:
+    """A client of the hub's own credits service, with its admin token."""
+    token = (hub.state_dir / ADMIN_TOKEN_FILE).read_text().strip()
+    url = api_url(type("S", (), {"credits_port": int(hub.env["GPUHUB_CREDITS_PORT"])}))
+    return CreditsClient(url=url, token=token, max_attempts=1)
+
+
+async def _granted(admin: CreditsClient, user: str, amount: str) -> bool:
+    try:
+        await admin.grant(user, amount, key=f"test-grant-{user}")
+    except CreditsError:  # not listening yet
+        return False
+    return True
+
+
+async def _ledger_is(admin: CreditsClient, user: str, expected) -> bool:
+    return await ledger(admin, user) == expected

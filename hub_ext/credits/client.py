@@ -32,19 +32,15 @@ import logging
 import os
 import random
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 from traitlets import Any as AnyTrait
 from traitlets import Float, Integer, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
-from .amounts import format_amount, parse_amount, to_cents
-from .contract import MAX_ID, MAX_TEXT, metadata_problem, username_problem
+from .contract import MAX_ID
 from .errors import (
     AccountNotFound,
     CreditsAuthError,
@@ -57,10 +53,19 @@ from .errors import (
     InvalidCreditsRequest,
     RefundExceedsDebit,
 )
+from .wire import (
+    Account,
+    Transaction,
+    account_path,
+    answer_amount,
+    checked_key,
+    parse_account,
+    parse_transaction,
+    retry_after_seconds,
+    write_body,
+)
 
 __all__ = ["Account", "CreditsClient", "Transaction"]
-
-TRANSACTION_KINDS = frozenset({"debit", "refund", "grant"})
 
 # Statuses each operation documents (openapi.yaml); anything else below 500 is a contract error.
 _DOCUMENTED = {
@@ -70,36 +75,6 @@ _DOCUMENTED = {
     "grant": {200, 201, 401, 403, 409, 422},
     "transactions": {200, 400, 401, 404},
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Account:
-    """One credits account (schema ``Account``): ``balance`` in credits."""
-
-    username: str
-    balance: Decimal
-    updated_at: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Transaction:
-    """One ledger entry (schema ``Transaction``).
-
-    ``amount`` and ``balance`` (the balance after this transaction) are in credits.
-    ``replayed`` is true when the service answered 200: the write had already been made
-    with the same Idempotency-Key and this is the original result.
-    """
-
-    transaction_id: str
-    kind: str
-    username: str
-    amount: Decimal
-    balance: Decimal
-    created_at: datetime
-    reason: str | None = None
-    debit_id: str | None = None
-    metadata: dict[str, str] = field(default_factory=dict)
-    replayed: bool = False
 
 
 class CreditsClient(LoggingConfigurable):
@@ -225,9 +200,9 @@ class CreditsClient(LoggingConfigurable):
 
         Raises :class:`AccountNotFound` when the user has no account (never granted).
         """
-        response = await self._request("GET", _account_path(username), label=f"balance {username}")
+        response = await self._request("GET", account_path(username), label=f"balance {username}")
         data = self._check("balance", response, username)
-        return _parse_account(data, username)
+        return parse_account(data, username)
 
     async def debit(
         self,
@@ -246,16 +221,16 @@ class CreditsClient(LoggingConfigurable):
         is there), :class:`AccountNotFound`, :class:`IdempotencyConflict` (the key was used
         with other arguments) or :class:`InvalidCreditsRequest`.
         """
-        body = _write_body(amount, reason=reason, metadata=metadata)
+        body = write_body(amount, reason=reason, metadata=metadata)
         response = await self._request(
             "POST",
-            _account_path(username, "debits"),
-            label=f"debit {username} {body['amount']} key={_checked_key(key)}",
+            account_path(username, "debits"),
+            label=f"debit {username} {body['amount']} key={checked_key(key)}",
             json=body,
             key=key,
         )
         data = self._check("debit", response, username)
-        return _parse_transaction(
+        return parse_transaction(
             data, username, kind="debit", replayed=response.status_code == 200
         )
 
@@ -276,19 +251,19 @@ class CreditsClient(LoggingConfigurable):
         :class:`AccountNotFound`, :class:`IdempotencyConflict` or
         :class:`InvalidCreditsRequest`; ValueError for a ``debit_id`` not 1 to 255 characters.
         """
-        body = _write_body(amount, reason=reason)
+        body = write_body(amount, reason=reason)
         if not isinstance(debit_id, str) or not 1 <= len(debit_id) <= MAX_ID:
             raise ValueError(f"debit_id must be a transaction id of 1 to {MAX_ID} characters")
         body["debit_id"] = debit_id
         response = await self._request(
             "POST",
-            _account_path(username, "refunds"),
-            label=f"refund {username} {body['amount']} of {debit_id} key={_checked_key(key)}",
+            account_path(username, "refunds"),
+            label=f"refund {username} {body['amount']} of {debit_id} key={checked_key(key)}",
             json=body,
             key=key,
         )
         data = self._check("refund", response, username)
-        return _parse_transaction(
+        return parse_transaction(
             data, username, kind="refund", replayed=response.status_code == 200
         )
 
@@ -306,16 +281,16 @@ class CreditsClient(LoggingConfigurable):
         Needs an admin token: raises :class:`CreditsAuthError` (403) with a hub token.  Also
         raises :class:`IdempotencyConflict` or :class:`InvalidCreditsRequest`.
         """
-        body = _write_body(amount, reason=reason, metadata=metadata)
+        body = write_body(amount, reason=reason, metadata=metadata)
         response = await self._request(
             "POST",
-            _account_path(username, "grants"),
-            label=f"grant {username} {body['amount']} key={_checked_key(key)}",
+            account_path(username, "grants"),
+            label=f"grant {username} {body['amount']} key={checked_key(key)}",
             json=body,
             key=key,
         )
         data = self._check("grant", response, username)
-        return _parse_transaction(
+        return parse_transaction(
             data, username, kind="grant", replayed=response.status_code == 200
         )
 
@@ -335,7 +310,7 @@ class CreditsClient(LoggingConfigurable):
             params["before"] = before
         response = await self._request(
             "GET",
-            _account_path(username, "transactions"),
+            account_path(username, "transactions"),
             label=f"transactions {username}",
             params=params,
         )
@@ -343,7 +318,7 @@ class CreditsClient(LoggingConfigurable):
         entries = data.get("transactions")
         if not isinstance(entries, list):
             raise CreditsContractError("transactions answer without a `transactions` list")
-        page = [_parse_transaction(entry, username) for entry in entries]
+        page = [parse_transaction(entry, username) for entry in entries]
         next_before = data.get("next_before")
         if next_before is not None and not isinstance(next_before, str):
             raise CreditsContractError("transactions answer with a non-string `next_before`")
@@ -423,7 +398,7 @@ class CreditsClient(LoggingConfigurable):
                     self.log.debug("Credits API %s: %s", label, response.status_code)
                     return response
                 problem = f"HTTP {response.status_code}"
-                retry_after = _retry_after(response)
+                retry_after = retry_after_seconds(response)
             if attempt == self.max_attempts:
                 break
             delay = self._backoff(attempt, retry_after)
@@ -467,7 +442,7 @@ class CreditsClient(LoggingConfigurable):
             balance = data.get("balance")
             raise InsufficientCredits(
                 text,
-                balance=None if balance is None else _amount(balance, "balance"),
+                balance=None if balance is None else answer_amount(balance, "balance"),
                 code=code,
             )
         if status in (401, 403):
@@ -500,130 +475,3 @@ class CreditsClient(LoggingConfigurable):
                 f"Credits API {operation}: answer is not a JSON object", status=response.status_code
             )
         return data
-
-
-# -- helpers: requests ---------------------------------------------------------------------
-
-
-def _account_path(username: str, operation: str | None = None) -> str:
-    problem = username_problem(username)
-    if problem:
-        raise ValueError(f"username {str(username)[:40]!r} breaks the contract: {problem}")
-    path = "v1/accounts/" + quote(username, safe="")
-    return f"{path}/{operation}" if operation else path
-
-
-def _checked_key(key: str) -> str:
-    if not isinstance(key, str) or not 8 <= len(key) <= 255:
-        raise ValueError("Idempotency-Key must be a string of 8 to 255 characters")
-    return key
-
-
-def _write_body(
-    amount: Decimal | int | str,
-    *,
-    reason: str | None = None,
-    metadata: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """The JSON body of a write; raises ValueError (TypeError for wrong types) for what the
-    contract refuses: an amount not greater than zero, a reason over 500 characters,
-    metadata beyond 20 entries or with values over 500 characters."""
-    if to_cents(amount) == 0:
-        raise ValueError("an amount moved must be greater than zero (contract: PositiveAmount)")
-    body: dict[str, Any] = {"amount": format_amount(amount)}
-    if reason is not None:
-        if not isinstance(reason, str) or len(reason) > MAX_TEXT:
-            raise ValueError(f"reason must be a string of at most {MAX_TEXT} characters")
-        body["reason"] = reason
-    if metadata is not None:
-        metadata = dict(metadata)
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
-            raise TypeError("metadata keys and values must be strings")
-        problem = metadata_problem(metadata)
-        if problem:
-            raise ValueError(problem)
-        body["metadata"] = metadata
-    return body
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("Retry-After")
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
-
-# -- helpers: answers ----------------------------------------------------------------------
-
-
-def _amount(value: object, name: str) -> Decimal:
-    try:
-        return parse_amount(value)
-    except ValueError:
-        raise CreditsContractError(f"`{name}` is not a contract amount: {value!r}") from None
-
-
-def _string(data: dict, name: str, *, required: bool = True) -> str | None:
-    value = data.get(name)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str):
-        raise CreditsContractError(f"`{name}` missing or not a string")
-    return value
-
-
-def _timestamp(data: dict, name: str, *, required: bool = True) -> datetime | None:
-    value = _string(data, name, required=required)
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        raise CreditsContractError(f"`{name}` is not an RFC 3339 date-time: {value!r}") from None
-    if parsed.tzinfo is None:
-        raise CreditsContractError(f"`{name}` has no UTC offset: {value!r}")
-    return parsed
-
-
-def _parse_account(data: dict, username: str) -> Account:
-    name = _string(data, "username")
-    if name != username:
-        raise CreditsContractError(f"asked for account {username!r}, got {name!r}")
-    return Account(
-        username=name,
-        balance=_amount(data.get("balance"), "balance"),
-        updated_at=_timestamp(data, "updated_at", required=False),
-    )
-
-
-def _parse_transaction(
-    data: object, username: str, *, kind: str | None = None, replayed: bool = False
-) -> Transaction:
-    if not isinstance(data, dict):
-        raise CreditsContractError("transaction is not a JSON object")
-    got_kind = _string(data, "kind")
-    if got_kind not in TRANSACTION_KINDS or (kind is not None and got_kind != kind):
-        raise CreditsContractError(f"unexpected transaction kind {got_kind!r}")
-    name = _string(data, "username")
-    if name != username:
-        raise CreditsContractError(f"asked about account {username!r}, got {name!r}")
-    metadata = data.get("metadata") or {}
-    if not isinstance(metadata, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()
-    ):
-        raise CreditsContractError("`metadata` is not an object of strings")
-    created_at = _timestamp(data, "created_at")
-    assert created_at is not None
-    return Transaction(
-        transaction_id=_string(data, "transaction_id"),
-        kind=got_kind,
-        username=name,
-        amount=_amount(data.get("amount"), "amount"),
-        balance=_amount(data.get("balance"), "balance"),
-        created_at=created_at,
-        reason=_string(data, "reason", required=False),
-        debit_id=_string(data, "debit_id", required=False),
-        metadata=dict(metadata),
-        replayed=replayed,
-    )

@@ -1,6 +1,6 @@
 """CreditsHook: pay for a server before it starts, then for every interval it runs.
 
-Used as a spawner hook (:attr:`hub_ext.spawner.GPUDockerSpawner.before_container_hooks`)::
+Used as a spawner hook (:attr:`hub_ext.docker.spawner.GPUDockerSpawner.before_container_hooks`)::
 
     c.GPUDockerSpawner.before_container_hooks = ["hub_ext.credits.hook.CreditsHook"]
 
@@ -115,7 +115,7 @@ class _Void:
 class CreditsHook(Affordability, SingletonConfigurable):
     """Debits credits for servers: the first interval at spawn, then each interval it runs.
 
-    All spawner-facing methods take the spawner (a :class:`hub_ext.spawner.GPUDockerSpawner`
+    All spawner-facing methods take the spawner (a :class:`hub_ext.docker.spawner.GPUDockerSpawner`
     or anything with ``user``, ``name``, ``credits_per_hour``, ``profile_slug``,
     ``hook_state`` and ``emit``).  ``before_reserve`` and ``before_container`` raise
     ``tornado.web.HTTPError``;

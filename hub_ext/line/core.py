@@ -3,7 +3,7 @@
 One :class:`Line` per hub process (``Line.instance()``), shared by every spawner and the
 line's endpoints.  It is backend-neutral: what "free units" and "a grant" mean is asked of
 a *backend* (:class:`LineBackend`): the Docker backend's pool hands a freed GPU to the
-head of the line (:mod:`hub_ext.pool_line`); a Slurm backend, where a pending job is the
+head of the line (:mod:`hub_ext.docker.pool_line`); a Slurm backend, where a pending job is the
 place in line, needs none of the granting and uses the order and the sentences.
 
 A place is a pending spawn: the spawner's ``start()`` joins the line and awaits its turn
@@ -33,7 +33,7 @@ __all__ = ["Line", "LineBackend", "LineLeft", "LineRefused", "Place", "utcnow"]
 
 
 def pair(user: str, server: str) -> tuple[str, str]:
-    """A place's key: (user, server name), as :class:`hub_ext.pool.ServerKey` is."""
+    """A place's key: (user, server name), as :class:`hub_ext.docker.pool.ServerKey` is."""
     return (user, server)
 
 
@@ -85,7 +85,7 @@ class LineBackend(Protocol):
 class Place:
     """One waiting server.  ``queued_at`` in seconds since the epoch."""
 
-    key: tuple[str, str]  # (user, server name): hub_ext.pool.ServerKey
+    key: tuple[str, str]  # (user, server name): hub_ext.docker.pool.ServerKey
     profile: str
     profile_name: str
     units: str
@@ -383,9 +383,11 @@ class Line(SingletonConfigurable):
             on_update(self.describe(key))
             self.dispatch()
             left = place.queued_at + self.max_wait - utcnow()
-            try:
-                await asyncio.wait_for(asyncio.shield(place.waiter), max(left, 0))
-            except TimeoutError:
+            # asyncio.wait, not wait_for: under Python 3.11 wait_for returns the result of
+            # a waiter granted alongside the task's cancellation (bpo-42130), and the stop
+            # would be lost; asyncio.wait raises it and leaves the waiter as it is.
+            done, _ = await asyncio.wait({place.waiter}, timeout=max(left, 0))
+            if not done:
                 within = (f"{self.max_wait:g} s" if self.max_wait < 60
                           else f"{self.max_wait / 60:g} min")
                 self.remove(key, "expired", f"Your place in line for {place.profile_name} "

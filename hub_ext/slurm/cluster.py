@@ -102,6 +102,150 @@ class QueuedJob:
 
 
 @dataclass
+class JobGPUs:
+    """A job and the GPUs it holds (``scontrol -d show job``): ``gpus`` maps each node to
+    the GPU indexes Slurm gave the job there (the ``IDX`` of its GRES)."""
+
+    job_id: str
+    name: str
+    user: str
+    state: str
+    partition: str
+    start: str  # StartTime, Slurm's local ISO time ("" when unknown)
+    reason: str = ""
+    gpus: dict[str, list[int]] = field(default_factory=dict)
+
+
+#: the highest GPU index on a node that the hub reads (gres.conf: far fewer per node)
+MAX_GPU_INDEX = 1023
+_INDEX_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
+
+
+def parse_indexes(text: str) -> list[int]:
+    """``0-1,3`` -> ``[0, 1, 3]`` (Slurm's index lists).  A part that is not an index or
+    a range (``1-2-3``) is passed over, and indexes beyond :data:`MAX_GPU_INDEX` are
+    dropped: the text may come from a job name (see :func:`parse_job_details`)."""
+    out: list[int] = []
+    for part in text.split(","):
+        match = _INDEX_RANGE.fullmatch(part)
+        if match:
+            low, high = int(match[1]), int(match[2] or match[1])
+            out.extend(range(low, min(high, MAX_GPU_INDEX) + 1))
+    return out
+
+
+#: the most node names one hostlist may expand to (more is no cluster's: passed over)
+MAX_HOSTS = 4096
+_BRACKETS = re.compile(r"\[([^\[\]]*)\]")
+
+
+def expand_hostlist(text: str, limit: int = MAX_HOSTS) -> list[str]:
+    """Slurm's hostlist -> node names, as ``scontrol show hostnames`` prints them:
+    ``node[1-3,5]``, ``gpu[09-11]`` (zero-padded as written), ``a,b[1-2]``,
+    ``r[1-2]n[1-2]``.  ``[]`` for text that is not a hostlist or names over ``limit``
+    nodes (the text may come from a job name, see :func:`parse_job_details`)."""
+    names: list[str] = []
+    for item in re.split(r",(?![^\[]*\])", text):
+        expanded, pos = [""], 0
+        for group in _BRACKETS.finditer(item):
+            values = []
+            for part in group[1].split(","):
+                match = _INDEX_RANGE.fullmatch(part)
+                if match is None:
+                    return []
+                low, high = int(match[1]), int(match[2] or match[1])
+                if high - low + len(values) >= limit:
+                    return []
+                values += [str(i).zfill(len(match[1])) for i in range(low, high + 1)]
+            if len(expanded) * len(values) > limit:
+                return []
+            prefix = item[pos:group.start()]
+            if "[" in prefix or "]" in prefix:
+                return []
+            expanded = [e + prefix + v for e in expanded for v in values]
+            pos = group.end()
+        tail = item[pos:]
+        if not item or "[" in tail or "]" in tail:
+            return []
+        names += [e + tail for e in expanded]
+        if len(names) > limit:
+            return []
+    return names
+
+
+_FIELD = re.compile(r"(\w[\w/:]*)=(\S*)")
+#: a line's first field, written by Slurm before any text a submitter chose
+_JOB_ID = re.compile(r"JobId=(\S+)")
+_NODE_GRES = re.compile(r"Nodes=(\S+) CPU_IDs=\S+ Mem=\S+ GRES=(\S*)")
+_IDX = re.compile(r"gpu(?::[^:(,]+)?(?::\d+)?\(IDX:([\d,-]+)\)")
+
+
+def parse_job_details(out: str) -> list[JobGPUs]:
+    """``scontrol -d -o show job`` (one line per job) -> :class:`JobGPUs`; a line that does
+    not start with a job id ("No jobs in the system") is skipped.
+
+    ``scontrol`` prints a job's name, comment and paths raw, so a submitter can write
+    ``JobId=7`` or ``GRES=gpu(IDX:0)`` into them (``-o`` has no quoting).  The job id is
+    therefore taken from the start of its line only, and a job id found at the start of
+    two lines (a name with a line break can print a whole line) gets no GPUs: the board
+    never pairs a GPU with a job, and a Stop button with a member's server, on the word
+    of such text.  The other fields are the line's last of each name (display only).
+    """
+    jobs = []
+    starts: dict[str, int] = {}
+    for line in out.splitlines():
+        first = _JOB_ID.match(line)
+        if first is None:
+            continue
+        fields = dict(_FIELD.findall(line))
+        fields["JobId"] = first.group(1)
+        starts[first.group(1)] = starts.get(first.group(1), 0) + 1
+        gpus = {}
+        for nodes, gres in _NODE_GRES.findall(line):
+            indexes = [i for m in _IDX.findall(gres) for i in parse_indexes(m)]
+            for node in expand_hostlist(nodes) if indexes else []:
+                gpus[node] = indexes  # nodes with the same GPUs share one entry
+        start = fields.get("StartTime", "")
+        jobs.append(JobGPUs(
+            fields["JobId"], fields.get("JobName", ""),
+            fields.get("UserId", "").split("(", 1)[0], fields.get("JobState", ""),
+            fields.get("Partition", ""), "" if start in ("Unknown", "None") else start,
+            fields.get("Reason", ""), gpus))
+    for job in jobs:
+        if starts[job.job_id] > 1:
+            job.gpus = {}
+    return [job for i, job in enumerate(jobs)
+            if all(other.job_id != job.job_id for other in jobs[:i])]
+
+
+#: ``squeue -o``: the job name (``%j``, the submitter's text, which may hold ``|``) last
+QUEUE_FORMAT = "%i|%T|%u|%P|%Q|%r|%N|%j"
+
+
+def parse_queue(out: str) -> list[QueuedJob]:
+    """``squeue -h -o QUEUE_FORMAT`` -> the jobs, pending ones in Slurm's priority order
+    (highest first, then by job id, as the scheduler takes them), then the others.  The
+    name is split off last, so a ``|`` in it cannot move the job to another partition or
+    priority."""
+    jobs = []
+    for line in out.splitlines():
+        cols = line.split("|", 7)
+        if len(cols) < 8:
+            continue
+        job_id, state, user, partition, prio, reason, node, name = cols
+        jobs.append(QueuedJob(job_id, state, user, name, partition,
+                              int(prio) if prio.isdigit() else 0, reason, node))
+    pending = [j for j in jobs if j.state == "PENDING"]
+    pending.sort(key=lambda j: (-j.priority, int(j.job_id.split("_")[0])))
+    return pending + [j for j in jobs if j.state != "PENDING"]
+
+
+#: Shared clusters per environment (the spawn page, its endpoint and the board read one
+#: cached node list, not one per spawner).
+_shared: dict[tuple, SlurmCluster] = {}
+
+
+@dataclass
 class SlurmCluster:
     """The Slurm commands, run off the event loop.  ``env`` is added to the commands'
     environment (e.g. ``{"SLURM_CONF": ...}``); ``prefix`` runs them elsewhere, e.g.
@@ -111,6 +255,8 @@ class SlurmCluster:
     prefix: list[str] = field(default_factory=list)
     timeout: float = 10.0
     cache_seconds: float = 5.0
+    #: the partition jobs go to when they name none (marked ``*`` by sinfo)
+    default_partition: str = ""
     _nodes: tuple[float, list[Node]] | None = None
 
     async def run(self, *argv: str, user: str | None = None, input: str | None = None,
@@ -154,7 +300,8 @@ class SlurmCluster:
             if len(cols) < 7:
                 continue
             name, partition, state, gres, used, address, reason = cols[:7]
-            partition = partition.rstrip("*")
+            if partition.endswith("*"):
+                partition = self.default_partition = partition.rstrip("*")
             if name in by_name:
                 by_name[name].partitions.append(partition)
                 continue
@@ -165,6 +312,22 @@ class SlurmCluster:
         self._nodes = (time.monotonic(), nodes)
         return nodes
 
+    @classmethod
+    def shared(cls, env: dict[str, str]) -> SlurmCluster:
+        """The one cluster object of this hub process for ``env`` (its cache shared)."""
+        key = tuple(sorted(env.items()))
+        if key not in _shared:
+            _shared[key] = cls(env=dict(env))
+        return _shared[key]
+
+    async def job_gpus(self, job_id: str = "") -> list[JobGPUs]:
+        """Every job Slurm knows (or the one ``job_id``), with the GPU indexes each
+        running one holds (``scontrol -d -o show job``, read by
+        :func:`parse_job_details`).  Raises :class:`SlurmUnavailable` as :meth:`run`
+        does, also for a ``job_id`` Slurm no longer knows."""
+        return parse_job_details(await self.run("scontrol", "-d", "-o", "show", "job",
+                                                *([job_id] if job_id else [])))
+
     async def free_gpus(self, partition: str, gres: str) -> int:
         """Free GPUs of ``gres``'s type on ``partition``'s available nodes."""
         kind, _ = parse_gres_request(gres)
@@ -173,18 +336,7 @@ class SlurmCluster:
     async def queue(self) -> list[QueuedJob]:
         """Every job Slurm knows, pending ones in Slurm's priority order (highest first,
         then by job id, as the scheduler takes them), then the others."""
-        out = await self.run("squeue", "-h", "-o", "%i|%T|%u|%j|%P|%Q|%r|%N")
-        jobs = []
-        for line in out.splitlines():
-            cols = line.split("|")
-            if len(cols) < 8:
-                continue
-            job_id, state, user, name, partition, prio, reason, node = cols[:8]
-            jobs.append(QueuedJob(job_id, state, user, name, partition,
-                                  int(prio) if prio.isdigit() else 0, reason, node))
-        pending = [j for j in jobs if j.state == "PENDING"]
-        pending.sort(key=lambda j: (-j.priority, int(j.job_id.split("_")[0])))
-        return pending + [j for j in jobs if j.state != "PENDING"]
+        return parse_queue(await self.run("squeue", "-h", "-o", QUEUE_FORMAT))
 
     async def start_times(self) -> dict[str, str]:
         """Job id -> Slurm's expected start time (``squeue --start``), ISO text, for the

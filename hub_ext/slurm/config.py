@@ -11,9 +11,11 @@ from __future__ import annotations
 SHARED = ("profile_list", "image", "default_url", "start_timeout", "http_timeout",
           "gpu_idle_timeout", "cull_idle_timeout", "cull_max_age")
 
-#: Pre-start hooks the Slurm backend runs (the credits debit, undo and meter).  The
-#: culler's GPU-idle watch reads NVML on the hub's own machine, which a Slurm hub is not.
-HOOKS = ("hub_ext.credits.hook.CreditsHook",)
+#: Pre-start hooks the Slurm backend runs: the credits debit, undo and meter, and the
+#: culler (maximum age, and the run records ``gpuhub usage`` reads).  The culler's GPU-idle
+#: watch reads NVML on the hub's own machine, which a Slurm hub is not: it is off
+#: (``c.Culler.read_gpus = False``).
+HOOKS = ("hub_ext.credits.hook.CreditsHook", "hub_ext.culling.Culler")
 
 
 def apply_slurm_config(c, settings) -> None:
@@ -27,6 +29,7 @@ def apply_slurm_config(c, settings) -> None:
             h for h in docker.before_container_hooks
             if isinstance(h, str) and h in HOOKS
         ]
+    c.Culler.read_gpus = False
     if settings.slurm_conf:
         slurm.slurm_env = {"SLURM_CONF": settings.slurm_conf}
     for trait, value in (("req_partition", settings.slurm_partition),

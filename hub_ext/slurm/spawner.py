@@ -34,7 +34,9 @@ from tornado import web
 from traitlets import Dict, Float, Int, Unicode, Union, default
 
 from .. import metrics
+from ..spawn_page import SpawnPage
 from ..spawner_core import SpawnerCore
+from .availability import SlurmAvailability
 from .cluster import UNREACHABLE_MESSAGE, SlurmCluster, SlurmUnavailable
 from .line import place_in_line
 
@@ -77,8 +79,10 @@ exec {{container}} {{cmd}}
 """
 
 
-class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
-    """A SlurmSpawner with profiles, credits, progress and the line of the Docker backend."""
+class GPUSlurmSpawner(SpawnPage, SlurmAvailability, SpawnerCore, SlurmSpawner):
+    """A SlurmSpawner with profiles, credits, progress and the line of the Docker backend,
+    and its spawn page (:mod:`hub_ext.spawn_page`, free GPUs from Slurm:
+    :mod:`hub_ext.slurm.availability`)."""
 
     image = Unicode(
         "gpuhub/base:latest",
@@ -213,6 +217,10 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
         # (munge) knows the job as theirs
         return "runuser -u {username} --"
 
+    @default("options_form")
+    def _default_options_form(self):
+        return self._render_options_form
+
     @default("batch_script")
     def _default_batch_script(self):
         return BATCH_SCRIPT
@@ -228,8 +236,9 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.init_core()
-        self.cluster = SlurmCluster(env=dict(self.slurm_env))
+        self.cluster = SlurmCluster.shared(self.slurm_env)  # one cached node list
         self._hooks_done: list | None = None
+        self.gpu_devices: list[str] = []  # the running job's GPUs (the run record)
 
     # -- the batch job -----------------------------------------------------------------
 
@@ -246,7 +255,12 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
         return entry.pw_uid, entry.pw_gid
 
     def rootfs(self) -> str:
-        return str(Path(self.image_dir) / self.image.replace("/", "_").replace(":", "_")
+        return self.rootfs_of(self.image)
+
+    def rootfs_of(self, image: str) -> str:
+        """Where the nodes find ``image`` unpacked: ``image_dir/<image, / and : as _>/
+        rootfs``."""
+        return str(Path(self.image_dir) / image.replace("/", "_").replace(":", "_")
                    / "rootfs")
 
     def prepare_workspace(self) -> str:
@@ -371,10 +385,22 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
         elif status == JobStatus.RUNNING and self._hooks_done is None:
             self._hooks_done = []
             self.emit(30, f"Job {self.job_id} runs on {self.state_gethost()}")
+            self.gpu_devices = await self.job_devices()
             self._hooks_done = await self.run_start_hooks()
             self.persist_state()
             self.emit(50, "Waiting for JupyterLab to answer")
         return status
+
+    async def job_devices(self) -> list[str]:
+        """The GPUs Slurm gave the running job, as the board names them
+        (``<node>/gpu<index>``), for the run record; ``[]`` when Slurm cannot say."""
+        try:
+            jobs = await self.cluster.job_gpus(self.job_id)
+        except SlurmUnavailable as e:
+            self.log.warning("%s: no GPU list of job %s: %s", self._log_name, self.job_id, e)
+            return []
+        return [f"{node}/gpu{i}" for job in jobs for node, indexes in job.gpus.items()
+                for i in indexes]
 
     async def _report_place(self) -> None:
         last = getattr(self, "_last_place", (0.0, None))
@@ -437,11 +463,14 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSpawner):
 
     def get_state(self):
         state = super().get_state()
+        if self.profile_slug:  # the board names it after a hub restart too
+            state["gpuhub_profile"] = self.profile_slug
         state.update(self.hook_state_for_db())
         return state
 
     def load_state(self, state):
         super().load_state(state)
+        self.profile_slug = (state or {}).get("gpuhub_profile", "")
         self.restore_hook_state(state)
 
     def clear_state(self):

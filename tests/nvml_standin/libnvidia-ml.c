@@ -5,11 +5,11 @@
  *     gcc -shared -fPIC -Wl,-soname,libnvidia-ml.so.1 -o libnvidia-ml.so.1 libnvidia-ml.c -lpthread
  *
  * and loaded by the real pynvml bindings through LD_LIBRARY_PATH.  It exports only the entry
- * points hub_ext/nvml.py calls, under the (versioned) symbol names pynvml resolves, with the
+ * points hub_ext/docker/nvml.py calls, under the (versioned) symbol names pynvml resolves, with the
  * signatures, struct layouts and return codes of nvml.h.
  *
  * The node is described by the JSON file named in NVML_STANDIN_JSON, in the schema documented
- * in hub_ext/inventory.py.  The file is re-read whenever it changes (inode, size or mtime),
+ * in hub_ext/docker/inventory.py.  The file is re-read whenever it changes (inode, size or mtime),
  * checked on every call, so a test can change utilization or break a GPU while a process keeps
  * NVML initialised.  A file that cannot be parsed (e.g. caught mid-write) keeps the last good
  * state; nvmlInit fails with NVML_ERROR_DRIVER_NOT_LOADED when there is no good state at all.
@@ -335,7 +335,7 @@ static int read_gpu(const json *obj, int position, gpu_t *g) {
     unsigned long long v;
     memset(g, 0, sizeof *g);
     g->index = position;
-    g->memory_total_mib = 16384; /* the defaults of hub_ext.inventory.devices_from_json */
+    g->memory_total_mib = 16384; /* the defaults of hub_ext.docker.inventory.devices_from_json */
     strcpy(g->name, "Simulated GPU");
     if (obj->type != J_OBJ || get_text(obj, "uuid", g->uuid, TEXT) != 1) return -1;
     if (get_text(obj, "name", g->name, TEXT) < 0) return -1;

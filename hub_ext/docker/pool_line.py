@@ -1,10 +1,10 @@
 """The Docker backend's part of the line: the GPU pool grants freed units to its head.
 
 :class:`PoolGrants` is the :class:`hub_ext.line.LineBackend` of the pool.  The pool calls
-the line back whenever it releases an allocation (:attr:`hub_ext.pool.GPUPool.on_release`),
+the line back whenever it releases an allocation (:attr:`hub_ext.docker.pool.GPUPool.on_release`),
 in the same step and with no await in between, so the freed GPU is granted to the head of
 the line before any newcomer's spawn can run; a newcomer finds the line not empty and
-waits behind it (:meth:`hub_ext.spawner.GPUDockerSpawner.reserve_gpus`).
+waits behind it (:meth:`hub_ext.docker.spawner.GPUDockerSpawner.reserve_gpus`).
 
 Grants use the pool's last inventory read (no NVML call on the event loop); the line's own
 checks every ``c.Line.update_interval`` seconds pick up a device that became healthy or
@@ -13,7 +13,7 @@ free in between.
 
 from __future__ import annotations
 
-from .line import Line, Place
+from ..line import Line, Place
 from .pool import AllocationRefused, GPUPool, ServerKey, utcnow
 
 __all__ = ["PoolGrants", "attach_line"]
@@ -74,7 +74,7 @@ def attach_line(pool: GPUPool, db) -> Line:
     """The hub's line, attached to ``db`` and granting from ``pool`` (once per process)."""
     line = Line.instance(config=pool.config)
     if not isinstance(line.backend, PoolGrants):
-        from .culling import Culler
+        from ..culling import Culler
 
         def limits(key):
             if not Culler.initialized():

@@ -1,6 +1,6 @@
 """The container a member lives in: workspace, datasets, their own uid, limits, labels.
 
-:class:`MemberContainer` is a part of :class:`hub_ext.spawner.GPUDockerSpawner` (a
+:class:`MemberContainer` is a part of :class:`hub_ext.docker.spawner.GPUDockerSpawner` (a
 configurable mixin: its traits are set as ``c.GPUDockerSpawner.<trait>``).  Before anything
 is reserved, :meth:`~MemberContainer.container_settings` checks what the container will
 mount and run as and refuses with a plain sentence (a missing dataset, a bad uid mapping, a
@@ -23,11 +23,11 @@ from tornado import web
 from traitlets import Bool, Dict, Int, Unicode
 from traitlets.config import LoggingConfigurable
 
-from . import metrics
+from .. import metrics
+from ..profiles import LABEL_PREFIX
 
 #: Prefix of the labels on every server container (user, server, profile, devices, since,
-#: port, hook-state); :mod:`hub_ext.reconcile` and ``gpuhub gpus`` read them.
-LABEL_PREFIX = "io.gpuhub."
+#: port, hook-state); :mod:`hub_ext.docker.reconcile` and ``gpuhub gpus`` read them.
 
 
 class MemberContainer(LoggingConfigurable):

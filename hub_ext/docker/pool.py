@@ -20,7 +20,7 @@ first" becomes this check.
 
 Allocations are not persisted here: spawners keep theirs in spawner state and in labels
 on their containers, and give them back with :meth:`GPUPool.restore` after a hub restart
-(see :mod:`hub_ext.reconcile`).
+(see :mod:`hub_ext.docker.reconcile`).
 """
 
 from __future__ import annotations
@@ -34,9 +34,8 @@ from typing import NamedTuple
 from traitlets import Float, Int, Unicode, default, validate
 from traitlets.config import SingletonConfigurable
 
-from . import metrics
+from .. import metrics
 from .inventory import Device, Inventory, InventoryError, SimulatedInventory, allocatable_units
-from .periodic import ensure_task
 
 
 def utcnow() -> float:
@@ -143,7 +142,7 @@ class GPUPool(SingletonConfigurable):
         "",
         config=True,
         help="""For the simulated inventory: a path to a JSON device list (the schema in
-        hub_ext.inventory) or a number of idle GPUs.
+        hub_ext.docker.inventory) or a number of idle GPUs.
 
             c.GPUPool.simulated_devices = "2"
         """,
@@ -172,7 +171,7 @@ class GPUPool(SingletonConfigurable):
         30.0,
         config=True,
         help="""Seconds between passes that free devices whose container is gone and report
-        containers holding devices the hub does not know (hub_ext.reconcile).
+        containers holding devices the hub does not know (hub_ext.docker.reconcile).
 
             c.GPUPool.reconcile_interval = 30
         """,
@@ -194,21 +193,14 @@ class GPUPool(SingletonConfigurable):
         self._read_at = float("-inf")
         self._reading: asyncio.Future | None = None
         self._error: str = ""
-        self._reconciler: asyncio.Task | None = None
+        self._reconciler: asyncio.Task | None = None  # see reconcile.ensure_reconciler
         self._version = 0  # bumped on every allocation change
         self._free_cache: dict = {}
         #: called with each released Allocation (see :meth:`release`)
         self.on_release: list = []
         #: starts admitted by the hub's early refusal that have not reserved yet: owner ->
-        #: its spawner, whose ``gpu_claim`` says what it claims (hub_ext.spawner_line)
+        #: its spawner, whose ``gpu_claim`` says what it claims (hub_ext.docker.spawner_line)
         self.claims: dict[ServerKey, object] = {}
-
-    def ensure_reconciler(self, client_factory, hub_id: str) -> None:
-        """Start the periodic reconciliation (once per hub process; needs a running loop)."""
-        from .reconcile import reconcile_forever
-
-        self._reconciler = ensure_task(self._reconciler, lambda: reconcile_forever(
-            self, client_factory, hub_id, self.reconcile_interval))
 
     def _make_inventory(self) -> Inventory:
         if self.inventory_class == "simulated":
@@ -323,7 +315,7 @@ class GPUPool(SingletonConfigurable):
              mig_profile: str | None = None, profile: str = "") -> Allocation:
         """:meth:`allocate` on an inventory read already made, without yielding to the
         event loop (so the check and the record are atomic).  The line's grants use it
-        (:mod:`hub_ext.pool_line`).  Raises :class:`AllocationRefused`."""
+        (:mod:`hub_ext.docker.pool_line`).  Raises :class:`AllocationRefused`."""
         existing = self.allocations.get(owner)
         if existing is not None:
             if len(existing.uuids) == count:

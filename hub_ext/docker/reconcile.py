@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from .container import LABEL_PREFIX
-from .periodic import every
+from ..periodic import ensure_task, every
+from ..profiles import LABEL_PREFIX
 from .pool import GPUPool, ServerKey
 
 LIVE_STATES = {"created", "running", "restarting", "paused"}
@@ -109,3 +109,10 @@ async def reconcile_forever(pool: GPUPool, client_factory, hub_id: str, interval
                 log.debug("GPU inventory read in the reconciliation pass failed: %s", e)
 
     await every(lambda: interval, step, log, "GPU reconciliation pass", first_now=True)
+
+
+def ensure_reconciler(pool: GPUPool, client_factory, hub_id: str) -> None:
+    """Start :func:`reconcile_forever` for ``pool`` once per hub process (needs a running
+    event loop); later calls find the task running and do nothing."""
+    pool._reconciler = ensure_task(pool._reconciler, lambda: reconcile_forever(
+        pool, client_factory, hub_id, pool.reconcile_interval))

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 import pynvml
 
-from hub_ext.inventory import Device, GPUProcess, Inventory, InventoryError
+from hub_ext.docker.inventory import Device, GPUProcess, Inventory, InventoryError
 
 __all__ = ["NVMLInventory"]
 
@@ -36,7 +36,7 @@ class NVMLInventory(Inventory):
     """The GPUs of this node read through NVML; MIG devices nested in their GPU.
 
     NVML is initialised lazily on the first :meth:`read` (``nvmlInit``, once, under a lock)
-    and shut down by :meth:`close`.  Units follow :class:`~hub_ext.inventory.Device`: NVML
+    and shut down by :meth:`close`.  Units follow :class:`~hub_ext.docker.inventory.Device`: NVML
     gives memory in bytes, converted here to whole MiB (rounded down); utilization is the
     percentage of the last sample period (``nvmlDeviceGetUtilizationRates``); temperature is
     the GPU core sensor in degrees Celsius (``nvmlDeviceGetTemperature``,
@@ -59,7 +59,7 @@ class NVMLInventory(Inventory):
     def read(self) -> list[Device]:
         """Every GPU on the node, in NVML index order.  Blocking.
 
-        Raises :class:`~hub_ext.inventory.InventoryError` when NVML cannot be loaded or
+        Raises :class:`~hub_ext.docker.inventory.InventoryError` when NVML cannot be loaded or
         initialised (no driver) or cannot count the devices; a single sick GPU comes back
         with ``healthy=False`` and a ``health_reason`` instead.
         """

@@ -1,6 +1,6 @@
 """Reserving a start's GPUs, at once or after a wait in line: a part of the spawner.
 
-:class:`LineSpawner` is mixed into :class:`hub_ext.spawner.GPUDockerSpawner` (as the spawn
+:class:`LineSpawner` is mixed into :class:`hub_ext.docker.spawner.GPUDockerSpawner` (as the spawn
 page is).  Step 2 of a start (:meth:`LineSpawner.reserve_gpus`):
 
 - GPUs free and nobody waiting for this kind of unit: the pool reserves them at once;
@@ -33,12 +33,12 @@ from sqlalchemy.orm import object_session
 from tornado import web
 from traitlets.config import LoggingConfigurable
 
-from . import metrics
-from .choice import wants_wait
-from .line import LineLeft, LineRefused
-from .line.core import utcnow
-from .line.resume import ensure_keeper
-from .notices import notices
+from .. import metrics
+from ..choice import wants_wait
+from ..line import LineLeft, LineRefused
+from ..line.core import utcnow
+from ..line.resume import ensure_keeper
+from ..notices import notices
 from .pool import AllocationRefused
 from .pool_line import attach_line
 
@@ -79,7 +79,7 @@ class LineSpawner(LoggingConfigurable):
         return super().run_pre_spawn_hook()
 
     def check_start_limits(self) -> None:
-        """The hub's server limits (:mod:`hub_ext.server_limits`), places in line left
+        """The hub's server limits (:mod:`hub_ext.docker.server_limits`), places in line left
         out of the count; a place started again after a hub restart was admitted before."""
         line = self.line()
         if self.server_key not in line.places:
@@ -205,8 +205,8 @@ class LineSpawner(LoggingConfigurable):
         """GPU-hours of this member in the last ``c.Line.fair_share_days`` (0 when off)."""
         if not line.fair_share_days or self._db() is None:
             return 0.0
-        from . import runs
-        from .usage import gpu_seconds
+        from .. import runs
+        from ..usage import gpu_seconds
 
         now = datetime.now(UTC)
         since = now - timedelta(days=line.fair_share_days)

@@ -8,10 +8,10 @@ A start runs in this order (each step yields a ``progress()`` event):
 2. ask the hooks whether the start may go on at all (:meth:`GPUDockerSpawner.check_hooks`:
    the credits hook refuses a balance below the first interval with HTTP 402), before
    anything is reserved or any place in the line taken;
-3. reserve the profile's GPUs from :class:`hub_ext.pool.GPUPool`: refused at once with
+3. reserve the profile's GPUs from :class:`hub_ext.docker.pool.GPUPool`: refused at once with
    HTTP 409 and a sentence a member understands when none is free, or, when the member
    asked to wait (``user_options["wait"]``), a wait in line for them
-   (:mod:`hub_ext.spawner_line`, :mod:`hub_ext.line`);
+   (:mod:`hub_ext.docker.spawner_line`, :mod:`hub_ext.line`);
 4. run the pre-start hooks (:attr:`GPUDockerSpawner.before_container_hooks`, e.g. the
    credits debit), each with an undo for a failed start;
 5. create and start the container with a Docker ``DeviceRequest`` for exactly the
@@ -25,7 +25,7 @@ and ``clear_state()`` release too, idempotently: JupyterHub calls ``stop()`` aft
 failed start and may call it twice (JupyterHub docs, "Spawners").
 
 The allocation lives in spawner state (versioned) and in container labels, so a hub
-restart rebuilds it (:mod:`hub_ext.reconcile`).
+restart rebuilds it (:mod:`hub_ext.docker.reconcile`).
 
 What every backend shares (the member's choice of profile, the pre-start hooks and their
 undo, progress events, hook state, and their traits: ``credits_per_hour``, the culling
@@ -35,10 +35,10 @@ in; set them as ``c.GPUDockerSpawner.<trait>`` all the same.
 Four parts live in modules of their own, mixed into the class (their traits are set as
 ``c.GPUDockerSpawner.<trait>`` all the same): the member's choice (:mod:`hub_ext.choice`:
 the profile list, ``user_options`` validated and kept small, the form's fields), the
-container a member lives in (:mod:`hub_ext.container`: workspace, datasets, uid, limits,
+container a member lives in (:mod:`hub_ext.docker.container`: workspace, datasets, uid, limits,
 labels, the device request), the spawn page (:mod:`hub_ext.spawn_page`: the profile
-cards) and the reservation of the GPUs, at once or after a wait in line
-(:mod:`hub_ext.spawner_line`).
+cards, fed from the pool by :mod:`hub_ext.docker.availability`) and the reservation of the
+GPUs, at once or after a wait in line (:mod:`hub_ext.docker.spawner_line`).
 """
 
 from __future__ import annotations
@@ -62,20 +62,22 @@ from traitlets import (
     default,
 )
 
-from .container import LABEL_PREFIX, MemberContainer
+from ..notices import notices
+from ..profiles import LABEL_PREFIX, gpu_request
+from ..spawn_page import SpawnPage
+from ..spawner_core import STATE_VERSION, SpawnerCore
+from .availability import PoolAvailability
+from .container import MemberContainer
 from .inventory import InventoryError
-from .notices import notices
 from .pool import GPUPool, ServerKey
-from .profiles import gpu_request
+from .reconcile import ensure_reconciler
 from .server_limits import ServerLimits
-from .spawn_page import SpawnPage
-from .spawner_core import STATE_VERSION, SpawnerCore
 from .spawner_line import TOPIC as LINE_TOPIC
 from .spawner_line import LineSpawner
 
 
-class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, MemberContainer, SpawnerCore,
-                       DockerSpawner):
+class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, PoolAvailability, MemberContainer,
+                       SpawnerCore, DockerSpawner):
     """A DockerSpawner that gives each server exclusive GPUs and a chosen profile."""
 
     gpus = Union(
@@ -148,7 +150,7 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, MemberContainer, Sp
         self._start_timeout = self.start_timeout  # configured; a wait in line adds to it
         self._container_may_live = False  # a failed stop left the container behind
         self._labels_read = False  # poll() looked at the container's labels
-        self.pool.ensure_reconciler(lambda: self.client, self.hub_id)
+        ensure_reconciler(self.pool, lambda: self.client, self.hub_id)
         if self._db() is not None:
             self.line()  # the places kept from before a restart count from the start
 
@@ -441,7 +443,7 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, MemberContainer, Sp
         """Give this server's GPUs back to the pool.  Idempotent.
 
         After a stop that left the container behind, the devices stay busy, handed to
-        reconciliation (:meth:`hub_ext.pool.GPUPool.disown`) instead.
+        reconciliation (:meth:`hub_ext.docker.pool.GPUPool.disown`) instead.
         """
         if self._container_may_live:
             disowned = self.pool.disown(self.server_key)

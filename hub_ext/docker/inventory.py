@@ -2,12 +2,12 @@
 
 An *inventory* answers one question, synchronously and possibly slowly: which devices are
 there right now, with their memory, utilization, processes and health.  The pool
-(:mod:`hub_ext.pool`) calls :meth:`Inventory.read` in a worker thread and caches the answer,
+(:mod:`hub_ext.docker.pool`) calls :meth:`Inventory.read` in a worker thread and caches the answer,
 so an inventory may block.
 
 Two inventories exist:
 
-- :class:`hub_ext.nvml.NVMLInventory` reads the driver through pynvml (the ``nvidia-ml-py``
+- :class:`hub_ext.docker.nvml.NVMLInventory` reads the driver through pynvml (the ``nvidia-ml-py``
   module), the production path.
 - :class:`SimulatedInventory` reads a JSON file, for demos and tests on machines without
   a GPU.  It is only ever used when configured explicitly

@@ -1,0 +1,154 @@
+"""The Slurm backend's answers to the spawn page (:mod:`hub_ext.spawn_page`): free GPUs per
+profile from ``sinfo`` (its partition and GRES type), and what an image holds from the
+labels saved beside its unpacked filesystem.
+
+A mixin of :class:`hub_ext.slurm.spawner.GPUSlurmSpawner`.  The node list is read through
+the hub's one :class:`~hub_ext.slurm.cluster.SlurmCluster` per environment, in a
+subprocess (never on the event loop) and cached ``cache_seconds`` (5 s), so a page that
+polls every 5 s costs one ``sinfo`` per period however many members look.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from traitlets.config import LoggingConfigurable
+
+from ..spawn_page import GPUsNow, facts_from_labels
+from .cluster import UNREACHABLE_MESSAGE, Node, SlurmCluster, SlurmUnavailable, parse_gres_request
+
+#: File beside an unpacked image's ``rootfs`` with the image's labels (a JSON object),
+#: written by ``scripts/slurm-cluster.sh image``.
+LABELS_FILE = "labels.json"
+
+
+@dataclass(frozen=True)
+class NodesSnapshot:
+    """The nodes as ``sinfo`` reported them for one page; ``error`` when Slurm did not
+    answer (``nodes`` is then empty)."""
+
+    nodes: list[Node]
+    default_partition: str = ""
+    error: str = ""
+
+
+def gres_of(overrides: dict, configured: dict) -> str:
+    """A profile's GRES request: its ``req_gres``, or ``gpu:<gpus>`` from its ``gpus``
+    (the Docker backend's name for the count), as the spawner submits it."""
+    gres = overrides.get("req_gres", configured.get("req_gres", ""))
+    gpus = overrides.get("gpus", configured.get("gpus", 0))
+    return gres or (f"gpu:{gpus}" if gpus else "")
+
+
+def gpus_in(nodes: list[Node], partition: str, kind: str, count: int) -> GPUsNow:
+    """GPUs of ``kind`` ("" for any) on ``partition``'s nodes that take jobs: free and in
+    all, and the refusal when no single node has ``count`` free (a job's GPUs are on one
+    node)."""
+    mine = [n for n in nodes if partition in n.partitions]
+    up = [n for n in mine if n.available]
+
+    def configured(n: Node) -> int:
+        return n.gpus.get(kind, 0) if kind else sum(n.gpus.values())
+
+    total = sum(configured(n) for n in up)
+    free = sum(n.free(kind) for n in up)
+    what = f"{kind} GPUs" if kind else "GPUs"
+    refusal = ""
+    if count and not any(n.free(kind) >= count for n in up):
+        if not any(configured(n) >= count for n in up):
+            refusal = (f"No GPU free: no node of the cluster's {partition} partition that "
+                       f"takes jobs now has {count} {what}. Try another profile or ask an "
+                       "admin.")
+        elif free == 0:
+            refusal = (f"No GPU free: all {total} {what} are in use. You can wait in line "
+                       "for one, try the CPU profile or come back later.")
+        else:
+            refusal = (f"No GPU free for this profile: it needs {count} {what} on one node "
+                       f"and only {free} of {total} are free. You can wait in line, try a "
+                       "smaller profile or come back later.")
+    can_wait = any(configured(n) >= count for n in up)
+    return GPUsNow(count=count, kind=kind, free=free, total=total, refusal=refusal,
+                   can_wait=can_wait)
+
+
+class SlurmAvailability(LoggingConfigurable):
+    """Free GPUs and image facts for the spawn page, from Slurm and the image folder."""
+
+    async def gpu_snapshot(self) -> NodesSnapshot:
+        """The nodes now (cached a few seconds); never raises."""
+        try:
+            nodes = await self.cluster.nodes(timeout=self.scheduler_timeout)
+        except SlurmUnavailable as e:
+            self.log.warning("Slurm does not answer for the spawn page: %s", e)
+            return NodesSnapshot([], error=UNREACHABLE_MESSAGE)
+        return NodesSnapshot(nodes, self.cluster.default_partition)
+
+    def gpus_now(self, snapshot: NodesSnapshot, overrides: dict) -> GPUsNow:
+        """The profile's GPUs on its partition (``req_partition``, or Slurm's default
+        partition) and of its GRES type; when Slurm does not answer, the card says so."""
+        kind, count = parse_gres_request(gres_of(overrides, self._configured))
+        if snapshot.error:
+            return GPUsNow(count=count, kind=kind,
+                           refusal=snapshot.error if count else "")
+        partition = (overrides.get("req_partition", self._configured.get("req_partition"))
+                     or snapshot.default_partition)
+        return gpus_in(snapshot.nodes, partition, kind, count)
+
+    def limits_of(self, overrides: dict) -> tuple:
+        """What the job asks Slurm for: ``req_memory`` (Slurm's ``--mem``, megabytes
+        unless it has a K/M/G/T suffix) and ``req_nprocs`` (``--cpus-per-task``);
+        JupyterHub's ``mem_limit``/``cpu_limit`` are not applied on this backend."""
+        memory = str(overrides.get("req_memory", self._configured.get("req_memory")) or "")
+        cpus = str(overrides.get("req_nprocs", self._configured.get("req_nprocs")) or "")
+        return (memory + "M" if memory.isdigit() else memory or None,
+                int(cpus) if cpus.isdigit() else None)
+
+    @classmethod
+    async def availability(cls, config, log) -> dict:
+        """Counts over every GPU of the cluster, for ``/hub/api/gpuhub/availability``:
+        free (on nodes that take jobs), allocated to jobs, and on nodes down or drained
+        (``unhealthy``)."""
+        try:
+            nodes = await cls.shared_cluster(config).nodes()
+        except SlurmUnavailable as e:
+            log.warning("Slurm does not answer for the availability endpoint: %s", e)
+            return {"inventory": "slurm", "total": 0, "free": 0, "allocated": 0,
+                    "outside": 0, "unhealthy": 0, "error": UNREACHABLE_MESSAGE}
+        return {"inventory": "slurm",
+                "total": sum(sum(n.gpus.values()) for n in nodes),
+                "free": sum(n.free() for n in nodes),
+                "allocated": sum(sum(n.gpus_used.values()) for n in nodes if n.available),
+                "outside": 0,
+                "unhealthy": sum(sum(n.gpus.values()) for n in nodes if not n.available),
+                "error": ""}
+
+    @classmethod
+    def shared_cluster(cls, config) -> SlurmCluster:
+        """The hub's cluster object for ``c.<class>.slurm_env`` (shared node cache)."""
+        return SlurmCluster.shared(dict(config.get(cls.__name__, {}).get("slurm_env", {})
+                                        or {}))
+
+    @classmethod
+    async def gpu_board(cls, handler) -> dict:
+        """The GPU board's rows for the cluster (:mod:`hub_ext.slurm.board`)."""
+        from .board import board_model
+
+        return await board_model(handler, cls.shared_cluster(handler.settings["config"]))
+
+    async def image_facts(self, image: str) -> dict:
+        """What an image holds, from ``labels.json`` beside its unpacked filesystem
+        (``{}`` when the image is not unpacked for the nodes).  Read in a worker thread:
+        the folder is on storage the nodes share, which the event loop never waits on."""
+        folder = Path(self.rootfs_of(image)).parent
+
+        def read() -> dict:
+            try:
+                labels = json.loads((folder / LABELS_FILE).read_text() or "{}") or {}
+            except (OSError, ValueError):
+                return {} if not (folder / "rootfs").is_dir() else facts_from_labels({})
+            return facts_from_labels(labels)
+
+        return await asyncio.to_thread(read)
