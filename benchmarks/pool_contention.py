@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/pool_contention.py [--requests 200] [--gpus 8] [--nvml]
     .venv/bin/python benchmarks/pool_contention.py --driver   # on a machine with GPUs
+    .venv/bin/python benchmarks/pool_contention.py --hub [--db sqlite|postgres|both]
 
 Drives the spawner's reservation step (``GPUPool.allocate``) from 200 concurrent tasks on
 one event loop, the way the hub runs concurrent spawns, and reports:
@@ -15,12 +16,13 @@ stand-in (tests/nvml_standin, built with gcc), with a 2 s refresh interval as in
 With ``--driver`` it is read from the machine's own NVIDIA driver (a GPU machine): the
 GPUs are the driver's, and exactly its free ones (no compute process) must be granted.
 
-With ``--hub`` the same rush goes through a real hub instead: ``--requests`` concurrent
-``POST /hub/api/users/<name>/server`` of a one-GPU profile against a simulated node of
-``--gpus`` GPUs (real proxy, real containers for the winners, credits off), reporting the
-requests that got a server, double bookings (from the containers' labels), and the HTTP
-latency of the refusals as a client sees it -- JupyterHub's own request handling (tokens,
-database commits) included, which the pool-only figures leave out.
+With ``--hub`` the same rush goes through a real hub instead, on SQLite and on PostgreSQL
+(``--db``): ``--requests`` concurrent ``POST /hub/api/users/<name>/server`` of a one-GPU
+profile against a simulated node of ``--gpus`` GPUs (real proxy, real containers for the
+winners, credits off), reporting the requests that got a server, double bookings (from the
+containers' labels), and the HTTP latency of the refusals as a client sees it --
+JupyterHub's own request handling included, which the pool-only figures leave out
+(:mod:`benchmarks.hub_rush`; target p99 < 500 ms).
 """
 
 from __future__ import annotations
@@ -92,60 +94,6 @@ async def run(requests: int, gpus: int, inventory) -> dict:
     }
 
 
-async def run_hub(requests: int, gpus: int) -> dict:
-    import docker
-    import httpx
-
-    from tests.fixtures.hub import NOTEBOOK_IMAGE, Hub
-    from tests.fixtures.oidc import running_provider
-
-    with tempfile.TemporaryDirectory() as tmp, \
-            running_provider(Path(tmp) / "oidc.log") as oidc:
-        profiles = Path(tmp) / "profiles.json"
-        profiles.write_text(json.dumps([{"display_name": "gpu", "slug": "gpu", "gpus": 1,
-                                         "spawner_override": {"image": NOTEBOOK_IMAGE}}]))
-        hub = Hub(Path(tmp), {"GPUHUB_PROFILES": str(profiles), "GPUHUB_CREDITS": "off",
-                              "GPUHUB_GPUS": f"simulated:{gpus}"}, oidc=oidc)
-        await hub.start()
-        client = docker.APIClient()
-        try:
-            users = [f"user{i}" for i in range(requests)]
-            r = await hub.api("POST", "/users", json={"usernames": users})
-            assert r.status_code == 201, r.text
-            limits = httpx.Limits(max_connections=requests, max_keepalive_connections=requests)
-            async with httpx.AsyncClient(base_url=hub.url, limits=limits, timeout=120) as http:
-                headers = {"Authorization": f"token {hub.admin_token}"}
-
-                async def spawn(user: str):
-                    tic = time.perf_counter()
-                    r = await http.post(f"/hub/api/users/{user}/server", headers=headers,
-                                        json={"profile": "gpu"})
-                    return r.status_code, time.perf_counter() - tic
-
-                answers = await asyncio.gather(*(spawn(u) for u in users))
-            started = [u for u, (code, _) in zip(users, answers, strict=True)
-                       if code in (201, 202)]
-            for user in started:
-                await hub.wait_ready(user)
-            held = [u for c in hub.containers(client)
-                    for u in c["Labels"]["io.gpuhub.devices"].split(",") if u]
-            refusals = sorted(t for code, t in answers if code == 409)
-            # JupyterHub's own refusal past c.JupyterHub.concurrent_spawn_limit (100)
-            too_many = [t for code, t in answers if code == 429]
-            other = [code for code, _ in answers if code not in (201, 202, 409, 429)]
-        finally:
-            await hub.close(client)
-    return {
-        "granted": len(started),
-        "double_booked": len(held) - len(set(held)),
-        "refused": len(refusals),
-        "too_many": len(too_many),
-        "other": other,
-        "refusal_p50_ms": 1000 * statistics.median(refusals),
-        "refusal_p99_ms": 1000 * refusals[int(0.99 * (len(refusals) - 1))],
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=200)
@@ -155,17 +103,24 @@ def main() -> None:
                         help="the machine's own NVIDIA driver instead of a simulated node")
     parser.add_argument("--hub", action="store_true",
                         help="through a real hub and proxy (HTTP latency of the refusals)")
+    parser.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both",
+                        help="the hub's database with --hub")
+    parser.add_argument("--limits", choices=("none", "default"), default="none",
+                        help="with --hub: the hub's server limits off, or its defaults")
+    parser.add_argument("--profile", type=Path, metavar="OUT",
+                        help="with --hub: py-spy samples of the hub during the rush, as "
+                             "collapsed stacks in OUT.sqlite.txt and OUT.postgres.txt")
     args = parser.parse_args()
     if args.hub:
-        result = asyncio.run(run_hub(args.requests, args.gpus))
-        print(f"through a real hub   : {args.requests} concurrent spawn requests, "
-              f"{args.gpus} simulated GPUs")
-        print(f"granted              : {result['granted']}  (double-booked: "
-              f"{result['double_booked']}; other answers: {result['other'] or 'none'})")
-        print(f"refusal HTTP latency : p50 {result['refusal_p50_ms']:.1f} ms, "
-              f"p99 {result['refusal_p99_ms']:.1f} ms  ({result['refused']} refused by the "
-              f"pool; {result['too_many']} by JupyterHub's concurrent_spawn_limit, 429)")
-        if result["granted"] != args.gpus or result["double_booked"] or result["other"]:
+        from benchmarks.hub_rush import report, run_hub
+
+        passed = True
+        for db in ("sqlite", "postgres") if args.db == "both" else (args.db,):
+            profile = args.profile and args.profile.with_suffix(f".{db}.txt")
+            result = asyncio.run(run_hub(args.requests, args.gpus, db, args.limits,
+                                         profile))
+            passed &= report(result, args.requests, args.gpus, args.limits)
+        if not passed:
             sys.exit("FAIL: wrong number of grants, a double booking or another answer")
         return
     doc = {"devices": [{"uuid": f"GPU-bench-{i:04d}", "memory_total_mib": 16384}

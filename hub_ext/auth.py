@@ -17,7 +17,10 @@ sets OIDC defaults and overrides small steps:
 - :meth:`~CreditAuthenticator.check_allowed` refuses a non-member with a page that says why
   and whom to ask (403, :class:`LoginRefused`, template ``login_refused.html``);
 - :meth:`~CreditAuthenticator.refresh_user` logs out a member who left the allowed groups,
-  and keeps members logged in while the provider is briefly unreachable.
+  and keeps members logged in while the provider is briefly unreachable;
+- its handlers carry the spawn gate (:mod:`hub_ext.spawn_gate`): JupyterHub lists an
+  authenticator's handlers ahead of its own, the one documented place where a route of
+  JupyterHub's can get a check before JupyterHub's handler runs.
 
 Configured by :func:`hub_ext.auth_config.apply_auth_config` from ``GPUHUB_OIDC_*`` settings.
 """
@@ -39,6 +42,7 @@ from . import oidc
 from .auth_credits import STATE_KEY, credits_off, read_credit_account, unknown
 from .credits.amounts import format_amount
 from .credits.client import CreditsClient
+from .spawn_gate import GatedRoutes
 from .templates import render
 
 __all__ = ["CreditAuthenticator", "LoginRefused"]
@@ -91,7 +95,7 @@ class CallbackHandler(_NoQueryInLogs, OAuthCallbackHandler):
     """``/hub/oauth_callback``: OAuthenticator's, with the query kept out of the log."""
 
 
-class CreditAuthenticator(GenericOAuthenticator):
+class CreditAuthenticator(GatedRoutes, GenericOAuthenticator):
     """The organisation's OIDC login; groups decide membership and admins; credits ride along.
 
     Needs ``issuer`` and ``client_id`` (raises ValueError at start-up without them) and

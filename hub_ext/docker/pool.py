@@ -198,6 +198,9 @@ class GPUPool(SingletonConfigurable):
         self._free_cache: dict = {}
         #: called with each released Allocation (see :meth:`release`)
         self.on_release: list = []
+        #: starts admitted by the hub's early refusal that have not reserved yet: owner ->
+        #: its spawner, whose ``gpu_claim`` says what it claims (hub_ext.docker.spawner_line)
+        self.claims: dict[ServerKey, object] = {}
 
     def _make_inventory(self) -> Inventory:
         if self.inventory_class == "simulated":
@@ -321,20 +324,11 @@ class GPUPool(SingletonConfigurable):
                 existing.known, existing.starting = True, True
                 return existing
             self.release(owner)
-        if self.max_gpus_per_user:
-            held_by_user = self.held_by(owner.user)
-            if held_by_user + count > self.max_gpus_per_user:
-                metrics.ALLOCATIONS_REFUSED.labels(reason="user_limit").inc()
-                raise AllocationRefused(
-                    "user_limit",
-                    f"You already hold {held_by_user} GPU(s) and each member may hold "
-                    f"{self.max_gpus_per_user}. Stop one of your other servers first.",
-                )
+        refused = self.refusal(devices, owner, count, mig_profile=mig_profile)
+        if refused is not None:
+            metrics.ALLOCATIONS_REFUSED.labels(reason=refused.reason).inc()
+            raise refused
         free = self._free_units(devices, mig_profile)
-        if len(free) < count:
-            metrics.ALLOCATIONS_REFUSED.labels(reason="no_gpu_free").inc()
-            raise AllocationRefused("no_gpu_free", self.refusal_message(devices, count,
-                                                                        mig_profile))
         allocation = Allocation(
             owner=owner,
             uuids=tuple(d.uuid for d in free[:count]),
@@ -346,9 +340,36 @@ class GPUPool(SingletonConfigurable):
         self._update_metrics()
         return allocation
 
+    def refusal(self, devices: list[Device], owner: ServerKey, count: int = 1, *,
+                mig_profile: str | None = None, claimed: int = 0) -> AllocationRefused | None:
+        """The refusal :meth:`take` would raise for this request now, or None; records
+        nothing and never yields.  ``claimed``: units of this kind promised to starts that
+        have not reserved yet (:mod:`hub_ext.spawn_gate`), counted as held.
+
+        The hub's early refusal (``GPUDockerSpawner.check_spawn``) asks it before JupyterHub
+        creates anything for a start; the reservation itself (:meth:`allocate`) stays the
+        authority.
+        """
+        existing = self.allocations.get(owner)
+        if existing is not None and len(existing.uuids) == count:
+            return None  # take() hands the same devices back
+        if self.max_gpus_per_user:
+            held_by_user = self.held_by(owner.user) - len(existing.uuids if existing else ())
+            if held_by_user + count > self.max_gpus_per_user:
+                return AllocationRefused(
+                    "user_limit",
+                    f"You already hold {held_by_user} GPU(s) and each member may hold "
+                    f"{self.max_gpus_per_user}. Stop one of your other servers first.",
+                )
+        if len(self._free_units(devices, mig_profile)) - claimed < count:
+            return AllocationRefused("no_gpu_free", self.refusal_message(
+                devices, count, mig_profile, claimed))
+        return None
+
     def refusal_message(self, devices: list[Device], count: int,
-                        mig_profile: str | None = None) -> str:
-        """The sentence a member reads when ``count`` units cannot be had."""
+                        mig_profile: str | None = None, claimed: int = 0) -> str:
+        """The sentence a member reads when ``count`` units cannot be had (``claimed``
+        units promised to other starts counted as in use)."""
         units = [
             u for u in allocatable_units(devices)
             if (u.mig_profile == mig_profile if mig_profile else not u.is_mig)
@@ -357,7 +378,7 @@ class GPUPool(SingletonConfigurable):
         if not units:
             return (f"No GPU free: this node has no {what}. "
                     "Try the CPU profile or ask an admin.")
-        free = len(self._free_units(devices, mig_profile))
+        free = max(0, len(self._free_units(devices, mig_profile)) - claimed)
         if free == 0:
             return (f"No GPU free: all {len(units)} {what} are in use. "
                     "Try the CPU profile or come back later.")

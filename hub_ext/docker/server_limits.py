@@ -15,7 +15,7 @@ server gave back.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from tornado import web
 from traitlets import Int
@@ -49,6 +49,15 @@ class ServerLimits(LoggingConfigurable):
         """,
     )
 
+    def other_spawners(self) -> Iterator[tuple[tuple[str, str], object]]:
+        """``((user, server), spawner)`` for every other spawner the hub holds (its
+        ``UserDict``, ``user.settings["users"]``); none outside a hub."""
+        users = (getattr(self.user, "settings", None) or {}).get("users")
+        for user in list((users or {}).values()):
+            for name, spawner in list(user.spawners.items()):
+                if spawner is not self:
+                    yield (user.name, name or ""), spawner
+
     def check_server_limits(self, waiting: Iterable[tuple[str, str]]) -> None:
         """Refuse this start when the hub is at one of its limits.
 
@@ -59,17 +68,15 @@ class ServerLimits(LoggingConfigurable):
         """
         if not (self.concurrent_spawn_limit or self.active_server_limit):
             return
-        users = (getattr(self.user, "settings", None) or {}).get("users")
-        if users is None:
-            return
         skip = set(waiting)
         starting = active = 0
-        for user in list(users.values()):
-            for name, spawner in list(user.spawners.items()):
-                if spawner is self or (user.name, name or "") in skip:
-                    continue
-                starting += spawner.pending == "spawn"
-                active += spawner.active
+        for key, spawner in self.other_spawners():
+            if key in skip:
+                continue
+            # a start the spawn gate admitted counts before JupyterHub marks it pending
+            handed = getattr(spawner, "handing_over", False)
+            starting += spawner.pending == "spawn" or handed
+            active += spawner.active or handed
         if self.concurrent_spawn_limit and starting >= self.concurrent_spawn_limit:
             raise self._over_limit(
                 "starting", f"{starting} servers are starting right now, as many as the hub "

@@ -44,6 +44,7 @@ GPUs, at once or after a wait in line (:mod:`hub_ext.docker.spawner_line`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import time
@@ -67,6 +68,7 @@ from ..spawn_page import SpawnPage
 from ..spawner_core import STATE_VERSION, SpawnerCore
 from .availability import PoolAvailability
 from .container import MemberContainer
+from .inventory import InventoryError
 from .pool import GPUPool, ServerKey
 from .reconcile import ensure_reconciler
 from .server_limits import ServerLimits
@@ -173,6 +175,62 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, PoolAvailability, M
             if e.log_message and not hasattr(e, "jupyterhub_message"):
                 e.jupyterhub_message = e.log_message
             raise
+        finally:
+            # check_spawn's claim is spent: the GPUs are held (or the place in line
+            # taken), or the start failed and holds nothing
+            self.gpu_claim = None
+
+    @contextlib.asynccontextmanager
+    async def checked_spawn(self, options: dict | None):
+        """:meth:`check_spawn`, then the block in which the spawn gate hands the admitted
+        start to JupyterHub (``spawn_single_user``); its GPU claim counts meanwhile, as
+        it does while the spawn is pending.  Raises what :meth:`check_spawn` raises."""
+        await self.check_spawn(options)
+        self.handing_over = True
+        try:
+            yield
+        finally:
+            self.handing_over = False
+
+    async def check_spawn(self, options: dict | None) -> None:
+        """Refuse now a start that :meth:`start` would refuse before reserving anything:
+        the profile (400, 413), the hooks (402: the balance), the hub's server limits (429)
+        and the GPUs (409: none free, or members already in line, and no wait asked).
+
+        Asked by :mod:`hub_ext.spawn_gate` before JupyterHub's ``User.spawn`` creates the
+        server's API token, OAuth client and database rows, which a refused start would
+        only delete again.  ``options``: the request's ``user_options`` (None: the stored
+        ones, as ``User.spawn`` reads them).  Advisory: :meth:`start` checks all of it
+        again and the pool's reservation stays the authority.  Raises
+        ``tornado.web.HTTPError`` with the same words and status as :meth:`start`.
+        """
+        self.gpu_claim = None
+        if options is None:
+            options = getattr(self.orm_spawner, "user_options", None) or {}
+        self.user_options = options
+        try:
+            await self.load_profile()
+            await self.check_hooks()
+            count, mig = gpu_request(self.gpus)
+            devices = None
+            if count:
+                try:
+                    devices = await self.pool.devices()
+                except InventoryError:
+                    pass  # start() refuses with the pool's words
+            # from here on nothing yields: the claim below counts before the next check
+            self.check_start_limits()
+            if devices is not None:
+                self.check_gpus_now(devices, count, mig, self._units_text(count, mig))
+        except web.HTTPError as e:
+            if e.log_message and not hasattr(e, "jupyterhub_message"):
+                e.jupyterhub_message = e.log_message
+            raise
+
+    @staticmethod
+    def _units_text(count: int, mig: str | None) -> str:
+        unit = f"{mig} GPU slice" if mig else "GPU"
+        return f"{count} {unit}{'s' if count > 1 else ''}"
 
     async def _start(self):
         self._events = []
@@ -187,8 +245,7 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, PoolAvailability, M
         waited = False
         try:  # a granted place is forgotten however the start ends (cancelled included)
             if count:
-                unit = f"{mig} GPU slice" if mig else "GPU"
-                what = f"{count} {unit}{'s' if count > 1 else ''}"
+                what = self._units_text(count, mig)
                 waited = await self.reserve_gpus(count, mig, what)
                 self.log.info("%s holds GPU(s) %s%s", self._log_name,
                               ",".join(self.allocation.uuids),

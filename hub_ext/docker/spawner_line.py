@@ -50,6 +50,12 @@ class LineSpawner(LoggingConfigurable):
     """Step 2 of a start: the GPUs, at once or after a wait in line."""
 
     wait_requested = False
+    #: ``(count, unit kind)`` this start was admitted with by :meth:`check_gpus_now`,
+    #: until its reservation is made or refused (None: no claim)
+    gpu_claim = None
+    #: True while the spawn gate hands this admitted start to JupyterHub, which may yield
+    #: (``refresh_pre_spawn``) before it marks the spawn pending (hub_ext.spawn_gate)
+    handing_over = False
     #: seconds this start waited in line (None: it did not): the run record says so
     line_wait = None
 
@@ -85,6 +91,55 @@ class LineSpawner(LoggingConfigurable):
             return contextlib.nullcontext()
         return asyncio.timeout(self._start_timeout)
 
+    def _line_refusal(self, ahead: int, what: str):
+        return self._refuse_gpus("line", f"No GPU free: {ahead} member(s) already wait in line "
+                                 f"for {what}. Choose \"Wait for a GPU\" to join them, or try "
+                                 "the CPU profile.")
+
+    def check_gpus_now(self, devices, count: int, mig: str | None, what: str) -> None:
+        """The GPU refusal :meth:`reserve_gpus` would give at once, from the inventory read
+        ``devices``, without reserving or yielding; admitted, the start's units count as
+        claimed (``gpu_claim``, ``pool.claims``) until its reservation is made or refused.
+        The early refusal of :mod:`hub_ext.spawn_gate` asks it; raises ``HTTPError(409)``.
+
+        Claimed units are those of other starts this check admitted that are still being
+        handed to JupyterHub or pending, and hold no GPU and no place in line: a rush of
+        starts is refused here, not after JupyterHub's spawn, once the free units are
+        spoken for.
+        """
+        self.gpu_claim = None
+        line = self.line()
+        key, units = self.server_key, mig or "gpu"
+        if key in line.places:
+            return  # a place started again after a hub restart
+        ahead = line.waiting(units)
+        if ahead:
+            if not self.wait_requested:
+                raise self._line_refusal(ahead, what)
+            return  # joins the line
+        refused = self.pool.refusal(devices, key, count, mig_profile=mig,
+                                    claimed=self._claimed_units(units, line))
+        if refused is None:
+            self.gpu_claim = (count, units)
+            self.pool.claims[key] = self
+        elif refused.reason != "no_gpu_free" or not self.wait_requested:
+            metrics.ALLOCATIONS_REFUSED.labels(reason=refused.reason).inc()  # as take() does
+            raise self._refuse_gpus(refused.reason, refused.message)
+
+    def _claimed_units(self, units: str, line) -> int:
+        """Units of kind ``units`` claimed by other starts (see :meth:`check_gpus_now`);
+        claims that are spent (the start reserved, waits in line or ended) are dropped."""
+        claimed = 0
+        for key, spawner in list(self.pool.claims.items()):
+            claim = spawner.gpu_claim
+            starting = spawner.handing_over or spawner.pending == "spawn"
+            if not claim or not starting or spawner.allocation is not None or (
+                    key in line.places):
+                del self.pool.claims[key]
+            elif key != self.server_key and claim[1] == units:
+                claimed += claim[0]
+        return claimed
+
     def _refuse_gpus(self, reason: str, message: str, status: int = 409):
         metrics.SPAWNS_REFUSED.labels(reason=reason).inc()
         self.log.warning("Refusing spawn of %s (%s): %s", self._log_name, reason, message)
@@ -111,9 +166,7 @@ class LineSpawner(LoggingConfigurable):
                 if e.reason != "no_gpu_free" or not self.wait_requested:
                     raise self._refuse_gpus(e.reason, e.message) from e
         elif not requeued and not self.wait_requested:
-            raise self._refuse_gpus("line", f"No GPU free: {ahead} member(s) already wait in line "
-                               f"for {what}. Choose \"Wait for a GPU\" to join them, or try "
-                               "the CPU profile.")
+            raise self._line_refusal(ahead, what)
         try:
             if not requeued:
                 line.check_one_place(key, self.profile_slug, self.profile_name)
