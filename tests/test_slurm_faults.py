@@ -224,9 +224,11 @@ async def test_a_hub_killed_with_a_running_server_readopts_it_by_job_id_and_char
     assert Decimal("9.75") < await balance(admin, member) < Decimal("10.00")
 
 
-async def test_a_hub_killed_with_a_job_pending_takes_it_back_by_job_id_in_its_place(
-        credits_slurm_hub, slurm_cluster, admin, member):
-    """kill -9 with one server running and two members' jobs pending: after the restart
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
+async def test_a_hub_stopped_with_a_job_pending_takes_it_back_by_job_id_in_its_place(
+        credits_slurm_hub, slurm_cluster, admin, member, signum):
+    """kill -9 (or a clean stop: JupyterHub then cancels the pending starts, which must
+    not cancel their jobs) with one server running and two members' jobs pending: after the restart
     the pending jobs are the same Slurm jobs (same ids, same order in line), each shown
     in line again, and the first starts by itself when a GPU frees; each member is
     debited once, when their job runs."""
@@ -255,7 +257,7 @@ async def test_a_hub_killed_with_a_job_pending_takes_it_back_by_job_id_in_its_pl
 
     both = {first: (1, True), later: (2, True)}
     await eventually(lambda: in_line(both), 60, "both members in line")
-    hub.kill()  # SIGKILL: no clean-up at all
+    hub.kill(signum)
     await hub.start()
 
     assert await hub.running(member)

@@ -43,6 +43,7 @@ from traitlets import Dict, Float, Int, Unicode, Union, default
 
 from .. import metrics
 from ..line.core import utcnow
+from ..periodic import shutting_down
 from ..spawn_page import SpawnPage
 from ..spawner_core import SpawnerCore
 from .availability import SlurmAvailability
@@ -380,6 +381,13 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
             await asyncio.shield(self._abandon_start())
             raise
         except BaseException:
+            if shutting_down():
+                # JupyterHub cancels the starts under way at the end of its clean-up: as
+                # after a kill -9, the job and its place in line are left to the next hub,
+                # which takes the job back by its id (take_back_job; re-adoption)
+                self.log.info("%s: the hub shuts down during the start; job %s is kept",
+                              self._log_name, self.job_id or "(being submitted)")
+                raise
             await asyncio.shield(self._abandon_start())
             raise
 
