@@ -45,15 +45,14 @@ from typing import Any
 from jupyterhub.apihandlers.users import UserServerAPIHandler
 from jupyterhub.log import log_request as hub_log_request
 from jupyterhub.utils import utcnow as hub_utcnow
-from traitlets import Bool, Callable, Float, Instance, Int, Unicode, default, validate
+from traitlets import Callable, Float, Int, Unicode, default, validate
 from traitlets.config import SingletonConfigurable
 
 from . import metrics, runs
 from .credits.metering import MeterRecord
-from .docker.inventory import Device, InventoryError, allocatable_units
-from .docker.pool import GPUPool, ServerKey
 from .notices import notices
 from .periodic import ensure_task, every
+from .server_key import ServerKey
 from .stopping import stop_server
 
 __all__ = ["Culler", "Limits", "Verdict", "assess", "duration", "log_request", "utcnow"]
@@ -165,8 +164,9 @@ class GPUActivity:
     def __init__(self) -> None:
         self.last_busy: dict[str, datetime] = {}
 
-    def observe(self, units: Iterable[Device], now: datetime, busy_utilization: int) -> None:
-        """Note every unit at or above ``busy_utilization`` percent as busy at ``now``."""
+    def observe(self, units: Iterable[Any], now: datetime, busy_utilization: int) -> None:
+        """Note every unit (``uuid``, ``utilization_pct``: see ``Culler.gpu_units``) at or
+        above ``busy_utilization`` percent as busy at ``now``."""
         for unit in units:
             if unit.utilization_pct is not None and unit.utilization_pct >= busy_utilization:
                 self.last_busy[unit.uuid] = now
@@ -283,27 +283,24 @@ class Culler(SingletonConfigurable):
         """,
     )
 
-    read_gpus = Bool(
-        True,
+    gpu_units = Callable(
+        None,
+        allow_none=True,
         config=True,
-        help="""Read the GPUs' utilization from the hub's GPU pool at each pass (for
-        gpu_idle_timeout and the board's "last busy").  The Slurm backend turns it off:
-        its GPUs are on the cluster's nodes, not on the hub's machine, so only the maximum
-        age and the run records apply there.
+        help="""The backend's GPU readings for the GPU-idle cull and the board's "last
+        busy": an async function of the hub's config returning the GPUs with their
+        utilization (objects with ``uuid`` and ``utilization_pct``, percent or None).  The
+        Docker backend sets it (:func:`hub_ext.docker.pool.gpu_units_of`: NVML on the
+        hub's node); None, as on the Slurm backend, whose GPUs are on the cluster's nodes:
+        then only the maximum age and the run records apply.
 
-            c.Culler.read_gpus = False
+            c.Culler.gpu_units = hub_ext.docker.pool.gpu_units_of()
         """,
     )
-
-    pool = Instance(GPUPool, help="The GPU pool whose devices are read; the hub's own.")
 
     @default("utcnow")
     def _default_utcnow(self):
         return utcnow
-
-    @default("pool")
-    def _default_pool(self):
-        return GPUPool.instance(config=self.config)
 
     @validate("check_interval")
     def _validate_interval(self, proposal):
@@ -413,11 +410,11 @@ class Culler(SingletonConfigurable):
         """One pass over every watched server: activity, warnings, culls, vanished servers."""
         now = self.now()
         units = []
-        try:
-            if self.read_gpus:
-                units = list(allocatable_units(await self.pool.devices()))
-        except InventoryError as e:
-            self.log.warning("Culling without GPU readings this pass: %s", e)
+        if self.gpu_units is not None:
+            try:
+                units = list(await self.gpu_units(self.config))
+            except Exception as e:  # noqa: BLE001 - the pass goes on without readings
+                self.log.warning("Culling without GPU readings this pass: %s", e)
         self.activity.observe(units, now, self.busy_utilization)
         utilization = {u.uuid: u.utilization_pct for u in units}
         for watched in list(self._watched.values()):
@@ -441,8 +438,7 @@ class Culler(SingletonConfigurable):
         if getattr(spawner, "pending", None) or watched.stopping:
             return
         watched.last_seen = now
-        allocation = getattr(spawner, "allocation", None)
-        devices = tuple(allocation.uuids) if allocation is not None else ()
+        devices = tuple(held_devices(spawner)) if self.gpu_units is not None else ()
         verdict = assess(now=now, started_at=watched.started_at,
                          watching_since=watched.watching_since, limits=watched.limits,
                          devices=devices, utilization=utilization,

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from .culler_arbiter import CONFIG_TEXT, ENV, ProfileIdleLimits
+from .docker.pool import gpu_units_of
 from .services import add_service
 
 SERVICE_NAME = "idle-culler"
@@ -92,6 +93,7 @@ def apply_culling_config(c, settings, profiles: list[dict]) -> None:
     c.GPUDockerSpawner.cull_max_age = settings.cull_max_age
     c.Culler.max_age_warning = settings.cull_warning
     c.Culler.service_name = SERVICE_NAME
+    c.Culler.gpu_units = gpu_units_of()  # the Docker backend; Slurm sets None
 
     hooks = list(c.GPUDockerSpawner.before_container_hooks) if (
         "before_container_hooks" in c.GPUDockerSpawner) else []

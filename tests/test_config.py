@@ -281,4 +281,4 @@ def test_on_slurm_runs_are_recorded_and_the_culler_reads_no_local_gpus(tmp_path,
     c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND="slurm")
     assert c.JupyterHub.spawner_class == "hub_ext.slurm.spawner.GPUSlurmSpawner"
     assert c.GPUSlurmSpawner.before_container_hooks == [CREDITS_HOOK, HOOK]
-    assert c.Culler.read_gpus is False
+    assert c.Culler.gpu_units is None  # no NVML readings on the hub's machine

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from hub_ext.culler_arbiter import CONFIG_TEXT, ENV, ProfileIdleLimits
 from hub_ext.culling import Culler, Limits, assess, cull_message, duration
 from hub_ext.docker.inventory import SimulatedInventory
-from hub_ext.docker.pool import GPUPool, ServerKey
+from hub_ext.docker.pool import GPUPool, ServerKey, gpu_units_of
 from hub_ext.notices import notices
 from hub_ext.runs import ServerRun
 from hub_ext.stopping import stop_server
@@ -197,7 +197,7 @@ def clock() -> Clock:
 @pytest.fixture
 def culler(node, clock) -> Culler:
     pool = GPUPool(inventory=SimulatedInventory(path=str(node.path)), refresh_interval=0)
-    return Culler(pool=pool, utcnow=clock)
+    return Culler(gpu_units=gpu_units_of(pool), utcnow=clock)
 
 
 def the_run(db) -> ServerRun:
@@ -311,7 +311,7 @@ async def test_server_gone_without_a_stop_ends_its_run_when_last_seen(culler, cl
 async def test_restored_server_keeps_its_limits_and_counts_idleness_anew(culler, clock, db):
     server = RunningServer(db, name("frank"), devices=(GPU0,), gpu_idle_timeout=60)
     await culler.before_container(server)
-    fresh = Culler(pool=culler.pool, utcnow=clock)  # the hub restarted
+    fresh = Culler(gpu_units=culler.gpu_units, utcnow=clock)  # the hub restarted
     restarted = RunningServer(db, server.user.name, devices=(GPU0,))  # configured anew
     restarted.hook_state = dict(server.hook_state)  # from spawner state
     clock.now = at(1000)

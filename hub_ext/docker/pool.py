@@ -29,12 +29,12 @@ import asyncio
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from traitlets import Float, Int, Unicode, default, validate
 from traitlets.config import SingletonConfigurable
 
 from .. import metrics
+from ..server_key import ServerKey
 from .inventory import Device, Inventory, InventoryError, SimulatedInventory, allocatable_units
 
 
@@ -51,16 +51,6 @@ def unit_state(unit: Device, held: bool) -> str:
     if held:
         return "held"
     return "outside" if unit.processes else "free"
-
-
-class ServerKey(NamedTuple):
-    """The owner of an allocation: one server of one user (``""`` is the default server)."""
-
-    user: str
-    server: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.user}/{self.server}" if self.server else self.user
 
 
 @dataclass
@@ -488,3 +478,16 @@ class GPUPool(SingletonConfigurable):
         metrics.GPUS.labels(state="allocated").set(s.allocated)
         metrics.GPUS.labels(state="outside").set(s.outside)
         metrics.GPUS.labels(state="unhealthy").set(s.unhealthy)
+
+
+def gpu_units_of(pool: GPUPool | None = None):
+    """``c.Culler.gpu_units`` for the Docker backend: an async function of the hub's
+    config returning the node's allocatable units (:class:`Device`: ``uuid``,
+    ``utilization_pct``, NVML's last sample) from ``pool``, or from the hub's own pool
+    (:meth:`GPUPool.instance`) when None.  It raises InventoryError when NVML cannot be
+    read."""
+
+    async def read(config) -> list[Device]:
+        return list(allocatable_units(await (pool or GPUPool.instance(config=config)).devices()))
+
+    return read

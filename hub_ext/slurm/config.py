@@ -14,7 +14,7 @@ SHARED = ("profile_list", "image", "default_url", "start_timeout", "http_timeout
 #: Pre-start hooks the Slurm backend runs: the credits debit, undo and meter, and the
 #: culler (maximum age, and the run records ``gpuhub usage`` reads).  The culler's GPU-idle
 #: watch reads NVML on the hub's own machine, which a Slurm hub is not: it is off
-#: (``c.Culler.read_gpus = False``).
+#: (``c.Culler.gpu_units = None``).
 HOOKS = ("hub_ext.credits.hook.CreditsHook", "hub_ext.culling.Culler")
 
 
@@ -29,7 +29,7 @@ def apply_slurm_config(c, settings) -> None:
             h for h in docker.before_container_hooks
             if isinstance(h, str) and h in HOOKS
         ]
-    c.Culler.read_gpus = False
+    c.Culler.gpu_units = None
     if settings.slurm_conf:
         slurm.slurm_env = {"SLURM_CONF": settings.slurm_conf}
     for trait, value in (("req_partition", settings.slurm_partition),
