@@ -274,6 +274,36 @@ async def test_debit_whose_answer_was_lost_is_refunded(credits_hub, clock, fault
     assert await balance(admin, member) == Decimal("9.00")
 
 
+async def test_a_stop_while_the_debit_is_unanswered_refunds_it(credits_hub, clock, faults,
+                                                              admin, member, docker_client):
+    # the member presses Stop while the spawn's debit is on its way: the ledger has it,
+    # the hub has no answer yet; JupyterHub cancels the start, and the debit comes back
+    faults.set("answer_lost")
+    hub = await credits_hub(url=faults.url)
+    await hub.create_user(member)
+    await grant(admin, member, "10.00")
+    spawn = asyncio.create_task(hub.spawn(member, {"profile": "gpu"}))
+
+    async def debit_made():
+        return await ledger(admin, member) == [("grant", "10.00"), ("debit", "1.00")]
+
+    await eventually(debit_made, what="the debit in the ledger")
+    assert not spawn.done()  # the hub still waits for the debit's answer
+    await hub.stop_server(member)
+    await spawn
+    faults.set("forward")
+    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "1.00")],
+                  hub)
+    [refund] = [t for t in await entries(admin, member) if t.kind == "refund"]
+    assert "was stopped before it started" in refund.reason
+    assert hub.containers(docker_client) == []
+    # nothing is held: the next start gets a GPU and pays once
+    clock.at(1)
+    await spawn_ready(hub, member)
+    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "1.00"),
+                                  ("debit", "1.00")], hub)
+
+
 async def test_fail_open_starts_unpaid_and_charges_when_the_api_answers(
         credits_hub, faults, admin, member):
     faults.set("error500")

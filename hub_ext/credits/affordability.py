@@ -59,8 +59,8 @@ class Affordability:
             return
         who = getattr(spawner, "_log_name", spawner.user.name)
         try:
-            account = await asyncio.wait_for(self.client.balance(spawner.user.name),
-                                             self.spawn_timeout)
+            async with asyncio.timeout(self.spawn_timeout):  # a stop is never swallowed
+                account = await self.client.balance(spawner.user.name)
             balance = account.balance
         except AccountNotFound:
             balance = None

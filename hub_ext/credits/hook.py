@@ -273,7 +273,17 @@ class CreditsHook(Affordability, SingletonConfigurable):
         :meth:`before_container`."""
         price = record.credits_per_hour
         try:
-            entry = await asyncio.wait_for(self._debit(record, 0), self.spawn_timeout)
+            # asyncio.timeout, not wait_for: under Python 3.11 wait_for returns the debit's
+            # answer when it lands in the same step as the start's cancellation (bpo-42130),
+            # and the member's stop would be lost
+            async with asyncio.timeout(self.spawn_timeout):
+                entry = await self._debit(record, 0)
+        except asyncio.CancelledError:
+            # the member stopped the start (JupyterHub cancels it: UserServerAPIHandler.delete)
+            # or the hub is shutting down, with the debit on its way: it may have reached
+            # the ledger, so it is refunded if it did
+            self._void_later(spawner, record, "was stopped before it started")
+            raise
         except (InsufficientCredits, AccountNotFound) as e:
             balance = getattr(e, "balance", None)
             metrics.SPAWNS_REFUSED.labels(reason="insufficient_credits").inc()
@@ -294,15 +304,20 @@ class CreditsHook(Affordability, SingletonConfigurable):
                 self._track(spawner, record)
                 return None
             if isinstance(e, _UNCERTAIN):
-                void = Void(record, time.monotonic() + 2 * self.client.timeout)
-                self.unsettled.keep(Owed("void", record, why=void.why), spawner)
-                self._voids.append(void)
-                self.ensure_meter()
+                self._void_later(spawner, record, "was refused")
             metrics.SPAWNS_REFUSED.labels(reason="credits_unavailable").inc()
             self.log.error("Refusing spawn of %s: the debit of %s credits failed: %s",
                            record.label, record.amount, why)
             raise web.HTTPError(503, UNREACHABLE) from None
         return entry
+
+    def _void_later(self, spawner, record: MeterRecord, why: str) -> None:
+        """The spawn's debit may or may not have reached the ledger: the meter refunds it
+        if it did (:func:`refund_lost_debit`), kept in the hub database until then."""
+        void = Void(record, time.monotonic() + 2 * self.client.timeout, why=why)
+        self.unsettled.keep(Owed("void", record, why=void.why), spawner)
+        self._voids.append(void)
+        self.ensure_meter()
 
     async def undo(self, spawner) -> None:
         """The start failed after the debit: refund it in full.  Idempotent; never raises."""
@@ -519,7 +534,8 @@ class CreditsHook(Affordability, SingletonConfigurable):
 
         self._owe(metered)
         try:
-            done = await asyncio.wait_for(settle(), self.spawn_timeout)
+            async with asyncio.timeout(self.spawn_timeout):
+                done = await settle()
         except Exception as e:  # noqa: BLE001 - never fail a stop; the meter retries
             self.log.warning("Settling the credits of %s (%s) failed: %r; the meter retries",
                              metered.record.label, why, e)
