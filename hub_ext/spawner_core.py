@@ -1,4 +1,5 @@
-"""What every backend's spawner shares: profiles, pre-start hooks, progress, hook state.
+"""What every backend's spawner shares: profiles, mounts, pre-start hooks, progress, hook
+state.
 
 A backend (:class:`hub_ext.docker.spawner.GPUDockerSpawner`, :class:`hub_ext.slurm.spawner.
 GPUSlurmSpawner`) mixes :class:`SpawnerCore` in before its JupyterHub spawner base and
@@ -29,14 +30,16 @@ from traitlets import Any, Float, List, validate
 
 from .choice import ProfileChoice
 from .hooks import PENDING, check_before_reserve, resolve_hooks
+from .mounts import MemberMounts
 
 __all__ = ["PENDING", "STATE_VERSION", "SpawnerCore"]
 
 STATE_VERSION = 1
 
 
-class SpawnerCore(ProfileChoice):
-    """Profiles (:class:`hub_ext.choice.ProfileChoice`), hooks, progress events and hook
+class SpawnerCore(ProfileChoice, MemberMounts):
+    """Profiles (:class:`hub_ext.choice.ProfileChoice`), the workspace's mount point and the
+    datasets (:class:`hub_ext.mounts.MemberMounts`), hooks, progress events and hook
     state, for any JupyterHub spawner.
 
     Subclasses list the traits a profile may override in ``_overridable`` and call

@@ -205,6 +205,7 @@ image() {  # unpack a Docker image's filesystem where every node reads it
   dest=$DIR/images/$(tr '/:' '__' <<<"$name")
   if [ "$(cat "$dest/image-id" 2>/dev/null)" = "$id" ]; then
     [ -s "$dest/labels.json" ] || docker image inspect --format '{{json .Config.Labels}}' "$name" >"$dest/labels.json"
+    mkdir -p "$dest/rootfs/datasets"
     say "$name is current in $dest"; return
   fi
   tmp=$dest.new
@@ -212,6 +213,8 @@ image() {  # unpack a Docker image's filesystem where every node reads it
   local cid; cid=$(docker create "$name")
   docker export "$cid" | tar -x -C "$tmp/rootfs"
   docker rm "$cid" >/dev/null
+  # the datasets' mount point: bubblewrap cannot make one in the read-only root (Docker does)
+  mkdir -p "$tmp/rootfs/datasets"
   echo "$id" >"$tmp/image-id"
   # the image's labels (Python, framework, CUDA), which the spawn page's cards show
   docker image inspect --format '{{json .Config.Labels}}' "$name" >"$tmp/labels.json"

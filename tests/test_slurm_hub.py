@@ -101,3 +101,37 @@ async def test_four_members_get_four_gpus_on_both_nodes_and_a_fifth_waits_in_lin
     await hub.stop_server(members[0], timeout=120)
     await hub.wait_ready(fifth, timeout=180)  # started without asking again
     assert (await probe(hub, fifth, tokens[fifth]))["node"] == seen[members[0]]["node"]
+
+
+async def test_datasets_are_read_only_and_per_group_on_the_nodes(
+        slurm_hub, slurm_cluster, tmp_path):
+    # the same GPUHUB_DATASETS file as on Docker: one dataset for everyone, one for a group
+    root = slurm_cluster.shared / "datasets"
+    for name in ("mnist", "imagenet"):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        (root / name / "README").write_text(f"{name}\n")
+    datasets = tmp_path / "datasets.json"
+    datasets.write_text(json.dumps({
+        "mnist": {"path": str(root / "mnist")},
+        "imagenet": {"path": str(root / "imagenet"), "groups": ["vision"]}}))
+    hub = await slurm_hub(PROFILES, GPUHUB_CREDITS="off", GPUHUB_DATASETS=str(datasets))
+    bob, vera = "ghs-ds1", "ghs-ds2"
+    for name in (bob, vera):
+        slurm_cluster.member(name)
+    tokens = {name: await hub.create_user(name) for name in (bob, vera)}
+    r = await hub.api("POST", "/groups/vision", json={"users": [vera]})
+    assert r.status_code == 201, r.text
+    for name in (bob, vera):
+        r = await hub.spawn(name, {"profile": "cpu"})
+        assert r.status_code in (201, 202), r.text
+    look = ("echo DS:$(ls /datasets | tr '\\n' ,):$(cat /datasets/*/README | tr '\\n' ,):"
+            "$(touch /datasets/mnist/new 2>&1 | grep -c 'Read-only'):END")
+    seen = {}
+    for name in (bob, vera):
+        await hub.wait_ready(name, timeout=180)
+        out = await terminal_run(hub, name, tokens[name], look, expect=":END", timeout=60)
+        seen[name] = re.findall(r"DS:(.*?):(.*?):(\d+):END", out)[-1]
+    # not his group: not there at all; read-only for everyone
+    assert seen[bob] == ("mnist,", "mnist,", "1")
+    assert seen[vera] == ("imagenet,mnist,", "imagenet,mnist,", "1")
+    assert not (root / "mnist" / "new").exists()

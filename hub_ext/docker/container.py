@@ -20,7 +20,7 @@ import time
 from docker.errors import NotFound
 from jupyterhub.utils import random_port
 from tornado import web
-from traitlets import Bool, Dict, Int, Unicode
+from traitlets import Bool, Int, Unicode
 from traitlets.config import LoggingConfigurable
 
 from .. import metrics
@@ -53,26 +53,6 @@ class MemberContainer(LoggingConfigurable):
         outside it.  Required when ``workspace`` is a host path.
 
             c.GPUDockerSpawner.workspace_root = "/srv/gpuhub/home"
-        """,
-    )
-
-    workspace_mount = Unicode(
-        "/home/jovyan/work",
-        config=True,
-        help="""Where the workspace appears in the container.
-
-            c.GPUDockerSpawner.workspace_mount = "/home/jovyan/work"
-        """,
-    )
-
-    datasets = Dict(
-        config=True,
-        help="""Shared datasets, mounted read-only at ``/datasets/<name>``: name ->
-        {"path": host path, "groups": [JupyterHub groups; empty or missing = everyone]}.
-        A missing host path is a spawn error, never created.
-
-            c.GPUDockerSpawner.datasets = {"imagenet": {"path": "/data/imagenet",
-                                                        "groups": ["vision"]}}
         """,
     )
 
@@ -171,32 +151,13 @@ class MemberContainer(LoggingConfigurable):
             )
         return uid, gid
 
-    def member_datasets(self) -> dict[str, str]:
-        """Dataset name -> host path, for the member's groups (admins: all)."""
-        groups = {g.name for g in getattr(self.user, "groups", [])}
-        admin = bool(getattr(self.user, "admin", False))
-        chosen = {}
-        for name, spec in self.datasets.items():
-            allowed = spec.get("groups") or []
-            if not allowed or admin or groups & set(allowed):
-                chosen[name] = spec["path"]
-        return chosen
-
     async def container_settings(self) -> dict:
         """Check what the container will mount and run as, before anything is reserved.
 
         Raises ``HTTPError`` with a plain sentence for a missing dataset path or a missing
         uid mapping; creates nothing.
         """
-        datasets = self.member_datasets()
-        for name, path in datasets.items():
-            if not os.path.isdir(path):
-                self.log.error("Dataset %s of %s: host path %s does not exist",
-                               name, self._log_name, path)
-                raise web.HTTPError(
-                    500, f"The dataset {name!r} is not available on this node right now. "
-                    "Ask an admin to check the datasets configuration."
-                )
+        datasets = self.checked_datasets()  # hub_ext.mounts.MemberMounts
         return {"ids": await self.member_ids(), "datasets": datasets,
                 "workspace": self.member_workspace()}
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 #: Spawner settings both backends share, copied from c.GPUDockerSpawner.
 SHARED = ("profile_list", "image", "default_url", "start_timeout", "http_timeout",
-          "gpu_idle_timeout", "cull_idle_timeout", "cull_max_age")
+          "gpu_idle_timeout", "cull_idle_timeout", "cull_max_age", "datasets",
+          "workspace_mount")
 
 #: Pre-start hooks the Slurm backend runs: the credits debit, undo and meter, and the
 #: culler (maximum age, and the run records ``gpuhub usage`` reads).  The culler's GPU-idle

@@ -79,8 +79,10 @@ BATCH_SCRIPT = """#!/bin/bash
 {% endif %}
 set -euo pipefail
 # only the GPUs Slurm gave this job (their indexes on this node), bound into the container
+# (none on a CPU-only profile: Slurm then leaves SLURM_JOB_GPUS unset)
+gpus=${SLURM_JOB_GPUS:-}
 gpu_binds=()
-for i in ${SLURM_JOB_GPUS//,/ }; do
+for i in ${gpus//,/ }; do
   dev={{gpu_device}}
   gpu_binds+=(--dev-bind "$dev" "/dev/nvidia$i")
 done
@@ -130,24 +132,6 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
         is replaced); created by the hub, owned by the member, when missing.
 
             c.GPUSlurmSpawner.workspace = "/cluster/home/{username}/jupyter"
-        """,
-    )
-
-    workspace_mount = Unicode(
-        "/home/jovyan/work",
-        config=True,
-        help="""Where the workspace appears in the container.
-
-            c.GPUSlurmSpawner.workspace_mount = "/home/jovyan/work"
-        """,
-    )
-
-    datasets = Dict(
-        config=True,
-        help="""Datasets on shared storage, bound read-only at ``/datasets/<name>``:
-        name -> host path.
-
-            c.GPUSlurmSpawner.datasets = {"imagenet": "/cluster/data/imagenet"}
         """,
     )
 
@@ -287,6 +271,17 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
         return str(Path(self.image_dir) / image.replace("/", "_").replace(":", "_")
                    / "rootfs")
 
+    def check_mount_points(self, datasets: dict[str, str]) -> None:
+        """The unpacked image must hold ``/datasets`` when the member has datasets:
+        bubblewrap cannot make a mount point in its read-only root (``scripts/slurm-cluster.sh
+        image`` makes it).  Raises HTTPError(500) with a sentence for the member."""
+        rootfs = Path(self.rootfs())
+        if datasets and rootfs.is_dir() and not (rootfs / "datasets").is_dir():
+            self.log.error("Refusing spawn of %s: %s has no datasets folder to mount on",
+                           self._log_name, rootfs)
+            raise web.HTTPError(500, f"The image {self.image} on the cluster has no place to "
+                                     "mount the datasets. Ask an admin to unpack it again.")
+
     def prepare_workspace(self) -> str:
         """Create the member's workspace (owned by them) and its log folder; returns it.
         Raises HTTPError(500) when it exists but belongs to another uid."""
@@ -310,8 +305,14 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
         workspace = self.workspace.format(username=self.user.name)
         import batchspawner
 
-        datasets = " ".join(f"--ro-bind {shlex.quote(p)} /datasets/{shlex.quote(n)}"
-                            for n, p in sorted(self.datasets.items()))
+        # a tmpfs at the image's /datasets holds their mount points (the root is
+        # read-only), made read-only again once they are bound
+        datasets = self.member_datasets()
+        dataset_binds = " ".join(
+            ["--tmpfs /datasets",
+             *(f"--ro-bind {shlex.quote(p)} /datasets/{shlex.quote(n)}"
+               for n, p in sorted(datasets.items())),
+             "--remount-ro /datasets"]) if datasets else ""
         subvars.update(
             log=f"{workspace}/.gpuhub/slurm-%j.log",
             token_file=shlex.quote(self.token_file()),
@@ -321,7 +322,7 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
                 rootfs=shlex.quote(self.rootfs()), image=shlex.quote(self.image),
                 workspace=shlex.quote(workspace),
                 workspace_mount=shlex.quote(self.workspace_mount),
-                dataset_binds=datasets, gpu_binds='"${gpu_binds[@]}"',
+                dataset_binds=dataset_binds, gpu_binds='"${gpu_binds[@]}"',
                 batchspawner=shlex.quote(str(Path(batchspawner.__file__).parent.parent)),
                 path=shlex.quote(self.container_path),
             ),
@@ -356,6 +357,7 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
                 self.req_gres = f"gpu:{self.gpus}"
             await self.check_hooks()  # a member who cannot pay is not queued at all
             workspace = self.prepare_workspace()
+            self.check_mount_points(self.checked_datasets())
             try:
                 nodes = await self.cluster.nodes(fresh=True, timeout=self.scheduler_timeout)
             except SlurmUnavailable as e:
