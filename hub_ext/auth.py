@@ -6,7 +6,7 @@ cookie, PKCE, code exchange, UserInfo, managed groups, allowed/admin groups); th
 sets OIDC defaults and overrides small steps:
 
 - endpoints come from the issuer's discovery document, fetched when first needed
-  (:meth:`CreditAuthenticator.discover`), unless configured explicitly;
+  (:meth:`hub_ext.auth_provider.ProviderClient.discover`), unless configured explicitly;
 - :meth:`~CreditAuthenticator.get_token_info` verifies the ID token when it arrives
   (:func:`hub_ext.oidc.verify_id_token`: signature by the issuer's JWKS, ``iss``, ``aud``,
   ``exp``); a replayed or foreign code, a token from another issuer or an expired one is a
@@ -28,7 +28,6 @@ Configured by :func:`hub_ext.auth_config.apply_auth_config` from ``GPUHUB_OIDC_*
 from __future__ import annotations
 
 import asyncio
-import time
 from decimal import Decimal
 
 from markupsafe import Markup
@@ -40,25 +39,13 @@ from traitlets import Bool, Float, Unicode, default, validate
 
 from . import oidc
 from .auth_credits import STATE_KEY, credits_off, read_credit_account, unknown
+from .auth_provider import CODE_REFUSED, SERVICE_DOWN, TOKEN_REFUSED, ProviderClient, why
 from .credits.amounts import format_amount
 from .credits.client import CreditsClient
 from .spawn_gate import GatedRoutes
 from .templates import render
 
 __all__ = ["CreditAuthenticator", "LoginRefused"]
-
-SERVICE_DOWN = (
-    "The organisation's login service cannot be reached right now, so nobody can log in. "
-    "Try again in a few minutes."
-)
-CODE_REFUSED = (
-    "The login service did not accept this sign-in (it was already used or has expired). "
-    "Please log in again."
-)
-TOKEN_REFUSED = (
-    "The sign-in could not be verified (it did not come from the organisation's login "
-    "service, or it has expired). Please log in again."
-)
 
 
 class LoginRefused(web.HTTPError):
@@ -95,7 +82,7 @@ class CallbackHandler(_NoQueryInLogs, OAuthCallbackHandler):
     """``/hub/oauth_callback``: OAuthenticator's, with the query kept out of the log."""
 
 
-class CreditAuthenticator(GatedRoutes, GenericOAuthenticator):
+class CreditAuthenticator(GatedRoutes, ProviderClient, GenericOAuthenticator):
     """The organisation's OIDC login; groups decide membership and admins; credits ride along.
 
     Needs ``issuer`` and ``client_id`` (raises ValueError at start-up without them) and
@@ -280,79 +267,6 @@ class CreditAuthenticator(GatedRoutes, GenericOAuthenticator):
         self._credits: CreditsClient | None = None
         self._grants: CreditsClient | None = None
 
-    # -- the provider ------------------------------------------------------------------
-
-    async def discover(self) -> None:
-        """Fill the endpoints not configured from the issuer's discovery document, once.
-
-        Raises ``web.HTTPError(503)`` while the provider cannot be reached (tried again at
-        the next login) and ``web.HTTPError(500)`` when its document is not for ``issuer``.
-        """
-        if self._discovered:
-            return
-        async with self._discovery_lock:
-            if self._discovered:
-                return
-            if not (self.authorize_url and self.token_url and self.jwks_url):
-                url = oidc.discovery_url(self.issuer)
-                document = await self._get_json(url, "fetching the OIDC discovery document")
-                try:
-                    metadata = oidc.provider_metadata(document, self.issuer)
-                except ValueError as e:
-                    self.log.error("OIDC discovery %s: %s", url, e)
-                    raise web.HTTPError(500, "The login service is misconfigured; "
-                                             "the hub's operators have the details.") from None
-                self.authorize_url = self.authorize_url or metadata.authorization_endpoint
-                self.token_url = self.token_url or metadata.token_endpoint
-                self.jwks_url = self.jwks_url or metadata.jwks_uri
-                if not self.userdata_url and not self.userdata_from_id_token:
-                    self.userdata_url = metadata.userinfo_endpoint
-                self.log.info("OIDC provider %s: authorize %s, token %s, keys %s",
-                              self.issuer, self.authorize_url, self.token_url, self.jwks_url)
-            self._discovered = True
-
-    async def _get_json(self, url: str, label: str):
-        try:
-            return await self.httpfetch(
-                url, label, method="GET", headers={"Accept": "application/json"},
-                validate_cert=self.validate_server_cert,
-                request_timeout=self.discovery_timeout, connect_timeout=self.discovery_timeout,
-            )
-        except (HTTPClientError, OSError, ValueError) as e:
-            self.log.error("OIDC: %s failed (%s)", label, _why(e))
-            raise web.HTTPError(503, SERVICE_DOWN) from None
-
-    async def _signing_keys(self, refresh: bool = False) -> list:
-        """The issuer's signing keys, fetched once and again when a token names a new one."""
-        stale = refresh and time.monotonic() - self._keys_fetched > 10
-        if self._keys is None or stale:
-            document = await self._get_json(self.jwks_url, "fetching the issuer's signing keys")
-            try:
-                self._keys = oidc.signing_keys(document)
-            except ValueError as e:
-                self.log.error("OIDC keys %s: %s", self.jwks_url, e)
-                raise web.HTTPError(503, SERVICE_DOWN) from None
-            self._keys_fetched = time.monotonic()
-        return self._keys
-
-    async def verify_id_token(self, id_token: str) -> dict:
-        """The claims of a newly received ID token, or a 403 :class:`web.HTTPError`."""
-        try:
-            try:
-                keys = await self._signing_keys()
-                return oidc.verify_id_token(id_token, keys, issuer=self.issuer,
-                                            client_id=self.client_id,
-                                            leeway=self.id_token_leeway)
-            except oidc.UnknownSigningKey:
-                # the provider may have rotated its keys since we fetched them
-                keys = await self._signing_keys(refresh=True)
-                return oidc.verify_id_token(id_token, keys, issuer=self.issuer,
-                                            client_id=self.client_id,
-                                            leeway=self.id_token_leeway)
-        except oidc.IDTokenRejected as e:
-            self.log.warning("OIDC login refused: %s", e)
-            raise web.HTTPError(403, TOKEN_REFUSED) from None
-
     # -- the small steps of OAuthenticator's flow ---------------------------------------
 
     async def get_token_info(self, handler, params):
@@ -369,10 +283,10 @@ class CreditAuthenticator(GatedRoutes, GenericOAuthenticator):
                 self.log.warning("OIDC login refused: the token endpoint answered %s to the "
                                  "%s grant", e.code, params.get("grant_type"))
                 raise web.HTTPError(403, CODE_REFUSED) from None
-            self.log.error("OIDC: the token endpoint did not answer (%s)", _why(e))
+            self.log.error("OIDC: the token endpoint did not answer (%s)", why(e))
             raise web.HTTPError(503, SERVICE_DOWN) from None
         except OSError as e:
-            self.log.error("OIDC: the token endpoint cannot be reached (%s)", _why(e))
+            self.log.error("OIDC: the token endpoint cannot be reached (%s)", why(e))
             raise web.HTTPError(503, SERVICE_DOWN) from None
         id_token = token_info.get("id_token")
         if id_token:
@@ -466,11 +380,11 @@ class CreditAuthenticator(GatedRoutes, GenericOAuthenticator):
             if 400 <= e.code < 500:
                 raise
             self.log.warning("Refreshing %s: the login service did not answer (%s); "
-                             "keeping their login", user.name, _why(e))
+                             "keeping their login", user.name, why(e))
             return await self._refresh_credits_only(user)
         except OSError as e:
             self.log.warning("Refreshing %s: the login service cannot be reached (%s); "
-                             "keeping their login", user.name, _why(e))
+                             "keeping their login", user.name, why(e))
             return await self._refresh_credits_only(user)
         if isinstance(refreshed, dict):
             groups = set(refreshed.get("groups") or [])
@@ -515,12 +429,6 @@ class CreditAuthenticator(GatedRoutes, GenericOAuthenticator):
             self.log.warning("Credits: no answer about %s's account in %ss; balance unknown",
                              username, self.credits_timeout)
             return unknown()
-
-
-def _why(error: BaseException) -> str:
-    """A short reason for the log: the class and the code, never a request or a body."""
-    code = getattr(error, "code", None)
-    return f"{type(error).__name__} {code}" if code else type(error).__name__
 
 
 def _either(groups: list[str]) -> str:
