@@ -39,7 +39,7 @@ from pathlib import Path
 
 from batchspawner import JobStatus, SlurmSpawner
 from tornado import web
-from traitlets import Dict, Float, Int, Unicode, Union, default
+from traitlets import Dict, Float, Int, List, Unicode, Union, default, validate
 
 from .. import metrics
 from ..line.core import utcnow
@@ -47,8 +47,14 @@ from ..periodic import shutting_down
 from ..spawn_page import SpawnPage
 from ..spawner_core import SpawnerCore
 from .availability import SlurmAvailability
-from .cluster import UNREACHABLE_MESSAGE, SlurmCluster, SlurmUnavailable
+from .cluster import MEMBER_PREFIX, SlurmCluster, SlurmUnavailable
 from .spawner_line import SlurmLineSpawner
+from .submit import (DEFAULT_SSH, CommandFailed, SubmitHost, SubmitHostUnavailable,
+                     check_host)
+
+#: batchspawner's status query reads this error as "unknown" (``state_isunknown``): a
+#: submit host that does not answer stops no server
+SUBMIT_HOST_DOWN = "gpuhub: submit host unreachable"
 
 #: The member's notebook server inside the container: bubblewrap (Debian ``bubblewrap``,
 #: unprivileged user namespaces) on the image's unpacked root filesystem, as the member's
@@ -193,6 +199,36 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
         """,
     )
 
+    submit_host = Unicode(
+        "",
+        config=True,
+        help="""The host where the hub runs every Slurm command (sbatch, squeue, scancel,
+        sinfo, scontrol) and writes the job's token file as the member, over OpenSSH
+        (``submit_ssh_command``): ``login1`` or ``gpuhub@login1``.  Empty: on the hub's
+        own host.  The member switch there is ``exec_prefix``.  README "Scale out on
+        Slurm" says what the submit host needs.
+
+            c.GPUSlurmSpawner.submit_host = "gpuhub@login1"
+        """,
+    )
+
+    submit_ssh_command = List(
+        list(DEFAULT_SSH),
+        config=True,
+        help="""The ssh command line before the submit host: add the site's options
+        (identity file, port, known hosts).  The default keeps one shared connection per
+        host (OpenSSH ControlMaster/ControlPersist, control socket in the hub user's
+        ``~/.ssh``), fails instead of asking for a password (BatchMode) and gives up on a
+        host that does not answer after 5 s (ConnectTimeout).
+
+            c.GPUSlurmSpawner.submit_ssh_command = [*DEFAULT_SSH, "-i", "/srv/gpuhub/ssh/id_ed25519", "-p", "2222", "-o", "UserKnownHostsFile=/srv/gpuhub/ssh/known_hosts"]
+        """,
+    )
+
+    @validate("submit_host")
+    def _check_submit_host(self, proposal):
+        return check_host(proposal.value)
+
     scheduler_timeout = Float(
         3.0,
         config=True,
@@ -234,7 +270,12 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
     def _default_exec_prefix(self):
         # the hub runs as root on the submit host; sbatch runs as the member, so that Slurm
         # (munge) knows the job as theirs
-        return "runuser -u {username} --"
+        return MEMBER_PREFIX
+
+    @property
+    def submit(self) -> SubmitHost:
+        """Where the Slurm commands run (:mod:`.submit`)."""
+        return SubmitHost(self.submit_host, tuple(self.submit_ssh_command))
 
     @default("options_form")
     def _default_options_form(self):
@@ -255,7 +296,8 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.init_core()
-        self.cluster = SlurmCluster.shared(self.slurm_env)  # one cached node list
+        self.cluster = SlurmCluster.shared(self.slurm_env, self.submit,
+                                           self.exec_prefix)  # one cached node list
         self._hooks_done: list | None = None
         self.gpu_devices: list[str] = []  # the running job's GPUs (the run record)
         self.profile_name = ""
@@ -313,6 +355,8 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
         datasets = " ".join(f"--ro-bind {shlex.quote(p)} /datasets/{shlex.quote(n)}"
                             for n, p in sorted(self.datasets.items()))
         subvars.update(
+            # a word of the commands' shell line (exec_prefix), whatever the name holds
+            username=shlex.quote(self.user.name),
             log=f"{workspace}/.gpuhub/slurm-%j.log",
             token_file=shlex.quote(self.token_file()),
             job_name=self.job_name,
@@ -334,10 +378,35 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
         return env
 
     async def run_command(self, cmd, input=None, env=None):
-        """batchspawner's Slurm commands, with ``slurm_env`` (its status queries pass no
-        environment of their own)."""
-        env = {**(os.environ if env is None else env), **self.slurm_env}
-        return await super().run_command(cmd, input=input, env=env)
+        """batchspawner's Slurm commands (``exec_prefix`` + ``sbatch``/``squeue``/
+        ``scancel``, a shell line whose words batchspawner formats; ``username`` is quoted
+        in :meth:`get_req_subvars`), run here or on the submit host (:mod:`.submit`) with
+        ``env`` and ``slurm_env``; returns stdout, stripped.  Raises RuntimeError with the
+        command's error output (batchspawner reads it), or with :data:`SUBMIT_HOST_DOWN`
+        when the submit host does not answer (:meth:`state_isunknown`)."""
+        env = {**(env or {}), **self.slurm_env}
+        if self.submit.remote:
+            # the job reads its API token from the token file (hand_token), never from a
+            # command line on the submit host
+            for name in ("JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN"):
+                env.pop(name, None)
+        try:
+            out = await self.submit.run(shlex.split(cmd), env=env,
+                                        input=input.encode() if input else None)
+        except SubmitHostUnavailable as e:
+            self.log.error("%s: %s", self._log_name, e)
+            raise RuntimeError(f"{SUBMIT_HOST_DOWN}: {e}") from None
+        except CommandFailed as e:
+            self.log.error("%s: %s exited %d: %s", self._log_name, cmd, e.returncode,
+                           e.stderr)
+            raise RuntimeError(e.stderr) from None
+        return out.strip()
+
+    def state_isunknown(self):
+        """Slurm's "cannot contact the controller", or a submit host that did not answer:
+        the job's state is unknown, and a running server is left running."""
+        return (super().state_isunknown()
+                or (self.job_status or "").startswith(SUBMIT_HOST_DOWN))
 
     # -- start -------------------------------------------------------------------------
 
@@ -360,9 +429,8 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
                 nodes = await self.cluster.nodes(fresh=True, timeout=self.scheduler_timeout)
             except SlurmUnavailable as e:
                 metrics.SPAWNS_REFUSED.labels(reason="scheduler_down").inc()
-                self.log.error("Refusing spawn of %s: Slurm does not answer: %s",
-                               self._log_name, e)
-                raise web.HTTPError(503, UNREACHABLE_MESSAGE) from None
+                self.log.error("Refusing spawn of %s: %s: %s", self._log_name, e.what, e)
+                raise web.HTTPError(503, e.member_message) from None
             self.check_free_gpus(nodes)
             self.emit(10, f"Asking the cluster for {self.req_gres or 'a CPU-only'} server "
                           f"(partition {self.req_partition or 'default'})")
