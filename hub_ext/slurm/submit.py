@@ -32,6 +32,7 @@ import asyncio
 import os
 import re
 import shlex
+import signal
 from dataclasses import dataclass, field
 
 __all__ = ["DEFAULT_SSH", "CommandFailed", "SubmitHost", "SubmitHostUnavailable",
@@ -122,11 +123,12 @@ class SubmitHost:
         proc = await asyncio.create_subprocess_exec(
             *cmd, stdin=asyncio.subprocess.PIPE if input is not None else None,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=full_env, cwd="/")
+            env=full_env, cwd="/", start_new_session=True)
         try:
             out, err = await asyncio.wait_for(proc.communicate(input), timeout)
         except TimeoutError:
-            proc.kill()
+            # the whole process group: a child left behind would hold the pipes open
+            os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
             if self.remote:
                 raise SubmitHostUnavailable(
