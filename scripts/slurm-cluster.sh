@@ -208,10 +208,11 @@ login_start() {
   setup_login_network
   pid_alive "$DIR/run/sshd-login.pid" && return
   mkdir -p /run/sshd && chmod 0755 /run/sshd  # sshd's privilege separation folder
-  # a mount namespace of its own, where DIR/login/slurm is DIR: only the login host sees
-  # the cluster's configuration there
+  # a mount namespace of its own, where DIR/login/slurm is DIR (only the login host sees
+  # the cluster's configuration there) and root's home is its own, empty: the sessions do
+  # not run this machine's ~/.bashrc (whose tools keep locks a killed session leaves)
   unshare --mount --propagation private sh -c \
-    'mount --bind "$1" "$1/login/slurm" && exec nsenter --net="/run/netns/$2" "$3" -f "$1/login/sshd_config" -E "$1/log/sshd-login.log"' \
+    'mount --bind "$1" "$1/login/slurm" && mount -t tmpfs -o mode=0700 gpuhub-login-root /root && exec nsenter --net="/run/netns/$2" "$3" -f "$1/login/sshd_config" -E "$1/log/sshd-login.log"' \
     sh "$DIR" "$LOGIN_NS" "$SSHD"
   for _ in $(seq 1 50); do pid_alive "$DIR/run/sshd-login.pid" && break; sleep 0.1; done
   pid_alive "$DIR/run/sshd-login.pid" || { say "the submit host's sshd did not start:"; tail -n 20 "$DIR/log/sshd-login.log" >&2; exit 1; }

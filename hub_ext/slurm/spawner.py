@@ -225,6 +225,17 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
         """,
     )
 
+    submit_timeout = Float(
+        60.0,
+        config=True,
+        help="""Seconds batchspawner's commands (sbatch, squeue, scancel) may take on the
+        submit host before it counts as not answering (a job's state is then "unknown":
+        its server keeps running).  Only with ``submit_host``.
+
+            c.GPUSlurmSpawner.submit_timeout = 60
+        """,
+    )
+
     @validate("submit_host")
     def _check_submit_host(self, proposal):
         return check_host(proposal.value)
@@ -391,8 +402,9 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
             for name in ("JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN"):
                 env.pop(name, None)
         try:
-            out = await self.submit.run(shlex.split(cmd), env=env,
-                                        input=input.encode() if input else None)
+            out = await self.submit.run(
+                shlex.split(cmd), env=env, input=input.encode() if input else None,
+                timeout=self.submit_timeout if self.submit.remote else None)
         except SubmitHostUnavailable as e:
             self.log.error("%s: %s", self._log_name, e)
             raise RuntimeError(f"{SUBMIT_HOST_DOWN}: {e}") from None
