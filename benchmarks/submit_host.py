@@ -62,7 +62,7 @@ async def main(runs: int) -> None:
     commands = {"true": ["true"], "sinfo": ["sinfo", "-h"],
                 "member": ["runuser", "-u", MEMBER, "--", "squeue", "-h", "-u", MEMBER]}
     times: dict[tuple[str, str], list[float]] = {}
-    for way, (submit, conf) in ways.items():  # warm-up: the shared connection opens
+    for submit, conf in ways.values():  # warm-up: the shared connection opens
         await submit.run(["true"], env={"SLURM_CONF": conf}, timeout=30)
     for _ in range(runs):
         for way, (submit, conf) in ways.items():

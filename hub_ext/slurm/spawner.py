@@ -6,7 +6,8 @@ A start runs in this order (each step yields a ``progress()`` event):
    :class:`hub_ext.spawner_core.SpawnerCore`); a profile sets the Slurm request through
    batchspawner's ``req_*`` traits (``req_gres``, ``req_partition``, ``req_runtime``, ...);
 2. ask slurmctld (``sinfo``): when it does not answer, refuse at once in plain words;
-3. submit the batch job as the member's own Unix account (``exec_prefix``: runuser), its
+3. submit the batch job as the member's own Unix account (``exec_prefix``: runuser), on
+   the hub's host or on the submit host over ssh (:mod:`.spawner_submit`), its
    script running the notebook image in the container runtime (``container_command``,
    bubblewrap by default) with the member's workspace, the datasets read-only and only the
    GPU devices Slurm allocated (``SLURM_JOB_GPUS``);
@@ -39,7 +40,7 @@ from pathlib import Path
 
 from batchspawner import JobStatus, SlurmSpawner
 from tornado import web
-from traitlets import Dict, Float, Int, List, Unicode, Union, default, validate
+from traitlets import Dict, Float, Int, Unicode, Union, default
 
 from .. import metrics
 from ..line.core import utcnow
@@ -49,12 +50,7 @@ from ..spawner_core import SpawnerCore
 from .availability import SlurmAvailability
 from .cluster import MEMBER_PREFIX, SlurmCluster, SlurmUnavailable
 from .spawner_line import SlurmLineSpawner
-from .submit import (DEFAULT_SSH, CommandFailed, SubmitHost, SubmitHostUnavailable,
-                     check_host)
-
-#: batchspawner's status query reads this error as "unknown" (``state_isunknown``): a
-#: submit host that does not answer stops no server
-SUBMIT_HOST_DOWN = "gpuhub: submit host unreachable"
+from .spawner_submit import SubmitHostSpawner
 
 #: The member's notebook server inside the container: bubblewrap (Debian ``bubblewrap``,
 #: unprivileged user namespaces) on the image's unpacked root filesystem, as the member's
@@ -102,8 +98,8 @@ exec {{container}} {{cmd}}
 """
 
 
-class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCore,
-                      SlurmSpawner):
+class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SpawnPage, SlurmAvailability,
+                      SpawnerCore, SlurmSpawner):
     """A SlurmSpawner with profiles, credits, progress and the line of the Docker backend,
     and its spawn page (:mod:`hub_ext.spawn_page`, free GPUs from Slurm:
     :mod:`hub_ext.slurm.availability`)."""
@@ -199,47 +195,6 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
         """,
     )
 
-    submit_host = Unicode(
-        "",
-        config=True,
-        help="""The host where the hub runs every Slurm command (sbatch, squeue, scancel,
-        sinfo, scontrol) and writes the job's token file as the member, over OpenSSH
-        (``submit_ssh_command``): ``login1`` or ``gpuhub@login1``.  Empty: on the hub's
-        own host.  The member switch there is ``exec_prefix``.  README "Scale out on
-        Slurm" says what the submit host needs.
-
-            c.GPUSlurmSpawner.submit_host = "gpuhub@login1"
-        """,
-    )
-
-    submit_ssh_command = List(
-        list(DEFAULT_SSH),
-        config=True,
-        help="""The ssh command line before the submit host: add the site's options
-        (identity file, port, known hosts).  The default keeps one shared connection per
-        host (OpenSSH ControlMaster/ControlPersist, control socket in the hub user's
-        ``~/.ssh``), fails instead of asking for a password (BatchMode) and gives up on a
-        host that does not answer after 5 s (ConnectTimeout).
-
-            c.GPUSlurmSpawner.submit_ssh_command = [*DEFAULT_SSH, "-i", "/srv/gpuhub/ssh/id_ed25519", "-p", "2222", "-o", "UserKnownHostsFile=/srv/gpuhub/ssh/known_hosts"]
-        """,
-    )
-
-    submit_timeout = Float(
-        60.0,
-        config=True,
-        help="""Seconds batchspawner's commands (sbatch, squeue, scancel) may take on the
-        submit host before it counts as not answering (a job's state is then "unknown":
-        its server keeps running).  Only with ``submit_host``.
-
-            c.GPUSlurmSpawner.submit_timeout = 60
-        """,
-    )
-
-    @validate("submit_host")
-    def _check_submit_host(self, proposal):
-        return check_host(proposal.value)
-
     scheduler_timeout = Float(
         3.0,
         config=True,
@@ -282,11 +237,6 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
         # the hub runs as root on the submit host; sbatch runs as the member, so that Slurm
         # (munge) knows the job as theirs
         return MEMBER_PREFIX
-
-    @property
-    def submit(self) -> SubmitHost:
-        """Where the Slurm commands run (:mod:`.submit`)."""
-        return SubmitHost(self.submit_host, tuple(self.submit_ssh_command))
 
     @default("options_form")
     def _default_options_form(self):
@@ -387,38 +337,6 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
         env = super().get_env()
         env.update(self.slurm_env)
         return env
-
-    async def run_command(self, cmd, input=None, env=None):
-        """batchspawner's Slurm commands (``exec_prefix`` + ``sbatch``/``squeue``/
-        ``scancel``, a shell line whose words batchspawner formats; ``username`` is quoted
-        in :meth:`get_req_subvars`), run here or on the submit host (:mod:`.submit`) with
-        ``env`` and ``slurm_env``; returns stdout, stripped.  Raises RuntimeError with the
-        command's error output (batchspawner reads it), or with :data:`SUBMIT_HOST_DOWN`
-        when the submit host does not answer (:meth:`state_isunknown`)."""
-        env = {**(env or {}), **self.slurm_env}
-        if self.submit.remote:
-            # the job reads its API token from the token file (hand_token), never from a
-            # command line on the submit host
-            for name in ("JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN"):
-                env.pop(name, None)
-        try:
-            out = await self.submit.run(
-                shlex.split(cmd), env=env, input=input.encode() if input else None,
-                timeout=self.submit_timeout if self.submit.remote else None)
-        except SubmitHostUnavailable as e:
-            self.log.error("%s: %s", self._log_name, e)
-            raise RuntimeError(f"{SUBMIT_HOST_DOWN}: {e}") from None
-        except CommandFailed as e:
-            self.log.error("%s: %s exited %d: %s", self._log_name, cmd, e.returncode,
-                           e.stderr)
-            raise RuntimeError(e.stderr) from None
-        return out.strip()
-
-    def state_isunknown(self):
-        """Slurm's "cannot contact the controller", or a submit host that did not answer:
-        the job's state is unknown, and a running server is left running."""
-        return (super().state_isunknown()
-                or (self.job_status or "").startswith(SUBMIT_HOST_DOWN))
 
     # -- start -------------------------------------------------------------------------
 
