@@ -37,7 +37,9 @@
 # login host's own mount namespace (DIR bound there), so a command that passes for the
 # hub's without going through ssh finds no cluster.  munge's socket is a file under DIR,
 # which the login host sees as every node does.  `start` starts it (when sshd is installed);
-# `login-stop` and `login-start` take its sshd down and up (the hub's fault tests).
+# `login-stop` and `login-start` take its sshd down and up, `login-freeze` and `login-thaw`
+# stop and continue every process of it (a host that no longer answers): the hub's fault
+# tests.
 #
 # Settings (environment): GPUHUB_SLURM_DIR (default /srv/gpuhub-slurm: configuration, state,
 # logs, devices, and the shared storage DIR/shared that every node sees),
@@ -327,6 +329,8 @@ case ${1:-} in
   login-env) login_env ;;
   login-start) login_start ;;
   login-stop) login_stop; say "the submit host's sshd is stopped" ;;
+  login-freeze) kill -STOP $(ip netns pids "$LOGIN_NS"); say "the submit host is frozen" ;;
+  login-thaw) kill -CONT $(ip netns pids "$LOGIN_NS"); say "the submit host runs again" ;;
   image) shift; for name in "$@"; do image "$name"; done ;;
-  *) echo "usage: $0 start|stop|status|env|login-env|login-start|login-stop|image NAME..." >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|status|env|login-env|login-start|login-stop|login-freeze|login-thaw|image NAME..." >&2; exit 2 ;;
 esac

@@ -102,8 +102,11 @@ async def test_through_the_submit_host_a_member_runs_as_themself_waits_in_line_a
         slurm_cluster.run("scancel", job, check=False)
 
 
+@pytest.mark.parametrize("fault", ["sshd-killed", "host-frozen"])
 async def test_a_submit_host_that_does_not_answer_refuses_spawns_and_keeps_servers(
-        login_hub, slurm_cluster, submit_host, member):
+        login_hub, slurm_cluster, submit_host, member, fault):
+    """sshd killed (connection refused), or every process of the host stopped (connections
+    open, nothing answers: the spawn check gives up after ``scheduler_timeout``)."""
     hub = await login_hub("c.GPUSlurmSpawner.poll_interval = 1\n")
     running, other = member(), member()
     token = await hub.create_user(running)
@@ -114,7 +117,9 @@ async def test_a_submit_host_that_does_not_answer_refuses_spawns_and_keeps_serve
     await hub.wait_ready(running, timeout=180)
     [job] = slurm_cluster.run("squeue", "-h", "-u", running, "-o", "%i").stdout.split()
 
-    submit_host.stop()  # sshd and its sessions killed: connection refused
+    down, up = ((submit_host.stop, submit_host.start) if fault == "sshd-killed"
+                else (submit_host.freeze, submit_host.thaw))
+    down()
     try:
         r = await hub.spawn(other, {"profile": "gpu"})
         assert r.status_code == 503, r.text
@@ -143,7 +148,7 @@ async def test_a_submit_host_that_does_not_answer_refuses_spawns_and_keeps_serve
         assert await hub.running(running)
         assert slurm_cluster.job_state(job) == "RUNNING"
     finally:
-        submit_host.start()
+        up()
 
     async def on_the_board_again():
         model = await board(hub, boss)

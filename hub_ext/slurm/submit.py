@@ -127,8 +127,11 @@ class SubmitHost:
         try:
             out, err = await asyncio.wait_for(proc.communicate(input), timeout)
         except TimeoutError:
-            # the whole process group: a child left behind would hold the pipes open
+            # the whole process group; then our ends of the pipes, which asyncio waits
+            # on too: an ssh multiplexing client hands its stdio to the shared connection's
+            # master, which keeps them while the host does not answer
             os.killpg(proc.pid, signal.SIGKILL)
+            proc._transport.close()  # asyncio.subprocess.Process has no public close
             await proc.wait()
             if self.remote:
                 raise SubmitHostUnavailable(
