@@ -111,3 +111,21 @@ def test_a_malformed_submit_host_setting_stops_the_hub_with_its_name(tmp_path, m
     with pytest.raises(ValueError, match="GPUHUB_SLURM_SUBMIT_HOST"):
         configure(tmp_path, monkeypatch, GPUHUB_BACKEND="slurm",
                   GPUHUB_SLURM_SUBMIT_HOST="-oProxyCommand=sh")
+
+
+async def test_the_api_token_and_the_hubs_own_paths_stay_on_the_hub():
+    """batchspawner hands sbatch the job's environment: on the submit host it goes on the
+    command line (visible in ``ps`` there), so the API token stays behind (the job reads
+    its token file) and so do the hub's paths (the submit host's PATH finds its commands)."""
+    from hub_ext.slurm.spawner import GPUSlurmSpawner
+
+    user = SimpleNamespace(name="ann", url="/user/ann/", escaped_name="ann", server=None,
+                           settings={}, db=None, orm_user=None, id=1)
+    spawner = GPUSlurmSpawner(user=user, submit_host="login1", req_homedir="/tmp",
+                              req_keepvars="PATH", submit_ssh_command=list(LOOPBACK_SSH),
+                              slurm_env={"SLURM_CONF": "/etc/slurm/site.conf"})
+    out = await spawner.run_command("env", env={
+        "JUPYTERHUB_API_TOKEN": "s3cret", "JPY_API_TOKEN": "s3cret",
+        "PATH": "/hub/only/bin", "JUPYTERHUB_USER": "ann"})
+    assert "s3cret" not in out and "/hub/only/bin" not in out
+    assert {"JUPYTERHUB_USER=ann", "SLURM_CONF=/etc/slurm/site.conf"} <= set(out.splitlines())

@@ -2,10 +2,13 @@
 test cluster's login host over OpenSSH (sshd in its own network namespace,
 tests/fixtures/slurm.py ``submit_host``).  The hub itself cannot reach the cluster: its
 ``SLURM_CONF`` names a file that exists only on the login host (its own mount namespace),
-so a test that passes proves the commands went through ssh."""
+and ``runuser`` is not on its ``PATH``, so a test that passes proves the Slurm commands and
+the token file written as the member went through ssh."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import uuid
 from pathlib import Path
 
@@ -44,9 +47,14 @@ def login_hub(slurm_hub, submit_host):
     conf = submit_host.settings["GPUHUB_SLURM_CONF"]
     assert not Path(conf).exists(), f"{conf} must exist on the login host only"
 
+    # nor can it switch to a member: runuser (/usr/sbin) is not on its PATH
+    path = ":".join(p for p in os.environ["PATH"].split(":") if not p.endswith("sbin"))
+    assert shutil.which("runuser", path=path) is None
+
     async def make(extra_config: str = ""):
         return await slurm_hub(PROFILES, extra_config=extra_config, GPUHUB_CREDITS="off",
-                               SLURM_CONF="/nonexistent/slurm.conf", **submit_host.settings)
+                               SLURM_CONF="/nonexistent/slurm.conf", PATH=path,
+                               **submit_host.settings)
 
     return make
 

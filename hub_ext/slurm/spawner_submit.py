@@ -18,11 +18,18 @@ from traitlets.config import LoggingConfigurable
 
 from .submit import DEFAULT_SSH, CommandFailed, SubmitHost, SubmitHostUnavailable, check_host
 
-__all__ = ["SUBMIT_HOST_DOWN", "SubmitHostSpawner"]
+__all__ = ["NOT_SENT", "SUBMIT_HOST_DOWN", "SubmitHostSpawner"]
 
 #: batchspawner's status query reads this error as "unknown" (``state_isunknown``): a
 #: submit host that does not answer stops no server
 SUBMIT_HOST_DOWN = "gpuhub: submit host unreachable"
+
+#: The job environment's variables that stay on the hub's host.  The API token: the job
+#: reads it from its token file (``hand_token``), never from a command line on the submit
+#: host.  The hub's own paths (JupyterHub's ``env_keep``): on the submit host, the commands
+#: and the job take that host's (``slurm_env`` may still set any of them).
+NOT_SENT = ("JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN", "PATH", "PYTHONPATH", "CONDA_ROOT",
+            "CONDA_DEFAULT_ENV", "VIRTUAL_ENV")
 
 
 class SubmitHostSpawner(LoggingConfigurable):
@@ -84,12 +91,11 @@ class SubmitHostSpawner(LoggingConfigurable):
         ``env`` and ``slurm_env``; returns stdout, stripped.  Raises RuntimeError with the
         command's error output (batchspawner reads it), or with :data:`SUBMIT_HOST_DOWN`
         when the submit host does not answer (:meth:`state_isunknown`)."""
-        env = {**(env or {}), **self.slurm_env}
+        env = dict(env or {})
         if self.submit.remote:
-            # the job reads its API token from the token file (hand_token), never from a
-            # command line on the submit host
-            for name in ("JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN"):
+            for name in NOT_SENT:
                 env.pop(name, None)
+        env.update(self.slurm_env)
         try:
             out = await self.submit.run(
                 shlex.split(cmd), env=env, input=input.encode() if input else None,
