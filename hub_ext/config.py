@@ -126,6 +126,10 @@ class Settings:
     GPUHUB_SLURM_IMAGE_DIR       shared folder with the unpacked images           see README
     GPUHUB_SLURM_WORKSPACE       workspace on shared storage, ``{username}``      see README
     GPUHUB_SLURM_GPU_DEVICE      a node's GPU device file, bash, index ``$i``    /dev/nvidia$i
+    GPUHUB_SLURM_SUBMIT_HOST     run the Slurm commands there over ssh,          the hub's host
+                                 ``login1`` or ``gpuhub@login1``
+    GPUHUB_SLURM_SSH_OPTIONS     ssh options added for the submit host           none
+                                 (``-i KEY -p PORT -o UserKnownHostsFile=F``)
     ===========================  ==============================================  =========
     """
 
@@ -201,6 +205,8 @@ class Settings:
     slurm_image_dir: str = ""
     slurm_workspace: str = ""
     slurm_gpu_device: str = ""
+    slurm_submit_host: str = ""
+    slurm_ssh_options: str = ""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -278,7 +284,7 @@ class Settings:
         if s.backend not in ("docker", "slurm"):
             raise ValueError(f"GPUHUB_BACKEND={s.backend!r}: use 'docker' or 'slurm'")
         for name in ("conf", "partition", "account", "qos", "time", "image_dir",
-                     "workspace", "gpu_device"):
+                     "workspace", "gpu_device", "submit_host", "ssh_options"):
             setattr(s, f"slurm_{name}", _env(f"GPUHUB_SLURM_{name.upper()}"))
         return s
 

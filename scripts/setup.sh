@@ -14,7 +14,7 @@ step() { printf '\n==> %s\n' "$*"; }
 # their commands: a machine with NodeSource's nodejs (which bundles npm) cannot also take
 # Debian's npm package ("held broken packages").
 packages=(docker.io docker-compose mmdebstrap gcc postgresql chromium openssl
-          slurm-wlm munge iproute2 bubblewrap)
+          slurm-wlm munge iproute2 bubblewrap openssh-server openssh-client)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,6 +7,9 @@
 #   scripts/slurm-cluster.sh stop     # stops the daemons, removes namespaces and bridge
 #   scripts/slurm-cluster.sh status   # exit 0 when every node is up (sinfo)
 #   scripts/slurm-cluster.sh env      # prints SLURM_CONF=... for the Slurm commands
+#   scripts/slurm-cluster.sh login-env
+#                                     # prints the hub's settings for the submit host:
+#                                     # GPUHUB_SLURM_SUBMIT_HOST, _SSH_OPTIONS and _CONF
 #   scripts/slurm-cluster.sh image gpuhub/base:latest
 #                                     # unpacks a local Docker image for the nodes'
 #                                     # container runtime: DIR/images/gpuhub_base_latest/rootfs
@@ -26,6 +29,17 @@
 # GPUs without a GPU: each node's GPUs are character devices with NVIDIA's major number 195
 # (mknod c 195 N) under DIR/dev/<node>/; opening one gives ENXIO (no driver), while a device
 # the job was not given gives EPERM when the devices cgroup constrains it.
+#
+# The submit host: a network namespace of its own (NS_PREFIXlogin, SUBNET.20) running a real
+# OpenSSH sshd (Debian openssh-server) with its own host key and one authorized key, the
+# hub's (DIR/login/hub_key), both made here; what a site's login node is to the hub.  Its
+# Slurm client finds the cluster at DIR/login/slurm/slurm.conf, which exists only in the
+# login host's own mount namespace (DIR bound there), so a command that passes for the
+# hub's without going through ssh finds no cluster.  munge's socket is a file under DIR,
+# which the login host sees as every node does.  `start` starts it (when sshd is installed);
+# `login-stop` and `login-start` take its sshd down and up, `login-freeze` and `login-thaw`
+# stop and continue every process of it (a host that no longer answers): the hub's fault
+# tests.
 #
 # Settings (environment): GPUHUB_SLURM_DIR (default /srv/gpuhub-slurm: configuration, state,
 # logs, devices, and the shared storage DIR/shared that every node sees),
@@ -48,6 +62,9 @@ NS_PREFIX=${GPUHUB_SLURM_NS_PREFIX:-ghslurm-}
 VETH=${GPUHUB_SLURM_VETH:-ghs}
 NODE_PREFIX=node
 CTL_ADDR=$SUBNET.1
+LOGIN_NS=${NS_PREFIX}login
+LOGIN_ADDR=$SUBNET.20
+SSHD=/usr/sbin/sshd
 GPUS_PER_NODE=2
 export SLURM_CONF=$DIR/slurm.conf
 
@@ -144,6 +161,79 @@ setup_network() {
 
 pid_alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
+login_files() {  # the login host's keys and sshd configuration (kept once made)
+  local d=$DIR/login
+  mkdir -p "$d/slurm"
+  chmod 0755 "$d" "$d/slurm"
+  [ -s "$d/ssh_host_ed25519_key" ] || ssh-keygen -q -t ed25519 -N '' -C gpuhub-login -f "$d/ssh_host_ed25519_key"
+  [ -s "$d/hub_key" ] || ssh-keygen -q -t ed25519 -N '' -C gpuhub-hub -f "$d/hub_key"
+  # the hub's key may run commands only: no forwarding, no terminal
+  echo "restrict $(cat "$d/hub_key.pub")" >"$d/authorized_keys"
+  echo "$LOGIN_ADDR $(cut -d' ' -f1-2 "$d/ssh_host_ed25519_key.pub")" >"$d/known_hosts"
+  chmod 0644 "$d/authorized_keys" "$d/known_hosts"
+  cat >"$d/sshd_config" <<CONF
+ListenAddress $LOGIN_ADDR
+HostKey $d/ssh_host_ed25519_key
+PidFile $DIR/run/sshd-login.pid
+AuthorizedKeysFile $d/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+PrintMotd no
+# the hub multiplexes its commands over one connection (ControlMaster): sessions at once
+MaxSessions 64
+MaxStartups 64:30:128
+CONF
+}
+
+setup_login_network() {
+  local host=$VETH-hl peer=$VETH-nl
+  ip netns list | grep -qw "$LOGIN_NS" || ip netns add "$LOGIN_NS"
+  if ! ip link show "$host" >/dev/null 2>&1; then
+    ip link add "$host" type veth peer name "$peer"
+    ip link set "$peer" netns "$LOGIN_NS"
+    ip netns exec "$LOGIN_NS" ip addr add "$LOGIN_ADDR/24" dev "$peer"
+    ip netns exec "$LOGIN_NS" ip link set "$peer" up
+    ip netns exec "$LOGIN_NS" ip link set lo up
+    ip netns exec "$LOGIN_NS" ip route add default via "$CTL_ADDR"
+  fi
+  ip link set "$host" master "$BRIDGE" up  # again after a bridge made anew
+}
+
+login_start() {
+  if [ ! -x "$SSHD" ]; then
+    say "no submit host: $SSHD is missing (apt-get install openssh-server; scripts/setup.sh does)"
+    return
+  fi
+  login_files
+  setup_login_network
+  pid_alive "$DIR/run/sshd-login.pid" && return
+  mkdir -p /run/sshd && chmod 0755 /run/sshd  # sshd's privilege separation folder
+  # a mount namespace of its own, where DIR/login/slurm is DIR (only the login host sees
+  # the cluster's configuration there) and root's home is its own, empty: the sessions do
+  # not run this machine's ~/.bashrc (whose tools keep locks a killed session leaves)
+  unshare --mount --propagation private sh -c \
+    'mount --bind "$1" "$1/login/slurm" && mount -t tmpfs -o mode=0700 gpuhub-login-root /root && exec nsenter --net="/run/netns/$2" "$3" -f "$1/login/sshd_config" -E "$1/log/sshd-login.log"' \
+    sh "$DIR" "$LOGIN_NS" "$SSHD"
+  for _ in $(seq 1 50); do pid_alive "$DIR/run/sshd-login.pid" && break; sleep 0.1; done
+  pid_alive "$DIR/run/sshd-login.pid" || { say "the submit host's sshd did not start:"; tail -n 20 "$DIR/log/sshd-login.log" >&2; exit 1; }
+  say "submit host up: root@$LOGIN_ADDR (sshd, $DIR/login)"
+}
+
+login_stop() {  # sshd and every session it runs (the hub's shared connection too)
+  local pids
+  pids=$(ip netns pids "$LOGIN_NS" 2>/dev/null || true)
+  if [ -n "$pids" ]; then kill -9 $pids 2>/dev/null || true; fi
+  rm -f "$DIR/run/sshd-login.pid"
+}
+
+login_env() {
+  echo "GPUHUB_SLURM_SUBMIT_HOST=root@$LOGIN_ADDR"
+  echo "GPUHUB_SLURM_SSH_OPTIONS=-i $DIR/login/hub_key -o IdentitiesOnly=yes -o UserKnownHostsFile=$DIR/login/known_hosts -o StrictHostKeyChecking=yes"
+  echo "GPUHUB_SLURM_CONF=$DIR/login/slurm/slurm.conf"
+}
+
 start_daemons() {
   if ! pid_alive "$DIR/run/slurmctld.pid"; then
     slurmctld -i   # -i: ignore saved state from an earlier run (jobs, node states)
@@ -167,7 +257,15 @@ start() {
   for c in slurmctld slurmd munged ip; do
     command -v "$c" >/dev/null || { say "$c is missing: apt-get install slurm-wlm munge iproute2"; exit 1; }
   done
-  if all_idle; then say "already running ($SLURM_CONF)"; return; fi
+  if all_idle; then
+    say "already running ($SLURM_CONF)"
+  else
+    start_cluster
+  fi
+  login_start
+}
+
+start_cluster() {
   write_config
   start_munge
   setup_network
@@ -182,6 +280,9 @@ start() {
 }
 
 stop() {
+  login_stop
+  ip link del "$VETH-hl" 2>/dev/null || true
+  ip netns del "$LOGIN_NS" 2>/dev/null || true
   for pidf in "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid" "$DIR/munge/munged.pid"; do
     [ -f "$pidf" ] || continue
     local pid; pid=$(cat "$pidf")
@@ -228,6 +329,11 @@ case ${1:-} in
   stop) stop ;;
   status) all_idle && sinfo -N -o '%N %T %G %C' ;;
   env) echo "SLURM_CONF=$SLURM_CONF" ;;
+  login-env) login_env ;;
+  login-start) login_start ;;
+  login-stop) login_stop; say "the submit host's sshd is stopped" ;;
+  login-freeze) kill -STOP $(ip netns pids "$LOGIN_NS"); say "the submit host is frozen" ;;
+  login-thaw) kill -CONT $(ip netns pids "$LOGIN_NS"); say "the submit host runs again" ;;
   image) shift; for name in "$@"; do image "$name"; done ;;
-  *) echo "usage: $0 start|stop|status|env|image NAME..." >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|status|env|login-env|login-start|login-stop|login-freeze|login-thaw|image NAME..." >&2; exit 2 ;;
 esac

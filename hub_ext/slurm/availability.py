@@ -18,7 +18,8 @@ from pathlib import Path
 from traitlets.config import LoggingConfigurable
 
 from ..spawn_page import GPUsNow, facts_from_labels
-from .cluster import UNREACHABLE_MESSAGE, Node, SlurmCluster, SlurmUnavailable, parse_gres_request
+from .cluster import MEMBER_PREFIX, Node, SlurmCluster, SlurmUnavailable, parse_gres_request
+from .submit import DEFAULT_SSH, SubmitHost
 
 #: File beside an unpacked image's ``rootfs`` with the image's labels (a JSON object),
 #: written by ``scripts/slurm-cluster.sh image``.
@@ -82,8 +83,8 @@ class SlurmAvailability(LoggingConfigurable):
         try:
             nodes = await self.cluster.nodes(timeout=self.scheduler_timeout)
         except SlurmUnavailable as e:
-            self.log.warning("Slurm does not answer for the spawn page: %s", e)
-            return NodesSnapshot([], error=UNREACHABLE_MESSAGE)
+            self.log.warning("%s for the spawn page: %s", e.what, e)
+            return NodesSnapshot([], error=e.member_message)
         return NodesSnapshot(nodes, self.cluster.default_partition)
 
     def gpus_now(self, snapshot: NodesSnapshot, overrides: dict) -> GPUsNow:
@@ -114,9 +115,9 @@ class SlurmAvailability(LoggingConfigurable):
         try:
             nodes = await cls.shared_cluster(config).nodes()
         except SlurmUnavailable as e:
-            log.warning("Slurm does not answer for the availability endpoint: %s", e)
+            log.warning("%s for the availability endpoint: %s", e.what, e)
             return {"inventory": "slurm", "total": 0, "free": 0, "allocated": 0,
-                    "outside": 0, "unhealthy": 0, "error": UNREACHABLE_MESSAGE}
+                    "outside": 0, "unhealthy": 0, "error": e.member_message}
         return {"inventory": "slurm",
                 "total": sum(sum(n.gpus.values()) for n in nodes),
                 "free": sum(n.free() for n in nodes),
@@ -127,9 +128,14 @@ class SlurmAvailability(LoggingConfigurable):
 
     @classmethod
     def shared_cluster(cls, config) -> SlurmCluster:
-        """The hub's cluster object for ``c.<class>.slurm_env`` (shared node cache)."""
-        return SlurmCluster.shared(dict(config.get(cls.__name__, {}).get("slurm_env", {})
-                                        or {}))
+        """The hub's cluster object for ``c.<class>.slurm_env``, ``submit_host``,
+        ``submit_ssh_command`` and ``exec_prefix`` (the spawners' one: shared node
+        cache)."""
+        section = config.get(cls.__name__, {})
+        submit = SubmitHost(section.get("submit_host", ""),
+                            tuple(section.get("submit_ssh_command", DEFAULT_SSH)))
+        return SlurmCluster.shared(dict(section.get("slurm_env", {}) or {}), submit,
+                                   section.get("exec_prefix", MEMBER_PREFIX))
 
     @classmethod
     async def gpu_board(cls, handler) -> dict:

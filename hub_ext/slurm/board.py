@@ -148,8 +148,8 @@ async def board_model(handler, cluster: SlurmCluster) -> dict:
         queue = await cluster.queue()
         starts = await cluster.start_times()
     except SlurmUnavailable as e:
-        handler.log.warning("Slurm does not answer for the GPU board: %s", e)
-        return {"inventory": "slurm", "error": f"Slurm does not answer: {e}",
+        handler.log.warning("%s for the GPU board: %s", e.what, e)
+        return {"inventory": "slurm", "error": f"{e.what}: {e}",
                 "summary": dict.fromkeys(("total", "free", "allocated", "outside",
                                           "unhealthy"), 0),
                 "devices": [], "nodes": [], "pending": []}

@@ -3,8 +3,9 @@ type, and the place of a pending job in line.
 
 Every call runs a Slurm command (``sinfo``, ``squeue``) as a subprocess, so the hub's event
 loop never waits on Slurm; :class:`SlurmCluster` caches the node list for
-``cache_seconds``.  The commands find the cluster as they would for a person on the submit
-host: ``SLURM_CONF`` in their environment, or the host's own ``/etc/slurm/slurm.conf``.
+``cache_seconds``.  The commands run on the hub's host or on the submit host over ssh
+(:mod:`.submit`) and find the cluster as they would for a person there: ``SLURM_CONF`` in
+their environment, or that host's own ``/etc/slurm/slurm.conf``.
 
 Parsing follows Slurm 22.05's output formats (``sinfo -O``, ``squeue -o``; Slurm man
 pages).  GRES strings look like ``gpu:2``, ``gpu:a100:2(S:0-1)``; used ones like
@@ -13,11 +14,12 @@ pages).  GRES strings look like ``gpu:2``, ``gpu:a100:2(S:0-1)``; used ones like
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
+import shlex
 import time
 from dataclasses import dataclass, field
+
+from .submit import CommandFailed, SubmitHost, SubmitHostUnavailable
 
 #: Node states in which a node takes no new jobs (sinfo's long state names, lower case,
 #: with their flag suffixes such as ``*`` or ``~`` stripped).
@@ -25,14 +27,34 @@ UNAVAILABLE = ("down", "drained", "draining", "fail", "failing", "future", "main
                "not_responding", "power_down", "powered_down", "reboot", "unknown")
 
 
-class SlurmUnavailable(RuntimeError):
-    """slurmctld did not answer (or the Slurm commands are missing).  The message is for
-    the hub's log; :data:`UNREACHABLE_MESSAGE` is the sentence for the member."""
-
+#: How the hub runs a command as a member on the submit host when it runs there as root
+#: (``c.GPUSlurmSpawner.exec_prefix``; a service account with sudo rights uses
+#: ``sudo -n -E -u {username} --``, README "Scale out on Slurm").
+MEMBER_PREFIX = "runuser -u {username} --"
 
 UNREACHABLE_MESSAGE = ("The cluster's scheduler is not answering, so no server can start "
                        "right now. Servers already running are not affected; try again in a "
                        "few minutes.")
+
+SUBMIT_HOST_MESSAGE = ("The cluster's submit host is not answering, so no server can start "
+                       "right now. Servers already running are not affected; try again in a "
+                       "few minutes.")
+
+
+class SlurmUnavailable(RuntimeError):
+    """slurmctld did not answer (or the Slurm commands are missing, or the submit host
+    did not answer).  The message is for the hub's log; ``member_message`` is the sentence
+    for the member and ``what`` the admins' heading ("Slurm does not answer")."""
+
+    member_message = UNREACHABLE_MESSAGE
+    what = "Slurm does not answer"
+
+
+class SubmitHostDown(SlurmUnavailable):
+    """The submit host did not answer ssh: Slurm may be fine, the hub cannot reach it."""
+
+    member_message = SUBMIT_HOST_MESSAGE
+    what = "The submit host does not answer"
 
 
 @dataclass
@@ -245,14 +267,22 @@ def parse_queue(out: str) -> list[QueuedJob]:
 _shared: dict[tuple, SlurmCluster] = {}
 
 
+def member_prefix(template: str, username: str) -> list[str]:
+    """``exec_prefix`` (``runuser -u {username} --``) as argv for ``username``: the
+    template is split into words first, so the name is one word whatever it holds."""
+    return [word.format(username=username) for word in shlex.split(template)]
+
+
 @dataclass
 class SlurmCluster:
     """The Slurm commands, run off the event loop.  ``env`` is added to the commands'
-    environment (e.g. ``{"SLURM_CONF": ...}``); ``prefix`` runs them elsewhere, e.g.
-    ``["ssh", "submit-host"]``."""
+    environment (e.g. ``{"SLURM_CONF": ...}``); ``submit`` runs them on the submit host
+    (:mod:`.submit`)."""
 
     env: dict[str, str] = field(default_factory=dict)
-    prefix: list[str] = field(default_factory=list)
+    submit: SubmitHost = field(default_factory=SubmitHost)
+    #: how a command runs as a member (``{username}``): the spawner's ``exec_prefix``
+    user_prefix: str = MEMBER_PREFIX
     timeout: float = 10.0
     cache_seconds: float = 5.0
     #: the partition jobs go to when they name none (marked ``*`` by sinfo)
@@ -261,31 +291,25 @@ class SlurmCluster:
 
     async def run(self, *argv: str, user: str | None = None, input: str | None = None,
                   timeout: float | None = None) -> str:
-        """Run one Slurm command; returns its stdout.  ``user`` runs it as that Unix
-        account (runuser; the hub runs as root on the submit host).  Raises
+        """Run one Slurm command (here or on the submit host: ``submit``); returns its
+        stdout.  ``user`` runs it as that Unix account (``user_prefix``).  Raises
         :class:`SlurmUnavailable` when slurmctld does not answer or the command fails
-        with a message, or takes over ``timeout`` seconds (default ``self.timeout``)."""
-        cmd = [*self.prefix, *(["runuser", "-u", user, "--"] if user else []), *argv]
+        with a message, or takes over ``timeout`` seconds (default ``self.timeout``), and
+        :class:`SubmitHostDown` when the submit host does not answer."""
+        prefix = member_prefix(self.user_prefix, user) if user else []
+        limit = timeout or self.timeout
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *cmd, stdin=asyncio.subprocess.PIPE if input is not None else None,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                env={**os.environ, **self.env}, cwd="/",
-            )
+            return await self.submit.run(
+                [*prefix, *argv], env=self.env, timeout=limit,
+                input=input.encode() if input is not None else None)
+        except SubmitHostUnavailable as e:
+            raise SubmitHostDown(str(e)) from e
         except OSError as e:
             raise SlurmUnavailable(f"{argv[0]}: {e}") from e
-        try:
-            out, err = await asyncio.wait_for(
-                proc.communicate(input.encode() if input is not None else None),
-                timeout or self.timeout)
         except TimeoutError as e:
-            proc.kill()
-            await proc.wait()
-            raise SlurmUnavailable(f"{' '.join(argv)} took over {timeout or self.timeout} s"
-                                   ) from e
-        if proc.returncode != 0:
-            raise SlurmUnavailable(f"{' '.join(argv)}: {err.decode(errors='replace').strip()}")
-        return out.decode(errors="replace")
+            raise SlurmUnavailable(f"{' '.join(argv)} took over {limit} s") from e
+        except CommandFailed as e:
+            raise SlurmUnavailable(f"{' '.join(argv)}: {e.stderr}") from e
 
     async def nodes(self, fresh: bool = False, timeout: float | None = None) -> list[Node]:
         """Every node (cached ``cache_seconds``); ``timeout`` as in :meth:`run`."""
@@ -313,11 +337,14 @@ class SlurmCluster:
         return nodes
 
     @classmethod
-    def shared(cls, env: dict[str, str]) -> SlurmCluster:
-        """The one cluster object of this hub process for ``env`` (its cache shared)."""
-        key = tuple(sorted(env.items()))
+    def shared(cls, env: dict[str, str], submit: SubmitHost | None = None,
+               user_prefix: str = MEMBER_PREFIX) -> SlurmCluster:
+        """The one cluster object of this hub process for ``env``, ``submit`` and
+        ``user_prefix`` (its node cache shared)."""
+        submit = submit or SubmitHost()
+        key = (tuple(sorted(env.items())), submit, user_prefix)
         if key not in _shared:
-            _shared[key] = cls(env=dict(env))
+            _shared[key] = cls(env=dict(env), submit=submit, user_prefix=user_prefix)
         return _shared[key]
 
     async def job_gpus(self, job_id: str = "") -> list[JobGPUs]:

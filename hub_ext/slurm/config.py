@@ -7,6 +7,10 @@ over to :class:`hub_ext.slurm.spawner.GPUSlurmSpawner` unchanged.
 
 from __future__ import annotations
 
+import shlex
+
+from .submit import DEFAULT_SSH, check_host
+
 #: Spawner settings both backends share, copied from c.GPUDockerSpawner.
 SHARED = ("profile_list", "image", "default_url", "start_timeout", "http_timeout",
           "gpu_idle_timeout", "cull_idle_timeout", "cull_max_age", "datasets",
@@ -42,5 +46,12 @@ def apply_slurm_config(c, settings) -> None:
                          ("gpu_device", settings.slurm_gpu_device)):
         if value:
             slurm[trait] = value
+    if settings.slurm_submit_host:
+        slurm.submit_host = check_host(settings.slurm_submit_host)
+    if settings.slurm_ssh_options:
+        try:
+            slurm.submit_ssh_command = [*DEFAULT_SSH, *shlex.split(settings.slurm_ssh_options)]
+        except ValueError as e:
+            raise ValueError(f"GPUHUB_SLURM_SSH_OPTIONS: {e}") from None
     # the hub keeps servers across its restarts, as on Docker
     slurm.start_timeout = max(slurm.get("start_timeout", 0) or 0, 3600)

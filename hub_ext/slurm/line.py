@@ -140,7 +140,7 @@ def attach_line(spawner) -> Line:
     restart)."""
     line = Line.instance(config=spawner.config)
     if not isinstance(line.backend, SlurmQueue):
-        line.backend = SlurmQueue(SlurmCluster(env=dict(spawner.slurm_env)), line,
+        line.backend = SlurmQueue(spawner.cluster, line,
                                   spawner.line_poll_interval)
     line.attach(spawner.line_db())
     if spawner.hub is not None and spawner.hub.api_url:

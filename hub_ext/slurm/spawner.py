@@ -6,7 +6,8 @@ A start runs in this order (each step yields a ``progress()`` event):
    :class:`hub_ext.spawner_core.SpawnerCore`); a profile sets the Slurm request through
    batchspawner's ``req_*`` traits (``req_gres``, ``req_partition``, ``req_runtime``, ...);
 2. ask slurmctld (``sinfo``): when it does not answer, refuse at once in plain words;
-3. submit the batch job as the member's own Unix account (``exec_prefix``: runuser), its
+3. submit the batch job as the member's own Unix account (``exec_prefix``: runuser), on
+   the hub's host or on the submit host over ssh (:mod:`.spawner_submit`), its
    script running the notebook image in the container runtime (``container_command``,
    bubblewrap by default) with the member's workspace, the datasets read-only and only the
    GPU devices Slurm allocated (``SLURM_JOB_GPUS``);
@@ -47,8 +48,9 @@ from ..periodic import shutting_down
 from ..spawn_page import SpawnPage
 from ..spawner_core import SpawnerCore
 from .availability import SlurmAvailability
-from .cluster import UNREACHABLE_MESSAGE, SlurmCluster, SlurmUnavailable
+from .cluster import MEMBER_PREFIX, SlurmCluster, SlurmUnavailable
 from .spawner_line import SlurmLineSpawner
+from .spawner_submit import SubmitHostSpawner
 
 #: The member's notebook server inside the container: bubblewrap (Debian ``bubblewrap``,
 #: unprivileged user namespaces) on the image's unpacked root filesystem, as the member's
@@ -98,8 +100,8 @@ exec {{container}} {{cmd}}
 """
 
 
-class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCore,
-                      SlurmSpawner):
+class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SpawnPage, SlurmAvailability,
+                      SpawnerCore, SlurmSpawner):
     """A SlurmSpawner with profiles, credits, progress and the line of the Docker backend,
     and its spawn page (:mod:`hub_ext.spawn_page`, free GPUs from Slurm:
     :mod:`hub_ext.slurm.availability`)."""
@@ -218,7 +220,7 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
     def _default_exec_prefix(self):
         # the hub runs as root on the submit host; sbatch runs as the member, so that Slurm
         # (munge) knows the job as theirs
-        return "runuser -u {username} --"
+        return MEMBER_PREFIX
 
     @default("options_form")
     def _default_options_form(self):
@@ -239,7 +241,8 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.init_core()
-        self.cluster = SlurmCluster.shared(self.slurm_env)  # one cached node list
+        self.cluster = SlurmCluster.shared(self.slurm_env, self.submit,
+                                           self.exec_prefix)  # one cached node list
         self._hooks_done: list | None = None
         self.gpu_devices: list[str] = []  # the running job's GPUs (the run record)
         self.profile_name = ""
@@ -314,6 +317,8 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
                for n, p in sorted(datasets.items())),
              "--remount-ro /datasets"]) if datasets else ""
         subvars.update(
+            # a word of the commands' shell line (exec_prefix), whatever the name holds
+            username=shlex.quote(self.user.name),
             log=f"{workspace}/.gpuhub/slurm-%j.log",
             token_file=shlex.quote(self.token_file()),
             job_name=self.job_name,
@@ -333,12 +338,6 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
         env = super().get_env()
         env.update(self.slurm_env)
         return env
-
-    async def run_command(self, cmd, input=None, env=None):
-        """batchspawner's Slurm commands, with ``slurm_env`` (its status queries pass no
-        environment of their own)."""
-        env = {**(os.environ if env is None else env), **self.slurm_env}
-        return await super().run_command(cmd, input=input, env=env)
 
     # -- start -------------------------------------------------------------------------
 
@@ -362,9 +361,8 @@ class GPUSlurmSpawner(SlurmLineSpawner, SpawnPage, SlurmAvailability, SpawnerCor
                 nodes = await self.cluster.nodes(fresh=True, timeout=self.scheduler_timeout)
             except SlurmUnavailable as e:
                 metrics.SPAWNS_REFUSED.labels(reason="scheduler_down").inc()
-                self.log.error("Refusing spawn of %s: Slurm does not answer: %s",
-                               self._log_name, e)
-                raise web.HTTPError(503, UNREACHABLE_MESSAGE) from None
+                self.log.error("Refusing spawn of %s: %s: %s", self._log_name, e.what, e)
+                raise web.HTTPError(503, e.member_message) from None
             self.check_free_gpus(nodes)
             self.emit(10, f"Asking the cluster for {self.req_gres or 'a CPU-only'} server "
                           f"(partition {self.req_partition or 'default'})")

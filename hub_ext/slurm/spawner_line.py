@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import asyncio
-import shlex
 
 from sqlalchemy.orm import object_session
 from tornado import web
@@ -27,8 +26,9 @@ from .. import metrics
 from ..line import LineRefused
 from ..line.core import utcnow
 from .availability import gpus_in
-from .cluster import SlurmUnavailable, parse_gres_request
+from .cluster import SUBMIT_HOST_MESSAGE, SlurmUnavailable, member_prefix, parse_gres_request
 from .line import attach_line
+from .submit import CommandFailed, SubmitHostUnavailable
 
 __all__ = ["SlurmLineSpawner"]
 
@@ -81,19 +81,22 @@ class SlurmLineSpawner(LoggingConfigurable):
     async def hand_token(self) -> None:
         """Leave this start's API token where the job reads it when it runs (mode 0600,
         deleted by the job), so that a job kept from before a hub restart runs with the
-        token JupyterHub holds now.  Written as the member (``exec_prefix``): the hub never
-        writes as root in a folder the member owns.  Raises HTTPError(500)."""
-        argv = [*shlex.split(self.exec_prefix.format(username=self.user.name)),
+        token JupyterHub holds now.  Written as the member (``exec_prefix``), on the submit
+        host when there is one: the hub never writes as root in a folder the member owns.
+        Raises HTTPError(503) when the submit host does not answer, HTTPError(500) when
+        the write fails."""
+        argv = [*member_prefix(self.exec_prefix, self.user.name),
                 "sh", "-c", 'umask 077 && cat > "$1"', "sh", self.token_file()]
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE, cwd="/")
-        _, err = await proc.communicate((self.api_token or "").encode())
-        if proc.returncode:
-            self.log.error("Could not write the token file of %s: %s", self._log_name,
-                           err.decode(errors="replace").strip())
+        try:
+            await self.submit.run(argv, input=(self.api_token or "").encode(),
+                                  timeout=self.scheduler_timeout * 10)
+        except SubmitHostUnavailable as e:
+            self.log.error("Could not write the token file of %s: %s", self._log_name, e)
+            raise web.HTTPError(503, SUBMIT_HOST_MESSAGE) from None
+        except (CommandFailed, OSError, TimeoutError) as e:
+            self.log.error("Could not write the token file of %s: %s", self._log_name, e)
             raise web.HTTPError(500, "Your server could not be prepared on the cluster. "
-                                     "Ask an admin.")
+                                     "Ask an admin.") from None
 
     async def take_back_job(self) -> bool:
         """Before a submission: this server's job left by a hub that stopped during the
