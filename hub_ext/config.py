@@ -126,6 +126,9 @@ class Settings:
     GPUHUB_SLURM_IMAGE_DIR       shared folder with the unpacked images           see README
     GPUHUB_SLURM_WORKSPACE       workspace on shared storage, ``{username}``      see README
     GPUHUB_SLURM_GPU_DEVICE      a node's GPU device file, bash, index ``$i``    /dev/nvidia$i
+    GPUHUB_SLURM_ACCOUNTING      ``gpuhub usage`` reads Slurm's accounting        auto
+                                 (sacct): ``auto`` where the site has it,
+                                 ``on`` (its absence is an error), ``off``
     ===========================  ==============================================  =========
     """
 
@@ -201,6 +204,7 @@ class Settings:
     slurm_image_dir: str = ""
     slurm_workspace: str = ""
     slurm_gpu_device: str = ""
+    slurm_accounting: str = "auto"
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -280,6 +284,10 @@ class Settings:
         for name in ("conf", "partition", "account", "qos", "time", "image_dir",
                      "workspace", "gpu_device"):
             setattr(s, f"slurm_{name}", _env(f"GPUHUB_SLURM_{name.upper()}"))
+        s.slurm_accounting = (_env("GPUHUB_SLURM_ACCOUNTING") or s.slurm_accounting).lower()
+        if s.slurm_accounting not in ("auto", "on", "off"):
+            raise ValueError(f"GPUHUB_SLURM_ACCOUNTING={s.slurm_accounting!r}: use 'auto', "
+                             "'on' or 'off'")
         return s
 
 
