@@ -133,13 +133,14 @@ AccountingStorageTRES=gres/gpu"
 }
 
 start_munge() {
+  # clients (sbatch as a member) reach the socket: its directory needs x for all (also
+  # when munged already runs: write_config made the directory 0700)
+  chmod 0711 "$DIR/munge"
   if [ -S "$DIR/munge/munge.socket" ] && munge -n -S "$DIR/munge/munge.socket" >/dev/null 2>&1; then
     return
   fi
   [ -s "$DIR/munge/munge.key" ] || { dd if=/dev/urandom bs=1 count=1024 of="$DIR/munge/munge.key" 2>/dev/null; chmod 0400 "$DIR/munge/munge.key"; }
   rm -f "$DIR/munge/munge.socket"*
-  # clients (sbatch as a member) reach the socket: its directory needs x for all
-  chmod 0711 "$DIR/munge"
   munged --force --socket="$DIR/munge/munge.socket" --key-file="$DIR/munge/munge.key" \
     --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/log/munged.log" \
     --seed-file="$DIR/munge/munged.seed"
