@@ -36,7 +36,8 @@
 #
 # Settings (environment): GPUHUB_SLURM_DIR (default /srv/gpuhub-slurm: configuration, state,
 # logs, devices, and the shared storage DIR/shared that every node sees),
-# GPUHUB_SLURM_NODES (2), GPUHUB_SLURM_DBD (yes: accounting; no: none), GPUHUB_SLURM_SUBNET (10.215.15), GPUHUB_SLURM_PORT (6817),
+# GPUHUB_SLURM_NODES (2), GPUHUB_SLURM_DBD (yes: accounting; no: none),
+# GPUHUB_SLURM_SUBNET (10.215.15), GPUHUB_SLURM_PORT (6817; slurmd, slurmdbd and MariaDB +1..3),
 # GPUHUB_SLURM_SCHEDULER_PARAMETERS (see deploy/slurm/slurm.conf.in; bf_interval=30 gives
 # Slurm's own defaults, for comparison).  A second cluster beside the first (another
 # checkout's tests) needs its own DIR, SUBNET and PORT, and names of its own for the bridge,
@@ -202,11 +203,16 @@ start_accounting() {  # MariaDB, then slurmdbd, then the cluster's row in its da
     || sacctmgr -i add cluster gpuhub >/dev/null
 }
 
-accounting_ok() {  # slurmctld runs with the accounting this start asks for
-  local want=none
-  [ "$DBD" = yes ] && want=slurmdbd
+running_dbd() {  # yes/no: whether the running slurmctld keeps accounting ("" if it does not say)
+  case $(scontrol show config 2>/dev/null | grep '^AccountingStorageType ') in
+    *accounting_storage/slurmdbd) echo yes ;;
+    *accounting_storage/none) echo no ;;
+  esac
+}
+
+accounting_ok() {  # slurmctld runs with the accounting this start asks for, slurmdbd too
   [ "$DBD" != yes ] || pid_alive "$DIR/run/slurmdbd.pid" || return 1
-  scontrol show config 2>/dev/null | grep -q "^AccountingStorageType *= accounting_storage/$want"
+  [ "$(running_dbd)" = "$DBD" ]
 }
 
 start_daemons() {
@@ -238,10 +244,13 @@ start() {
     done
   fi
   if all_idle && accounting_ok; then say "already running ($SLURM_CONF)"; return; fi
-  if pid_alive "$DIR/run/slurmctld.pid" && ! accounting_ok; then
-    say "slurmctld in $DIR runs with other accounting than GPUHUB_SLURM_DBD=$DBD asks:" \
-        "stop the cluster ($0 stop) and start it again"
-    exit 1
+  local running; running=$(running_dbd)
+  if pid_alive "$DIR/run/slurmctld.pid" && [ -n "$running" ] && [ "$running" != "$DBD" ]; then
+    # a cluster started by an older script (or with the other setting): keep it as it runs,
+    # its nodes' configuration the same as slurmctld's
+    say "slurmctld in $DIR runs with GPUHUB_SLURM_DBD=$running, kept (to change it: $0 stop," \
+        "then start)"
+    DBD=$running
   fi
   write_config
   start_munge

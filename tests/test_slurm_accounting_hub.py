@@ -41,6 +41,22 @@ def report(hub, *args: str, **env: str) -> tuple[int, list[dict], str]:
     return done.returncode, list(csv.DictReader(io.StringIO(done.stdout))), done.stderr
 
 
+async def gpu_server_ran(slurm_hub, slurm_cluster, seconds: float = 0):
+    """A hub on the Slurm backend where a fresh member ran a one-GPU server for ``seconds``
+    and stopped it: (hub, member, when the stop was asked for)."""
+    member = f"gha-{uuid.uuid4().hex[:8]}"
+    slurm_cluster.member(member)
+    hub = await slurm_hub(PROFILES, GPUHUB_CREDITS="off")
+    await hub.create_user(member)
+    r = await hub.spawn(member, {"profile": "gpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready(member, timeout=180)
+    await asyncio.sleep(seconds)
+    stop_asked = datetime.now(UTC)
+    await hub.stop_server(member, timeout=120)
+    return hub, member, stop_asked
+
+
 async def accounted(hub, job_id: str, timeout: float = 60) -> dict:
     """The run's line of ``gpuhub usage --jobs`` once Slurm's accounting has the job's end
     (slurmctld sends it to slurmdbd a moment after the job ends)."""
@@ -60,16 +76,7 @@ async def test_usage_shows_slurms_accounting_of_the_members_job_beside_the_run_r
     _need(slurm_cluster.accounting,
           "the test cluster keeps no accounting (started with GPUHUB_SLURM_DBD=no or by an "
           "older scripts/slurm-cluster.sh): stop it and start it again")
-    member = f"gha-{uuid.uuid4().hex[:8]}"
-    slurm_cluster.member(member)
-    hub = await slurm_hub(PROFILES, GPUHUB_CREDITS="off")
-    await hub.create_user(member)
-    r = await hub.spawn(member, {"profile": "gpu"})
-    assert r.status_code in (201, 202), r.text
-    await hub.wait_ready(member, timeout=180)
-    await asyncio.sleep(5)  # the server runs a few seconds
-    stop_asked = datetime.now(UTC)
-    await hub.stop_server(member, timeout=120)
+    hub, member, stop_asked = await gpu_server_ran(slurm_hub, slurm_cluster, seconds=5)
 
     [run] = [r for r in hub_runs(hub) if r.username == member]
     assert run.job_id and run.stopped_at and run.gpus == 1
@@ -105,14 +112,7 @@ async def test_usage_without_slurm_accounting_says_so_and_shows_the_hubs_figures
         for line in (slurm_cluster.dir / "slurm.conf").read_text().splitlines()
         if not line.startswith(("AccountingStorageHost", "AccountingStoragePort",
                                 "AccountingStoragePass", "AccountingStorageTRES"))) + "\n")
-    member = f"gha-{uuid.uuid4().hex[:8]}"
-    slurm_cluster.member(member)
-    hub = await slurm_hub(PROFILES, GPUHUB_CREDITS="off")
-    await hub.create_user(member)
-    r = await hub.spawn(member, {"profile": "gpu"})
-    assert r.status_code in (201, 202), r.text
-    await hub.wait_ready(member, timeout=180)
-    await hub.stop_server(member, timeout=120)
+    hub, member, _ = await gpu_server_ran(slurm_hub, slurm_cluster)
 
     status, rows, err = report(hub, GPUHUB_SLURM_CONF=str(conf))
     assert status == 0, err

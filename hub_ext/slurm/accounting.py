@@ -192,8 +192,10 @@ def read_accounting(settings, runs: Sequence) -> Accounting:
         return Accounting(None, f"Slurm accounting is not configured ({e}); the site needs "
                           "slurmdbd (README, \"Scale out on Slurm\")",
                           failed=settings.slurm_accounting == "on")
-    except SlurmUnavailable as e:
-        return Accounting(None, f"Slurm's accounting cannot be read ({e})", failed=True)
+    except SlurmUnavailable as e:  # sacct's last line says why ("Problem talking to the
+        # database: Connection refused"); the first repeats the command with every job id
+        return Accounting(None, f"Slurm's accounting cannot be read "
+                          f"({str(e).strip().splitlines()[-1]})", failed=True)
     jobs = match_runs(runs, records)
     lacking = [r.job_id or f"run {r.id}" for r in runs if r.id not in jobs]
     note = (f"Slurm's accounting has no record of {len(lacking)} run(s) (jobs "
