@@ -6,6 +6,8 @@ test cluster's slurmdbd prints them (tests/test_slurm_accounting_hub.py runs the
 from __future__ import annotations
 
 import io
+import shutil
+import socket
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
@@ -13,15 +15,18 @@ import pytest
 
 from hub_ext.slurm.accounting import (
     AccountedJob,
+    Accounting,
     AccountingNotConfigured,
     accounted_jobs,
     epoch,
     match_runs,
     parse_alloc_gpus,
     parse_sacct,
+    read_accounting,
 )
 from hub_ext.slurm.cluster import SlurmUnavailable
 from hub_ext.usage import UsageRow, _print, _print_jobs, summarise
+from tests.fixtures.hub import _need
 
 T0 = datetime(2026, 3, 2, 9, 0, 0)  # naive UTC, as the run records keep it
 E0 = int(epoch(T0))
@@ -174,3 +179,49 @@ def test_jobs_list_each_run_beside_its_job():
         '12,ann,"a|b,c",CANCELLED by 0,1,1,25,31,0.0069,0.0075',  # CSV quotes member text
         "-,ann,-,-,1,-,25,-,0.0069,-",
     ]
+
+
+@pytest.mark.parametrize("value, read", [
+    pytest.param("", "auto", id="default"), pytest.param("ON", "on", id="any-case"),
+    pytest.param("off", "off", id="off")])
+def test_slurm_accounting_setting_is_auto_on_or_off(monkeypatch, value, read):
+    from hub_ext.config import Settings
+
+    monkeypatch.setenv("GPUHUB_SLURM_ACCOUNTING", value)
+    assert Settings.from_env().slurm_accounting == read
+
+
+def test_a_slurm_accounting_setting_of_another_word_names_the_choices(monkeypatch):
+    from hub_ext.config import Settings
+
+    monkeypatch.setenv("GPUHUB_SLURM_ACCOUNTING", "yes")
+    with pytest.raises(ValueError, match="GPUHUB_SLURM_ACCOUNTING='yes': use 'auto', 'on' "
+                                         "or 'off'"):
+        Settings.from_env()
+
+
+def test_accounting_off_asks_slurm_nothing():
+    settings = SimpleNamespace(slurm_accounting="off", slurm_conf="/nonexistent/slurm.conf")
+    assert read_accounting(settings, [run()]) == Accounting(
+        None, "Slurm accounting is off (GPUHUB_SLURM_ACCOUNTING=off)")
+
+
+@pytest.mark.slurm
+def test_a_slurmdbd_that_does_not_answer_is_said_in_sacct_s_words(tmp_path):
+    # the real sacct, pointed at a slurmdbd port where nothing listens
+    _need(shutil.which("sacct") is not None, "Slurm's sacct is not installed (scripts/setup.sh)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("\n".join([
+        "ClusterName=gone", "SlurmctldHost=localhost(127.0.0.1)", "AuthType=auth/munge",
+        f"AuthInfo=socket={tmp_path}/munge.socket",
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=127.0.0.1", f"AccountingStoragePort={port}",
+        f"AccountingStoragePass={tmp_path}/munge.socket",
+        "NodeName=n1 CPUs=1", "PartitionName=p Nodes=n1", ""]))
+    settings = SimpleNamespace(slurm_accounting="auto", slurm_conf=str(conf))
+    assert read_accounting(settings, [run()]) == Accounting(
+        None, "Slurm's accounting cannot be read (sacct: error: Problem talking to the "
+        "database: Connection refused)", failed=True)
