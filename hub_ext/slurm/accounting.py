@@ -139,12 +139,19 @@ async def accounted_jobs(cluster: SlurmCluster, job_ids: Iterable[str],
                                     timeout=timeout)
         except SlurmUnavailable as e:
             if _DISABLED in str(e).lower():
-                raise AccountingNotConfigured(str(e).split(": ", 1)[-1]) from e
+                raise AccountingNotConfigured(sacct_said(e)) from e
             raise
         for job in parse_sacct(out):
             if job.job_id in asked:
                 found.setdefault(job.job_id, []).append(job)
     return found
+
+
+def sacct_said(error: SlurmUnavailable) -> str:
+    """The last line sacct wrote to stderr ("sacct: error: Problem talking to the database:
+    Connection refused"), without the command line before it, which names every job id."""
+    text = str(error).split(": ", 1)[-1].strip()
+    return text.splitlines()[-1] if text else str(error)
 
 
 def epoch(when: datetime) -> float:
@@ -192,10 +199,9 @@ def read_accounting(settings, runs: Sequence) -> Accounting:
         return Accounting(None, f"Slurm accounting is not configured ({e}); the site needs "
                           "slurmdbd (README, \"Scale out on Slurm\")",
                           failed=settings.slurm_accounting == "on")
-    except SlurmUnavailable as e:  # sacct's last line says why ("Problem talking to the
-        # database: Connection refused"); the first repeats the command with every job id
-        return Accounting(None, f"Slurm's accounting cannot be read "
-                          f"({str(e).strip().splitlines()[-1]})", failed=True)
+    except SlurmUnavailable as e:
+        return Accounting(None, f"Slurm's accounting cannot be read ({sacct_said(e)})",
+                          failed=True)
     jobs = match_runs(runs, records)
     lacking = [r.job_id or f"run {r.id}" for r in runs if r.id not in jobs]
     note = (f"Slurm's accounting has no record of {len(lacking)} run(s) (jobs "
