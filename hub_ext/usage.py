@@ -200,7 +200,8 @@ def _table(head: list[str], lines: list[list[str]], left: int, as_csv: bool, out
     widths = [max([len(h), *(len(line[i]) for line in lines)]) for i, h in enumerate(head)]
     for line in [head, *lines]:
         print("  ".join(v.ljust(w) if i < left else v.rjust(w)
-                        for i, (v, w) in enumerate(zip(line, widths))).rstrip(), file=out)
+                        for i, (v, w) in enumerate(zip(line, widths, strict=True))).rstrip(),
+              file=out)
 
 
 def _print(rows: list[UsageRow], by: str, as_csv: bool, out, slurm: bool = False) -> None:
