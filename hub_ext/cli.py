@@ -1,8 +1,9 @@
 """``gpuhub``: the command line for operators.
 
     gpuhub gpus [--json]            devices, owners, utilization, health (like nvidia-smi)
-    gpuhub usage --since DATE [--by user|group] [--csv]   GPU-hours, credits, servers
-                                    (hub_ext.usage)
+    gpuhub usage --since DATE [--by user|group] [--csv] [--jobs]   GPU-hours, credits,
+                                    servers; on Slurm beside Slurm's accounting
+                                    (hub_ext.usage, hub_ext.slurm.accounting)
     gpuhub credits grant|balance|history ...   the credit ledger (hub_ext.credits.cli)
     gpuhub init [--env-file .env] [--force]    a deployment's .env with fresh secrets
     gpuhub upgrade                  migrate the hub database and the credits ledger

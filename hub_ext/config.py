@@ -130,6 +130,9 @@ class Settings:
                                  ``login1`` or ``gpuhub@login1``
     GPUHUB_SLURM_SSH_OPTIONS     ssh options added for the submit host           none
                                  (``-i KEY -p PORT -o UserKnownHostsFile=F``)
+    GPUHUB_SLURM_ACCOUNTING      ``gpuhub usage`` reads Slurm's accounting        auto
+                                 (sacct): ``auto`` where the site has it,
+                                 ``on`` (its absence is an error), ``off``
     ===========================  ==============================================  =========
     """
 
@@ -207,6 +210,7 @@ class Settings:
     slurm_gpu_device: str = ""
     slurm_submit_host: str = ""
     slurm_ssh_options: str = ""
+    slurm_accounting: str = "auto"
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -286,6 +290,10 @@ class Settings:
         for name in ("conf", "partition", "account", "qos", "time", "image_dir",
                      "workspace", "gpu_device", "submit_host", "ssh_options"):
             setattr(s, f"slurm_{name}", _env(f"GPUHUB_SLURM_{name.upper()}"))
+        s.slurm_accounting = (_env("GPUHUB_SLURM_ACCOUNTING") or s.slurm_accounting).lower()
+        if s.slurm_accounting not in ("auto", "on", "off"):
+            raise ValueError(f"GPUHUB_SLURM_ACCOUNTING={s.slurm_accounting!r}: use 'auto', "
+                             "'on' or 'off'")
         return s
 
 

@@ -558,7 +558,8 @@ class Culler(SingletonConfigurable):
             profile=watched.profile, groups=[g.name for g in getattr(spawner.user, "groups", [])],
             devices=held_devices(spawner),
             started_at=watched.started_at, credits_run=_credits_run(spawner),
-            line_wait=getattr(spawner, "line_wait", None))
+            line_wait=getattr(spawner, "line_wait", None),
+            job_id=getattr(spawner, "job_id", None) or None)
 
     def _db_write(self, spawner, write, *args, **kwargs):
         db = getattr(spawner, "db", None)

@@ -12,7 +12,9 @@ UTC, JupyterHub's convention for its own timestamps.  ``credits_run`` is the cre
 meter's id of the run (``server_id`` in the metadata of its ledger debits,
 :mod:`hub_ext.credits.metering`), which joins a run to what it was charged.
 ``line_wait_s`` is set when the start came from the line (:mod:`hub_ext.line`): the
-seconds the member waited for their turn.
+seconds the member waited for their turn.  ``job_id`` is the scheduler's id of the run's job
+(Slurm backend: the Slurm job id, which joins the run to Slurm's accounting, ``sacct``;
+None on the Docker backend).
 
 Stop reasons: ``stopped`` (by the member, an admin or the API), ``idle`` (no activity,
 jupyterhub-idle-culler), ``idle_gpu`` (GPUs idle), ``max_age``, ``credits`` (credits ran
@@ -83,6 +85,8 @@ class ServerRun(Base):
     credits_run: Mapped[str | None] = mapped_column(String(64), nullable=True)
     #: seconds the server waited in line before it started; None: it started at once
     line_wait_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    #: the scheduler's job id (Slurm); None where the backend has no jobs (Docker)
+    job_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     @property
     def gpus(self) -> int:
@@ -97,10 +101,11 @@ def naive_utc(when: datetime) -> datetime:
 
 
 def _add_columns(engine) -> None:
-    """A table made before the line (``line_wait_s``) or the stop details (``stop_detail``)
-    existed lacks them: add them."""
+    """A table made before the line (``line_wait_s``), the stop details (``stop_detail``)
+    or the job ids (``job_id``) existed lacks them: add them."""
     columns = {c["name"] for c in inspect(engine).get_columns(ServerRun.__tablename__)}
-    for name, kind in (("line_wait_s", "FLOAT"), ("stop_detail", f"VARCHAR({DETAIL_CHARS})")):
+    for name, kind in (("line_wait_s", "FLOAT"), ("stop_detail", f"VARCHAR({DETAIL_CHARS})"),
+                       ("job_id", "VARCHAR(64)")):
         if name not in columns:
             with engine.begin() as conn:
                 conn.execute(text(f"ALTER TABLE {ServerRun.__tablename__} "
@@ -114,9 +119,10 @@ def ensure_table(session: Session) -> None:
 
 def open_run(session: Session, *, username: str, server_name: str, profile: str,
              groups: list[str], devices: list[str], started_at: datetime,
-             credits_run: str | None = None, line_wait: float | None = None) -> int:
+             credits_run: str | None = None, line_wait: float | None = None,
+             job_id: str | None = None) -> int:
     """Record that a run began; returns its id.  Commits.  ``line_wait``: seconds it
-    waited in line first (None: it started at once).
+    waited in line first (None: it started at once); ``job_id``: the scheduler's job id.
 
     Idempotent: a second call for the same (user, server, start) returns the first row's id.
     """
@@ -124,7 +130,7 @@ def open_run(session: Session, *, username: str, server_name: str, profile: str,
     started = naive_utc(started_at)
     run = ServerRun(username=username, server_name=server_name, profile=profile,
                     groups=sorted(groups), devices=list(devices), started_at=started,
-                    credits_run=credits_run, line_wait_s=line_wait)
+                    credits_run=credits_run, line_wait_s=line_wait, job_id=job_id)
     session.add(run)
     try:
         session.commit()

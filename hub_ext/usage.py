@@ -4,6 +4,7 @@
 
     gpuhub usage --since 2026-01-01 --by user
     gpuhub usage --since 2026-01-01 --until 2026-02-01 --by group --csv
+    gpuhub usage --since 2026-01-01 --jobs      # one line per run (Slurm: with its job)
 
 Two sources, joined by the credits meter's run id:
 
@@ -13,6 +14,12 @@ Two sources, joined by the credits meter's run id:
   times its hours inside the period;
 - the credits ledger (the Credits API, read with the hub's or the admin token): *credits*
   are the run's debits made in the period, less their refunds made in the period.
+
+On the Slurm backend a third source stands beside them: Slurm's own accounting (``sacct``,
+where the site runs slurmdbd; :mod:`hub_ext.slurm.accounting`), joined by each run's job id.
+*Slurm GPU-hours* are the GPUs Slurm allocated to the job times its hours inside the period
+as Slurm recorded them; ``--jobs`` lists each run beside its job.  Where the site keeps no
+accounting, or ``GPUHUB_SLURM_ACCOUNTING=off``, the column shows ``-`` and stderr says why.
 
 *Line starts* are the runs that began in the period after a wait in line
 (:mod:`hub_ext.line`), and *average wait* their mean wait in minutes (``-`` when none).
@@ -45,7 +52,8 @@ __all__ = ["UsageRow", "add_arguments", "credits_by_run", "gpu_seconds", "summar
 @dataclass
 class UsageRow:
     """One line of the report: a user or a group.  Hours of GPU time; credits or None;
-    starts that came from the line and their summed wait in seconds."""
+    starts that came from the line and their summed wait in seconds; hours of GPU time
+    as the scheduler's accounting says (Slurm), or None when it was not read."""
 
     name: str
     servers: int = 0
@@ -53,6 +61,7 @@ class UsageRow:
     credits: Decimal | None = None
     line_starts: int = 0
     line_wait_s: float = 0.0
+    slurm_gpu_hours: float | None = None
 
     @property
     def average_wait(self) -> str:
@@ -93,11 +102,14 @@ def credits_by_run(transactions: Iterable, since: datetime,
 
 
 def summarise(runs: Iterable[ServerRun], charged: dict[str, Decimal] | None, since: datetime,
-              until: datetime, by: str) -> list[UsageRow]:
+              until: datetime, by: str, accounted: dict[int, float] | None = None
+              ) -> list[UsageRow]:
     """Rows per user (``by="user"``) or group (``by="group"``), sorted by name.
 
-    ``charged`` is :func:`credits_by_run`'s result, or None when the ledger was not read.
-    Raises ValueError for another ``by``.
+    ``charged`` is :func:`credits_by_run`'s result, or None when the ledger was not read;
+    ``accounted`` maps a run id to its GPU-seconds in the period as Slurm's accounting
+    says (a run it lacks counts 0), or is None when that was not read.  Raises ValueError
+    for another ``by``.
     """
     from .runs import naive_utc
 
@@ -107,10 +119,13 @@ def summarise(runs: Iterable[ServerRun], charged: dict[str, Decimal] | None, sin
     for run in runs:
         names = [run.username] if by == "user" else (run.groups or ["(no group)"])
         for name in names:
-            row = rows.setdefault(name, UsageRow(name, credits=None if charged is None
-                                                 else Decimal("0.00")))
+            row = rows.setdefault(name, UsageRow(
+                name, credits=None if charged is None else Decimal("0.00"),
+                slurm_gpu_hours=None if accounted is None else 0.0))
             row.servers += 1
             row.gpu_hours += gpu_seconds(run, since, until) / 3600
+            if accounted is not None:
+                row.slurm_gpu_hours += accounted.get(run.id, 0.0) / 3600
             if charged is not None and run.credits_run:
                 row.credits += charged.get(run.credits_run, Decimal("0.00"))
             if run.line_wait_s is not None and naive_utc(since) <= run.started_at:
@@ -139,6 +154,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--by", choices=("user", "group"), default="user",
                         help="one row per user (default) or per group")
     parser.add_argument("--csv", action="store_true", help="CSV instead of a table")
+    parser.add_argument("--jobs", action="store_true",
+                        help="one line per run instead (Slurm: beside its job's accounting)")
 
 
 def _credits_client(settings):
@@ -172,24 +189,71 @@ async def _ledger(client, usernames: Iterable[str]) -> list:
     return entries
 
 
-def _print(rows: list[UsageRow], by: str, as_csv: bool, out) -> None:
+def _table(head: list[str], lines: list[list[str]], left: int, as_csv: bool, out) -> None:
+    """CSV, or a table with the first ``left`` columns flush left and the rest right."""
+    if as_csv:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(head)
+        writer.writerows(lines)
+        return
+    head = [h.upper().replace("_", " ") for h in head]
+    widths = [max([len(h), *(len(line[i]) for line in lines)]) for i, h in enumerate(head)]
+    for line in [head, *lines]:
+        print("  ".join(v.ljust(w) if i < left else v.rjust(w)
+                        for i, (v, w) in enumerate(zip(line, widths, strict=True))).rstrip(),
+              file=out)
+
+
+def _print(rows: list[UsageRow], by: str, as_csv: bool, out, slurm: bool = False) -> None:
+    """The report; ``slurm`` adds the column Slurm GPU-hours (``-`` when not read)."""
     def credits(row: UsageRow) -> str:
         return "-" if row.credits is None else f"{row.credits:.2f}"
+
+    def slurm_hours(row: UsageRow) -> list[str]:
+        if not slurm:
+            return []
+        return ["-" if row.slurm_gpu_hours is None else f"{row.slurm_gpu_hours:.2f}"]
 
     if as_csv:
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow([by, "servers", "gpu_hours", "credits", "line_starts",
-                         "average_wait_min"])
+                         "average_wait_min", *(["slurm_gpu_hours"] if slurm else [])])
         for row in rows:
             writer.writerow([row.name, row.servers, f"{row.gpu_hours:.2f}", credits(row),
-                             row.line_starts, row.average_wait])
+                             row.line_starts, row.average_wait, *slurm_hours(row)])
         return
     width = max([len(by), *(len(r.name) for r in rows)])
+    extra = f"  {'SLURM GPU-HOURS':>15}" if slurm else ""
     print(f"{by.upper():<{width}}  {'SERVERS':>7}  {'GPU-HOURS':>9}  {'CREDITS':>9}  "
-          f"{'LINE STARTS':>11}  {'AVG WAIT MIN':>12}", file=out)
+          f"{'LINE STARTS':>11}  {'AVG WAIT MIN':>12}{extra}", file=out)
     for row in rows:
+        extra = "".join(f"  {v:>15}" for v in slurm_hours(row))
         print(f"{row.name:<{width}}  {row.servers:>7}  {row.gpu_hours:>9.2f}  "
-              f"{credits(row):>9}  {row.line_starts:>11}  {row.average_wait:>12}", file=out)
+              f"{credits(row):>9}  {row.line_starts:>11}  {row.average_wait:>12}{extra}",
+              file=out)
+
+
+def _print_jobs(runs: list[ServerRun], jobs: dict | None, since: datetime, until: datetime,
+                as_csv: bool, out) -> None:
+    """``--jobs``: one line per run, the hub's figures beside Slurm's accounting of its job
+    (``jobs``: run id -> :class:`hub_ext.slurm.accounting.AccountedJob`, None when not
+    read): GPUs (run record; AllocTRES), seconds (the run's whole length; Slurm's
+    ElapsedRaw), Slurm's state, and GPU-hours inside the period by each source's own start
+    and end.  ``-`` where a source has no figure."""
+    from .runs import naive_utc
+
+    head = ["job", "user", "server", "state", "gpus", "slurm_gpus", "seconds",
+            "slurm_elapsed_s", "gpu_hours", "slurm_gpu_hours"]
+    lines = []
+    for run in runs:
+        job = (jobs or {}).get(run.id)
+        seconds = ((run.stopped_at or naive_utc(until)) - run.started_at).total_seconds()
+        lines.append([run.job_id or "-", run.username, run.server_name or "-",
+                      job.state if job else "-", str(run.gpus), str(job.gpus) if job else "-",
+                      f"{seconds:.0f}", str(job.elapsed_s) if job else "-",
+                      f"{gpu_seconds(run, since, until) / 3600:.4f}",
+                      f"{job.gpu_seconds(since, until) / 3600:.4f}" if job else "-"])
+    _table(head, lines, 4, as_csv, out)
 
 
 def usage(args) -> int:
@@ -224,7 +288,21 @@ def usage(args) -> int:
             print(f"gpuhub usage: the credits ledger cannot be read ({e}); credits are "
                   "shown as -", file=sys.stderr)
             status = 1
-    _print(summarise(runs, charged, args.since, until, args.by), args.by, args.csv,
-           sys.stdout)
+    jobs = None
+    if settings.backend == "slurm":  # the backend's accounting, as config.py applies its config
+        from .slurm.accounting import read_accounting
+
+        accounting = read_accounting(settings, runs)
+        if accounting.note:
+            print(f"gpuhub usage: {accounting.note}", file=sys.stderr)
+        status = max(status, int(accounting.failed))
+        jobs = accounting.jobs
+    if args.jobs:
+        _print_jobs(runs, jobs, args.since, until, args.csv, sys.stdout)
+        return status
+    accounted = None if jobs is None else {
+        run_id: job.gpu_seconds(args.since, until) for run_id, job in jobs.items()}
+    _print(summarise(runs, charged, args.since, until, args.by, accounted), args.by, args.csv,
+           sys.stdout, slurm=settings.backend == "slurm")
     return status
 

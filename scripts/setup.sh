@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Install and start everything the hub and its tests need, on a fresh Debian bookworm
 # machine or an existing one (each step is skipped when already done):
-#   system packages (Slurm, munge and bubblewrap for the slurm tier: its cluster is started by
-#   the tests, scripts/slurm-cluster.sh), the Docker engine (scripts/start-dockerd.sh), the Python virtual
+#   system packages (Slurm, munge and bubblewrap for the slurm tier, slurmdbd and MariaDB for its
+#   accounting: its cluster is started by the tests, scripts/slurm-cluster.sh), the Docker engine (scripts/start-dockerd.sh), the Python virtual
 #   environment .venv with this project, configurable-http-proxy (npm), and the images.
 # Usage: scripts/setup.sh [IMAGE ...]   (images default to: base pytorch hub postgres, the
 #   notebook images and what docker-compose.yml runs; see scripts/build-images.sh)
@@ -14,7 +14,8 @@ step() { printf '\n==> %s\n' "$*"; }
 # their commands: a machine with NodeSource's nodejs (which bundles npm) cannot also take
 # Debian's npm package ("held broken packages").
 packages=(docker.io docker-compose mmdebstrap gcc postgresql chromium openssl
-          slurm-wlm munge iproute2 bubblewrap openssh-server openssh-client)
+          slurm-wlm munge iproute2 bubblewrap openssh-server openssh-client slurmdbd
+          mariadb-server)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

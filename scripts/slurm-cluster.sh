@@ -26,6 +26,13 @@
 # the network is reached.  slurmd is started with nsenter --net, keeping the host's mounts
 # (`ip netns exec` remounts /sys and would hide /sys/fs/cgroup).
 #
+# Accounting: slurmdbd (Slurm's accounting daemon) with MariaDB, both on the controller's
+# host: MariaDB on 127.0.0.1:PORT+3 with its data in DIR/mysql, slurmdbd on PORT+2, and
+# slurm.conf AccountingStorageTRES=gres/gpu so that each job's record keeps its GPUs
+# (`sacct -o AllocTRES`, which `gpuhub usage` reads).  GPUHUB_SLURM_DBD=no starts the
+# cluster without it (AccountingStorageType=accounting_storage/none), as a site without
+# accounting runs.
+#
 # GPUs without a GPU: each node's GPUs are character devices with NVIDIA's major number 195
 # (mknod c 195 N) under DIR/dev/<node>/; opening one gives ENXIO (no driver), while a device
 # the job was not given gives EPERM when the devices cgroup constrains it.
@@ -43,7 +50,8 @@
 #
 # Settings (environment): GPUHUB_SLURM_DIR (default /srv/gpuhub-slurm: configuration, state,
 # logs, devices, and the shared storage DIR/shared that every node sees),
-# GPUHUB_SLURM_NODES (2), GPUHUB_SLURM_SUBNET (10.215.15), GPUHUB_SLURM_PORT (6817),
+# GPUHUB_SLURM_NODES (2), GPUHUB_SLURM_DBD (yes: accounting; no: none),
+# GPUHUB_SLURM_SUBNET (10.215.15), GPUHUB_SLURM_PORT (6817; slurmd, slurmdbd and MariaDB +1..3),
 # GPUHUB_SLURM_SCHEDULER_PARAMETERS (see deploy/slurm/slurm.conf.in; bf_interval=30 gives
 # Slurm's own defaults, for comparison).  A second cluster beside the first (another
 # checkout's tests) needs its own DIR, SUBNET and PORT, and names of its own for the bridge,
@@ -56,6 +64,9 @@ NODES=${GPUHUB_SLURM_NODES:-2}
 SUBNET=${GPUHUB_SLURM_SUBNET:-10.215.15}
 CTL_PORT=${GPUHUB_SLURM_PORT:-6817}
 SLURMD_PORT=$((CTL_PORT + 1))
+DBD_PORT=$((CTL_PORT + 2))
+DB_PORT=$((CTL_PORT + 3))
+DBD=${GPUHUB_SLURM_DBD:-yes}
 SCHED=${GPUHUB_SLURM_SCHEDULER_PARAMETERS:-sched_min_interval=0,batch_sched_delay=0,bf_interval=5}
 BRIDGE=${GPUHUB_SLURM_BRIDGE:-ghslurm0}
 NS_PREFIX=${GPUHUB_SLURM_NS_PREFIX:-ghslurm-}
@@ -113,11 +124,25 @@ write_config() {
     *) proctrack=proctrack/linuxproc task=task/none cgplugin=autodetect constrain=no
        say "no cgroup devices controller here: GPUs are handed out but not fenced" ;;
   esac
+  local accounting="AccountingStorageType=accounting_storage/none"
+  if [ "$DBD" = yes ]; then
+    accounting="AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=$CTL_ADDR
+AccountingStoragePort=$DBD_PORT
+AccountingStoragePass=$DIR/munge/munge.socket
+AccountingStorageTRES=gres/gpu"
+    mkdir -p "$DIR/mysql"
+    [ -s "$DIR/mysql/slurm.pass" ] || (umask 077; head -c 24 /dev/urandom | base64 | tr -d '/+=' >"$DIR/mysql/slurm.pass")
+    (umask 077; render deploy/slurm/slurmdbd.conf.in "$DIR/slurmdbd.conf" \
+      "DIR=$DIR" "CTL_HOST=$(hostname -s)" "DBD_PORT=$DBD_PORT" "DB_PORT=$DB_PORT" \
+      "DB_PASS=$(cat "$DIR/mysql/slurm.pass")")
+  fi
   render deploy/slurm/slurm.conf.in "$DIR/slurm.conf" \
     "DIR=$DIR" "CTL_HOST=$(hostname -s)" "CTL_ADDR=$CTL_ADDR" "CTL_PORT=$CTL_PORT" \
     "SLURMD_PORT=$SLURMD_PORT" "PROCTRACK=$proctrack" "TASK_PLUGIN=$task" \
     "SCHEDULER_PARAMETERS=$SCHED" "SLURMD_TIMEOUT=${GPUHUB_SLURMD_TIMEOUT:-30}" \
-    "NODE_PREFIX=$NODE_PREFIX" "NODES=${nodes%$'\n'}" "NODE_LIST=$list"
+    "NODE_PREFIX=$NODE_PREFIX" "NODES=${nodes%$'\n'}" "NODE_LIST=$list" \
+    "ACCOUNTING=$accounting"
   render deploy/slurm/cgroup.conf.in "$DIR/cgroup.conf" \
     "CGROUP_PLUGIN=$cgplugin" "CONSTRAIN_DEVICES=$constrain"
   printf '%s' "$gres" >"$DIR/gres.conf"
@@ -126,13 +151,14 @@ write_config() {
 }
 
 start_munge() {
+  # clients (sbatch as a member) reach the socket: its directory needs x for all (also
+  # when munged already runs: write_config made the directory 0700)
+  chmod 0711 "$DIR/munge"
   if [ -S "$DIR/munge/munge.socket" ] && munge -n -S "$DIR/munge/munge.socket" >/dev/null 2>&1; then
     return
   fi
   [ -s "$DIR/munge/munge.key" ] || { dd if=/dev/urandom bs=1 count=1024 of="$DIR/munge/munge.key" 2>/dev/null; chmod 0400 "$DIR/munge/munge.key"; }
   rm -f "$DIR/munge/munge.socket"*
-  # clients (sbatch as a member) reach the socket: its directory needs x for all
-  chmod 0711 "$DIR/munge"
   munged --force --socket="$DIR/munge/munge.socket" --key-file="$DIR/munge/munge.key" \
     --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/log/munged.log" \
     --seed-file="$DIR/munge/munged.seed"
@@ -234,6 +260,51 @@ login_env() {
   echo "GPUHUB_SLURM_CONF=$DIR/login/slurm/slurm.conf"
 }
 
+wait_for() {  # wait_for WHAT LOG COMMAND...: up to 60 s for COMMAND to succeed
+  local what=$1 log=$2; shift 2
+  local deadline=$((SECONDS + 60))
+  while [ "$SECONDS" -lt "$deadline" ]; do "$@" >/dev/null 2>&1 && return; sleep 0.5; done
+  say "$what did not start:"; tail -n 20 "$log" >&2; exit 1
+}
+
+start_accounting() {  # MariaDB, then slurmdbd, then the cluster's row in its database
+  local db=$DIR/mysql sock=$DIR/mysql/mysqld.sock
+  if ! pid_alive "$DIR/mysql/mariadb.pid"; then
+    if [ ! -d "$db/data/mysql" ]; then
+      mkdir -p "$db/data"; chown mysql:mysql "$db/data"
+      mariadb-install-db --user=mysql --datadir="$db/data" --skip-test-db \
+        --auth-root-authentication-method=socket >"$DIR/log/mariadb-install.log" 2>&1
+    fi
+    chown mysql:mysql "$db"
+    # Slurm's accounting guide: InnoDB with a long lock wait (its schema changes are long)
+    setsid mariadbd --no-defaults --user=mysql --datadir="$db/data" --socket="$sock" \
+      --bind-address=127.0.0.1 --port="$DB_PORT" --pid-file="$DIR/mysql/mariadb.pid" \
+      --log-error="$db/mariadb.log" --skip-name-resolve --innodb-buffer-pool-size=64M \
+      --innodb-lock-wait-timeout=900 </dev/null >/dev/null 2>&1 &
+    wait_for MariaDB "$db/mariadb.log" mariadb --no-defaults -S "$sock" -e 'SELECT 1'
+    local pass; pass=$(cat "$db/slurm.pass")
+    mariadb --no-defaults -S "$sock" -e "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
+      ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
+      GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+  fi
+  pid_alive "$DIR/run/slurmdbd.pid" || slurmdbd
+  wait_for slurmdbd "$DIR/log/slurmdbd.log" sacctmgr -n show cluster
+  sacctmgr -n -P show cluster format=cluster | grep -qx gpuhub \
+    || sacctmgr -i add cluster gpuhub >/dev/null
+}
+
+running_dbd() {  # yes/no: whether the running slurmctld keeps accounting ("" if it does not say)
+  case $(scontrol show config 2>/dev/null | grep '^AccountingStorageType ') in
+    *accounting_storage/slurmdbd) echo yes ;;
+    *accounting_storage/none) echo no ;;
+  esac
+}
+
+accounting_ok() {  # slurmctld runs with the accounting this start asks for, slurmdbd too
+  [ "$DBD" != yes ] || pid_alive "$DIR/run/slurmdbd.pid" || return 1
+  [ "$(running_dbd)" = "$DBD" ]
+}
+
 start_daemons() {
   if ! pid_alive "$DIR/run/slurmctld.pid"; then
     slurmctld -i   # -i: ignore saved state from an earlier run (jobs, node states)
@@ -257,7 +328,12 @@ start() {
   for c in slurmctld slurmd munged ip; do
     command -v "$c" >/dev/null || { say "$c is missing: apt-get install slurm-wlm munge iproute2"; exit 1; }
   done
-  if all_idle; then
+  if [ "$DBD" = yes ]; then
+    for c in slurmdbd mariadbd mariadb-install-db; do
+      command -v "$c" >/dev/null || { say "$c is missing: apt-get install slurmdbd mariadb-server (or GPUHUB_SLURM_DBD=no)"; exit 1; }
+    done
+  fi
+  if all_idle && accounting_ok; then
     say "already running ($SLURM_CONF)"
   else
     start_cluster
@@ -266,9 +342,18 @@ start() {
 }
 
 start_cluster() {
+  local running; running=$(running_dbd)
+  if pid_alive "$DIR/run/slurmctld.pid" && [ -n "$running" ] && [ "$running" != "$DBD" ]; then
+    # a cluster started by an older script (or with the other setting): keep it as it runs,
+    # its nodes' configuration the same as slurmctld's
+    say "slurmctld in $DIR runs with GPUHUB_SLURM_DBD=$running, kept (to change it: $0 stop," \
+        "then start)"
+    DBD=$running
+  fi
   write_config
   start_munge
-  setup_network
+  setup_network  # first: slurmdbd listens on the bridge's address
+  [ "$DBD" != yes ] || start_accounting
   start_daemons
   for _ in $(seq 1 120); do
     if all_idle; then say "up: $(sinfo -h -N -o '%N:%T' | tr '\n' ' ')($SLURM_CONF)"; return; fi
@@ -283,7 +368,8 @@ stop() {
   login_stop
   ip link del "$VETH-hl" 2>/dev/null || true
   ip netns del "$LOGIN_NS" 2>/dev/null || true
-  for pidf in "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid" "$DIR/munge/munged.pid"; do
+  for pidf in "$DIR"/run/slurmd-*.pid "$DIR/run/slurmctld.pid" "$DIR/run/slurmdbd.pid" \
+              "$DIR/mysql/mariadb.pid" "$DIR/munge/munged.pid"; do
     [ -f "$pidf" ] || continue
     local pid; pid=$(cat "$pidf")
     if kill "$pid" 2>/dev/null; then
