@@ -200,8 +200,13 @@ def test_a_slurm_accounting_setting_of_another_word_names_the_choices(monkeypatc
         Settings.from_env()
 
 
+def slurm_settings(**given) -> SimpleNamespace:
+    """The Slurm part of :class:`hub_ext.config.Settings` that ``read_accounting`` reads."""
+    return SimpleNamespace(**{"slurm_submit_host": "", "slurm_ssh_options": "", **given})
+
+
 def test_accounting_off_asks_slurm_nothing():
-    settings = SimpleNamespace(slurm_accounting="off", slurm_conf="/nonexistent/slurm.conf")
+    settings = slurm_settings(slurm_accounting="off", slurm_conf="/nonexistent/slurm.conf")
     assert read_accounting(settings, [run()]) == Accounting(
         None, "Slurm accounting is off (GPUHUB_SLURM_ACCOUNTING=off)")
 
@@ -221,7 +226,22 @@ def test_a_slurmdbd_that_does_not_answer_is_said_in_sacct_s_words(tmp_path):
         "AccountingStorageHost=127.0.0.1", f"AccountingStoragePort={port}",
         f"AccountingStoragePass={tmp_path}/munge.socket",
         "NodeName=n1 CPUs=1", "PartitionName=p Nodes=n1", ""]))
-    settings = SimpleNamespace(slurm_accounting="auto", slurm_conf=str(conf))
+    settings = slurm_settings(slurm_accounting="auto", slurm_conf=str(conf))
     assert read_accounting(settings, [run()]) == Accounting(
         None, "Slurm's accounting cannot be read (sacct: error: Problem talking to the "
         "database: Connection refused)", failed=True)
+
+
+def test_accounting_is_read_on_the_submit_host():
+    # sacct runs where the hub's other Slurm commands run: a submit host that does not
+    # answer (nothing listens on the port given in GPUHUB_SLURM_SSH_OPTIONS) says so
+    _need(shutil.which("ssh") is not None, "OpenSSH's ssh is not installed (scripts/setup.sh)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = slurm_settings(slurm_accounting="auto", slurm_conf="",
+                              slurm_submit_host="gpuhub@127.0.0.1",
+                              slurm_ssh_options=f"-p {port} -o ControlMaster=no")
+    got = read_accounting(settings, [run()])
+    assert (got.jobs, got.failed) == (None, True)
+    assert "ssh: connect to host 127.0.0.1" in got.note, got.note

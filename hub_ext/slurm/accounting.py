@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from .cluster import SlurmCluster, SlurmUnavailable
+from .config import submit_host
 
 __all__ = ["Accounting", "AccountedJob", "AccountingNotConfigured", "accounted_jobs",
            "match_runs", "parse_alloc_gpus", "parse_sacct", "read_accounting"]
@@ -192,7 +193,7 @@ def read_accounting(settings, runs: Sequence) -> Accounting:
     if settings.slurm_accounting == "off":
         return Accounting(None, "Slurm accounting is off (GPUHUB_SLURM_ACCOUNTING=off)")
     cluster = SlurmCluster(env={"SLURM_CONF": settings.slurm_conf} if settings.slurm_conf
-                           else {})
+                           else {}, submit=submit_host(settings))
     try:
         records = asyncio.run(accounted_jobs(cluster, [r.job_id for r in runs if r.job_id]))
     except AccountingNotConfigured as e:

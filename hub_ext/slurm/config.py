@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 
-from .submit import DEFAULT_SSH, check_host
+from .submit import DEFAULT_SSH, SubmitHost, check_host
 
 #: Spawner settings both backends share, copied from c.GPUDockerSpawner.
 SHARED = ("profile_list", "image", "default_url", "start_timeout", "http_timeout",
@@ -46,12 +46,23 @@ def apply_slurm_config(c, settings) -> None:
                          ("gpu_device", settings.slurm_gpu_device)):
         if value:
             slurm[trait] = value
-    if settings.slurm_submit_host:
-        slurm.submit_host = check_host(settings.slurm_submit_host)
+    submit = submit_host(settings)
+    if submit.host:
+        slurm.submit_host = submit.host
     if settings.slurm_ssh_options:
-        try:
-            slurm.submit_ssh_command = [*DEFAULT_SSH, *shlex.split(settings.slurm_ssh_options)]
-        except ValueError as e:
-            raise ValueError(f"GPUHUB_SLURM_SSH_OPTIONS: {e}") from None
+        slurm.submit_ssh_command = list(submit.ssh)
     # the hub keeps servers across its restarts, as on Docker
     slurm.start_timeout = max(slurm.get("start_timeout", 0) or 0, 3600)
+
+
+def submit_host(settings) -> SubmitHost:
+    """Where the Slurm commands run, as ``GPUHUB_SLURM_SUBMIT_HOST`` and
+    ``GPUHUB_SLURM_SSH_OPTIONS`` say (the hub's own host when the first is empty), for the
+    hub and for ``gpuhub usage``.  Raises ValueError naming the setting that is wrong."""
+    ssh = DEFAULT_SSH
+    if settings.slurm_ssh_options:
+        try:
+            ssh = (*DEFAULT_SSH, *shlex.split(settings.slurm_ssh_options))
+        except ValueError as e:
+            raise ValueError(f"GPUHUB_SLURM_SSH_OPTIONS: {e}") from None
+    return SubmitHost(check_host(settings.slurm_submit_host), ssh)
