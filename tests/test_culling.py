@@ -21,7 +21,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hub_ext.culler_arbiter import CONFIG_TEXT, ENV, ProfileIdleLimits
-from hub_ext.culling import Culler, Limits, assess, cull_message, duration
+from hub_ext.culling import Culler
+from hub_ext.culling_rules import Limits, assess, cull_message, duration
 from hub_ext.docker.inventory import SimulatedInventory
 from hub_ext.docker.pool import GPUPool, ServerKey, gpu_units_of
 from hub_ext.notices import notices
