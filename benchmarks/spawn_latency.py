@@ -6,7 +6,8 @@ interleaved in one run, for the CPU profile (gpuhub/base) and the GPU profile (g
 
 ours:  ``POST /hub/api/users/<name>/server`` of the profile until the hub reports the server
        ready (its progress event stream sends ``ready``), through our hub and proxy; the GPU
-       profile reserves one of the simulated node's GPUs.
+       profile reserves one of the simulated node's GPUs. The hub logs at JupyterHub's
+       default level (INFO), as deployed and as stock runs, not at the tests' DEBUG.
 stock: the same request and wait against stock JupyterHub 6.1 + DockerSpawner 14
        (benchmarks/stock_hub.py: no subclass of ours, JupyterHub's own readiness wait).
 plain: ``docker run`` of the image's ``jupyter lab`` until ``/api/status`` answers 200.
@@ -171,8 +172,10 @@ async def main(runs: int, images: dict[str, str]) -> None:
             {"display_name": "gpu", "slug": "gpu", "gpus": 1,
              "spawner_override": {"image": images["gpu"]}},
         ]))
+        # JupyterHub's default log level, as deployed and as the stock hub runs: the test
+        # fixture's DEBUG would log every request, poll and proxy call of ours alone
         ours = Hub(Path(tmp), {"GPUHUB_PROFILES": str(profiles), "GPUHUB_CREDITS": "off"},
-                   oidc=oidc)
+                   extra_config="c.JupyterHub.log_level = 'INFO'\n", oidc=oidc)
         stock = StockHub(Path(tmp) / "stock", images)
         await ours.start()
         await stock.start()

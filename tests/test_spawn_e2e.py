@@ -8,7 +8,10 @@ through, so the container sees NVIDIA_VISIBLE_DEVICES as on a GPU server.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import re
+import socket
 
 import pytest
 
@@ -232,3 +235,52 @@ async def test_stop_during_spawn_returns_the_gpu(hub_factory, docker_client, tmp
     r = await hub.spawn("hank", {"profile": "gpu"})
     assert r.status_code in (201, 202), r.text
     await hub.wait_ready("hank")
+
+
+# A server that takes TCP connections on its port but never answers HTTP on them.
+SILENT_SERVER = (
+    "import os, socket, time, urllib.parse; "
+    "port = urllib.parse.urlparse(os.environ['JUPYTERHUB_SERVICE_URL']).port; "
+    "s = socket.socket(); s.bind(('127.0.0.1', port)); s.listen(); time.sleep(600)"
+)
+
+
+async def test_an_open_port_alone_is_not_taken_for_a_started_server(hub_factory, docker_client,
+                                                                   tmp_path):
+    # the readiness check looks at the port first, but only an HTTP answer means "up"
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text(json.dumps([{"display_name": "Silent", "slug": "silent",
+                                     "spawner_override": {"cmd": ["python", "-c",
+                                                                  SILENT_SERVER]}}]))
+    hub = await hub_factory(GPUHUB_PROFILES=str(profiles))
+    await hub.create_user("ivan")
+    r = await hub.spawn("ivan", {"profile": "silent"})
+    assert r.status_code == 202, r.text
+    port = None
+    for _ in range(100):
+        found = hub.containers(docker_client)
+        if found:
+            port = int(found[0]["Labels"]["io.gpuhub.port"])
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                pass
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the silent server's port never opened")
+    # many port checks later, the spawn still waits for an HTTP answer
+    messages = []
+    headers = {"Authorization": f"token {hub.admin_token}"}
+    async with hub.client.stream("GET", "/hub/api/users/ivan/server/progress",
+                                 headers=headers) as stream:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(3):
+                async for line in stream.aiter_lines():
+                    if line.startswith("data:"):
+                        messages.append(json.loads(line[5:]).get("message", ""))
+    assert "Waiting for JupyterLab to answer" in messages
+    assert not any("up" in m.split() or "ready" in m.split() for m in messages), messages
+    model = (await hub.client.get("/hub/api/users/ivan", headers=headers)).json()
+    assert model["servers"][""]["pending"] == "spawn", model
+    # (the hub's own clean-up ends the pending start and removes the container)

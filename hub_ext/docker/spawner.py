@@ -112,13 +112,19 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, PoolAvailability, M
     )
 
     ready_poll_interval = Float(
-        0.05,
+        0.01,
         config=True,
-        help="""Seconds between readiness checks of a starting server.
+        help="""Seconds between checks whether a starting server's port takes connections
+        (a TCP connect, refused at once while nothing listens: cheap for the hub, so it
+        can be short); once it does, one HTTP request, which the server answers as soon as
+        its event loop runs.
 
-            c.GPUDockerSpawner.ready_poll_interval = 0.05
+            c.GPUDockerSpawner.ready_poll_interval = 0.01
         """,
     )
+
+    #: Seconds between asking Docker whether a starting server's container still runs.
+    _exit_check_interval = 0.5
 
     # Traits a profile may override; restored to their configured values at each start,
     # so one start's profile never leaks into the next.
@@ -330,25 +336,36 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, PoolAvailability, M
         return f"{self.server.proto}://{ip}:{port}{self.server.base_url}"
 
     async def _wait_until_ready(self, ip, port) -> bool:
-        """Poll the server until it answers HTTP at all, or its container dies, for at
-        most ``http_timeout`` seconds.  Returns False when it has not answered by then
+        """Wait until the server answers HTTP at all, or its container dies, for at most
+        ``http_timeout`` seconds.  Returns False when it has not answered by then
         (JupyterHub's own wait, ``Spawner.http_timeout``, then decides).
 
-        Fails fast with HTTP 500 and the container's last log lines when it exits.
+        First the port, with a TCP connect every ``ready_poll_interval`` seconds: while
+        nothing listens the kernel refuses at once, so the checks can be frequent without
+        taking CPU from the starting server.  Once the port takes connections (Jupyter
+        Server binds it at the first turn of its event loop, ``ServerApp.init_httpserver``),
+        one HTTP request to ``/api``; a failed one (reset, time-out) goes back to the port
+        checks.  So the server is found up within about ``ready_poll_interval`` of
+        binding, and JupyterHub's own first check (``Server.wait_up``) then succeeds at
+        once.
+
+        Fails fast with HTTP 500 and the container's last log lines when it exits (asked of
+        Docker every ``_exit_check_interval`` seconds).
         """
         url = f"http://{ip}:{port}{self.server.base_url if self.server else '/'}api"
         client = AsyncHTTPClient()
         deadline = time.monotonic() + self.http_timeout
-        checks = 0
+        next_exit_check = time.monotonic() + self._exit_check_interval
         while time.monotonic() < deadline:
-            try:
-                await client.fetch(url, request_timeout=2, follow_redirects=False,
-                                   raise_error=False)
-                return True
-            except (ConnectionError, OSError, HTTPClientError):
-                pass
-            checks += 1
-            if checks % 10 == 0:
+            if await _port_open(ip, port):
+                try:
+                    await client.fetch(url, request_timeout=2, follow_redirects=False,
+                                       raise_error=False)
+                    return True
+                except (ConnectionError, OSError, HTTPClientError):
+                    pass
+            if time.monotonic() >= next_exit_check:
+                next_exit_check = time.monotonic() + self._exit_check_interval
                 status = await self.poll()
                 if status is not None:
                     logs = await self._container_logs()
@@ -482,3 +499,14 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, PoolAvailability, M
         super().clear_state()
         self.release_gpus("state cleared")
         self.hook_state = {}
+
+
+async def _port_open(ip: str, port: int, timeout: float = 0.5) -> bool:
+    """Whether ``ip:port`` takes a TCP connection now (closed again at once).  False when
+    refused, unreachable, or not answered in ``timeout`` seconds."""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(ip, port), timeout)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    return True

@@ -5,6 +5,7 @@ Every container runs with host networking (see shared/MACHINE.md): servers liste
 """
 
 import json
+import os
 import socket
 import threading
 import time
@@ -19,10 +20,13 @@ import pytest
 
 from tests.fixtures.hub import _need
 
+#: The images under test; GPUHUB_IMAGE_NAMESPACE (as for scripts/build-images.sh, default
+#: gpuhub) tests a build made under another name before it replaces the shared tags.
+_NAMESPACE = os.environ.get("GPUHUB_IMAGE_NAMESPACE", "gpuhub")
 IMAGES = {
-    "base": "gpuhub/base:latest",
-    "pytorch": "gpuhub/pytorch:latest",
-    "tensorflow": "gpuhub/tensorflow:latest",
+    "base": f"{_NAMESPACE}/base:latest",
+    "pytorch": f"{_NAMESPACE}/pytorch:latest",
+    "tensorflow": f"{_NAMESPACE}/tensorflow:latest",
 }
 
 

@@ -155,7 +155,7 @@ def test_jupyterlab_and_terminals_are_installed_and_enabled(image):
 def test_has_every_label_the_spawn_page_reads(image):
     missing = [key for key in REQUIRED_LABELS if not image.labels.get(key)]
     assert not missing, f"{image.name} lacks labels {missing}"
-    assert image.labels["org.opencontainers.image.title"] == image.name.split(":")[0]
+    assert image.labels["org.opencontainers.image.title"] == f"gpuhub/{image.short}"
     datetime.fromisoformat(image.labels["org.opencontainers.image.created"].replace("Z", "+00:00"))
 
 
@@ -303,6 +303,25 @@ def test_hub_side_modules_the_image_defers_still_work(base_image):
         "h = H.__new__(H); print(l._is_health_check(h))"
     )
     assert out.splitlines() == ["False", "users user", "True"]
+
+
+def test_aiohttp_makes_its_default_ssl_contexts_at_the_first_https_request(base_image):
+    # gpuhub-lazy-imports: a server start (jupyterhub.singleuser imports aiohttp) no longer
+    # loads the CA certificates; an HTTPS request without a context of its own still gets
+    # aiohttp's verifying default (the system's CAs) or, with ssl=False, its unverified one
+    out = base_image.python(
+        "import ssl, jupyterhub.singleuser, aiohttp, aiohttp.connector as c; "
+        "print(c._default_ssl_context.cache_info().currsize); "
+        "from yarl import URL; "
+        "conn = object.__new__(c.TCPConnector); conn._ssl = True; "
+        "req = lambda s: aiohttp.ClientRequest('GET', URL('https://pypi.org/'), ssl=s); "
+        "v, u = conn._get_ssl_context(req(True)), conn._get_ssl_context(req(False)); "
+        "print(v.verify_mode == ssl.CERT_REQUIRED, v.check_hostname, "
+        "v.cert_store_stats()['x509_ca'] > 0, u.verify_mode == ssl.CERT_NONE); "
+        "print(v is c._SSL_CONTEXT_VERIFIED, u is c._SSL_CONTEXT_UNVERIFIED, "
+        "c._default_ssl_context.cache_info().currsize)"
+    )
+    assert out.splitlines() == ["0", "True True True True", "True True 2"]
 
 
 def test_jsonschema_still_checks_the_formats_the_servers_events_use(base_image):
