@@ -33,6 +33,8 @@ from __future__ import annotations
 from jupyterhub.apihandlers import users as api_users
 from jupyterhub.handlers import pages
 
+from .stopping import StopAfterCancelledStart
+
 
 class SpawnGate:
     """Mixed into a JupyterHub handler: ``spawn_single_user`` runs inside the spawner's
@@ -50,8 +52,11 @@ class SpawnGate:
                                                    options=options)
 
 
-class GatedServerAPIHandler(SpawnGate, api_users.UserServerAPIHandler):
-    """JupyterHub's ``POST /hub/api/users/:name/server[s/:server]``, gated."""
+class GatedServerAPIHandler(SpawnGate, StopAfterCancelledStart,
+                            api_users.UserServerAPIHandler):
+    """JupyterHub's ``/hub/api/users/:name/server[s/:server]``: ``POST`` gated, ``DELETE``
+    of a starting server answered once its start has cleaned up
+    (:class:`hub_ext.stopping.StopAfterCancelledStart`)."""
 
 
 class GatedSpawnHandler(SpawnGate, pages.SpawnHandler):

@@ -237,6 +237,51 @@ async def test_stop_during_spawn_returns_the_gpu(hub_factory, docker_client, tmp
     await hub.wait_ready("hank")
 
 
+# Two hooks: the first is done at once and its undo (the clean-up of a cancelled start)
+# takes 3 s, as a refund through a slow Credits API or a slow container removal does under
+# load; the second holds every start until it is cancelled (defined in the hub's config
+# file: the hub imports hub_ext only)
+SLOW_UNDO = """
+import asyncio
+from traitlets.config import SingletonConfigurable
+
+class SlowUndo(SingletonConfigurable):
+    name = "slow-undo"
+
+    async def before_container(self, spawner):
+        pass
+
+    async def undo(self, spawner):
+        await asyncio.sleep(3)
+        spawner.log.info("Undone the start of %s", spawner._log_name)
+
+class Hold(SingletonConfigurable):
+    name = "hold"
+
+    async def before_container(self, spawner):
+        spawner.log.info("Holding the start of %s", spawner._log_name)
+        await asyncio.sleep(600)
+
+    async def undo(self, spawner):
+        pass
+
+c.GPUDockerSpawner.before_container_hooks += [SlowUndo.instance(), Hold.instance()]
+"""
+
+
+async def test_stop_while_starting_waits_for_the_start_to_clean_up(hub_factory):
+    # JupyterHub cancels the start, waits 1 s, and answered 500 ("pending spawn") when the
+    # start's clean-up took longer; the member's Stop is answered once it is done
+    hub = await hub_factory(extra_config=SLOW_UNDO)
+    await hub.create_user("hal")
+    r = await hub.spawn("hal", {"profile": "cpu"})
+    assert r.status_code == 202, r.text
+    assert "Holding the start of hal" in hub.log()
+    await hub.stop_server("hal")  # asserts 202 or 204
+    assert "Undone the start of hal" in hub.log()
+    assert "hal pending spawn" not in hub.log()  # stop_single_user's RuntimeError
+
+
 # A server that takes TCP connections on its port but never answers HTTP on them.
 SILENT_SERVER = (
     "import os, socket, time, urllib.parse; "
