@@ -26,12 +26,54 @@ after them and could never answer a route JupyterHub already has.  So the hub's
 authenticator (:class:`hub_ext.auth.CreditAuthenticator`) mixes in :class:`GatedRoutes`,
 which adds the two handler subclasses below for JupyterHub's own spawn routes (their
 patterns read from JupyterHub's ``default_handlers``, so they cannot drift apart).
+
+The early answer (:class:`EarlyRefusal`, on the REST API's start only): under a rush the
+refusal itself is cheap and what remains is JupyterHub's handling of each request before
+``post()`` runs, ``BaseHandler.prepare`` (the login cookie's user, loaded with its eager
+relations, refreshed, its scopes resolved, the XSRF token checked) and then
+``post()``'s own ``find_user``, the same user loaded again: about 7 ms of the hub's
+event loop per request (py-spy), which 200 requests at once queue behind.  For the one
+case decided without that work (see :meth:`EarlyRefusal.early_refusal`: a member's own
+browser session starting their own default server, which the spawner refuses now), the
+handler identifies the member with a lean query, runs JupyterHub's own remaining steps
+(activity, scopes, XSRF) and answers the refusal from ``prepare()``: tornado hands it to
+``write_error`` as it would an error from ``post()``, so the status and JSON are
+JupyterHub's.  Every other request (tokens, services, admins acting for others, named
+servers, a login due for refresh, a server already starting or running, a start the
+spawner admits) goes through JupyterHub's ``prepare()`` and ``post()`` unchanged.
 """
 
 from __future__ import annotations
 
+import time
+
+from jupyterhub import orm
 from jupyterhub.apihandlers import users as api_users
 from jupyterhub.handlers import pages
+from jupyterhub.scopes import has_scope
+from sqlalchemy import bindparam, select
+from tornado import web
+
+#: a user's id and name by the ``cookie_id`` of their login cookie: SQLAlchemy Core on the
+#: hub's own session and transaction (``orm.User.cookie_id`` is unique, so indexed), no
+#: ORM objects loaded; rows JupyterHub changes are committed (so flushed) before it awaits
+USER_BY_COOKIE = (select(orm.User.__table__.c.id, orm.User.__table__.c.name)
+                  .where(orm.User.__table__.c.cookie_id == bindparam("cookie_id")))
+
+
+async def refusal(spawner, options: dict | None) -> web.HTTPError | None:
+    """The refusal ``spawner`` gives now to a start with ``user_options`` ``options``
+    (its ``check_spawn``: the same check ``checked_spawn`` makes), or None when it would
+    admit it or has no such check.  Advisory: nothing is reserved; a claim the check
+    leaves counts only while the start is handed over or pending (``check_gpus_now``)."""
+    check = getattr(spawner, "check_spawn", None)
+    if check is None:
+        return None
+    try:
+        await check(options)
+    except web.HTTPError as e:
+        return e
+    return None
 
 
 class SpawnGate:
@@ -50,7 +92,101 @@ class SpawnGate:
                                                    options=options)
 
 
-class GatedServerAPIHandler(SpawnGate, api_users.UserServerAPIHandler):
+class EarlyRefusal:
+    """Mixed into JupyterHub's ``UserServerAPIHandler``: ``prepare()`` answers a start the
+    spawner refuses now before JupyterHub's own request handling (see the module doc)."""
+
+    async def prepare(self):
+        try:
+            refused = await self.early_refusal()
+        except Exception:  # noqa: BLE001 - JupyterHub's own handling meets it again
+            self.log.exception("The early refusal failed; JupyterHub handles the request")
+            refused = None
+        if refused is None:
+            await super().prepare()
+            return
+        # tornado's _execute hands an error from prepare() to write_error as it does one
+        # from post(): APIHandler's JSON {"status", "message"}, the request logged as before
+        self.log.debug("Refused %s's start before JupyterHub's request handling",
+                       self.current_user.name)
+        raise refused
+
+    async def early_refusal(self) -> web.HTTPError | None:
+        """The spawner's refusal of this request's start, or None: JupyterHub handles the
+        request from the start, nothing of this attempt kept (see :meth:`_session_user`).
+
+        Decided here only for the member found by :meth:`_session_user`, starting their own
+        default server: JupyterHub's own steps of ``BaseHandler.prepare`` run for that
+        member (the activity record: any cookie-authenticated request is the member's
+        activity, written at most every ``c.JupyterHub.activity_resolution`` seconds; the
+        roles' scopes; the XSRF check), then ``post()``'s own ``get_or_create_spawner``.
+        A failed XSRF check, no ``start:servers`` on this server, a body that ``post()``
+        refuses or that names a display name, a server starting or running, and a start
+        the spawner admits all leave the request to JupyterHub.
+        """
+        if self.request.method != "POST" or self.path_args[1:2] not in ([], [""]):
+            return None
+        user = self._session_user()
+        if user is None:
+            return None
+        self._jupyterhub_user = user
+        refused = None
+        try:
+            if self._record_activity(user):
+                self.db.commit()
+            self._resolve_roles_and_scopes()
+            try:
+                self.check_xsrf_cookie()
+                body = self.get_server_json_body()
+            except web.HTTPError:
+                return None
+            if body.get("display_name") or not has_scope(
+                    f"start:servers!server={user.name}/", self.parsed_scopes, db=self.db):
+                return None
+            spawner = user.get_or_create_spawner("", "", replace_failed=True)
+            if not spawner.active:
+                refused = await refusal(spawner, body["user_options"])
+            return refused
+        finally:
+            if refused is None:
+                del self._jupyterhub_user  # JupyterHub's prepare() identifies anew
+
+    def _session_user(self):
+        """The hub's ``User`` this request's login cookie belongs to, when it is decided
+        without JupyterHub's ORM work, else None.
+
+        That is: no API token (JupyterHub tries a token first); a JSON body or none (as
+        ``APIHandler.get_current_user_cookie`` requires of a POST); a session cookie; the
+        login cookie verified as JupyterHub verifies it (``get_secure_cookie``: tornado's
+        signature, ``cookie_max_age_days``); its ``cookie_id`` a user's now, read by one
+        indexed query as ``BaseHandler._user_for_cookie`` reads it (a deleted user has no
+        row; JupyterHub's logout clears the browser's cookies and keeps ``cookie_id``, so
+        a replayed cookie of a logged-out member is that member's here as in JupyterHub's
+        own handlers); that user the URL's own, already loaded in the hub (``self.users``),
+        and its login not due for a refresh (``c.Authenticator.auth_refresh_age``, as
+        ``BaseHandler.refresh_auth`` decides).
+        """
+        if self.get_auth_token() or not self.settings.get("xsrf_cookies"):
+            return None
+        if not self.check_post_content_type() or not self.get_session_cookie():
+            return None
+        cookie_id = self.get_secure_cookie(self.hub.cookie_name,
+                                           max_age_days=self.cookie_max_age_days)
+        if cookie_id is None:
+            return None
+        row = self.db.connection().execute(
+            USER_BY_COOKIE, {"cookie_id": cookie_id.decode("utf8", "replace")}).first()
+        if row is None or row.name != self.path_args[0] or row.id not in self.users:
+            return None
+        user = self.users[row.id]
+        age = self.authenticator.auth_refresh_age
+        if age and not (user._auth_refreshed
+                        and time.monotonic() - user._auth_refreshed < age):
+            return None
+        return user
+
+
+class GatedServerAPIHandler(EarlyRefusal, SpawnGate, api_users.UserServerAPIHandler):
     """JupyterHub's ``POST /hub/api/users/:name/server[s/:server]``, gated."""
 
 
