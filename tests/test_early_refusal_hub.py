@@ -96,8 +96,9 @@ async def test_requests_the_early_path_cannot_decide_get_jupyterhubs_own_answer(
             (403, "XSRF cookie does not match POST argument")),
         "another member's server": (
             bob, "carol", {}, (404, "No access to resources or resources not found")),
-        "a form post, not JSON": (
-            bob, "bob", {"json": None, "data": {"profile": "gpu"}},
+        "a JSON body sent as text/plain (what a cross-site form can send)": (
+            bob, "bob", {"json": None, "content": json.dumps({"profile": "gpu"}),
+                         "headers": {"Content-Type": "text/plain"}},
             (403, "Missing or invalid credentials.")),
     }
     for what, (client, name, kw, expected) in cases.items():
