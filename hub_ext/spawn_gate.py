@@ -47,18 +47,22 @@ from __future__ import annotations
 
 import time
 
-from jupyterhub import orm
 from jupyterhub.apihandlers import users as api_users
 from jupyterhub.handlers import pages
 from jupyterhub.scopes import has_scope
-from sqlalchemy import bindparam, select
 from tornado import web
 
-#: a user's id and name by the ``cookie_id`` of their login cookie: SQLAlchemy Core on the
-#: hub's own session and transaction (``orm.User.cookie_id`` is unique, so indexed), no
-#: ORM objects loaded; rows JupyterHub changes are committed (so flushed) before it awaits
-USER_BY_COOKIE = (select(orm.User.__table__.c.id, orm.User.__table__.c.name)
-                  .where(orm.User.__table__.c.cookie_id == bindparam("cookie_id")))
+#: the hub's settings key of its :class:`CookieIndex`
+COOKIE_INDEX = "gpuhub_cookie_index"
+
+
+class CookieIndex:
+    """``ids``: ``{cookie_id: user id}`` of the users loaded in the hub when it was built,
+    ``built_from`` of them (see ``EarlyRefusal._user_id_for``)."""
+
+    def __init__(self):
+        self.ids: dict[str, int] = {}
+        self.built_from = -1
 
 
 async def refusal(spawner, options: dict | None) -> web.HTTPError | None:
@@ -158,11 +162,12 @@ class EarlyRefusal:
         That is: no API token (JupyterHub tries a token first); a JSON body or none (as
         ``APIHandler.get_current_user_cookie`` requires of a POST); a session cookie; the
         login cookie verified as JupyterHub verifies it (``get_secure_cookie``: tornado's
-        signature, ``cookie_max_age_days``); its ``cookie_id`` a user's now, read by one
-        indexed query as ``BaseHandler._user_for_cookie`` reads it (a deleted user has no
-        row; JupyterHub's logout clears the browser's cookies and keeps ``cookie_id``, so
-        a replayed cookie of a logged-out member is that member's here as in JupyterHub's
-        own handlers); that user the URL's own, already loaded in the hub (``self.users``),
+        signature, ``cookie_max_age_days``); its ``cookie_id`` that of a user loaded in the
+        hub now (``self.users``; :meth:`_user_id_for`), as ``BaseHandler._user_for_cookie``
+        finds it in the database (a deleted user has neither; JupyterHub's logout clears
+        the browser's cookies and keeps ``cookie_id``, so a replayed cookie of a
+        logged-out member is that member's here as in JupyterHub's own handlers); that
+        user the URL's own,
         and its login not due for a refresh (``c.Authenticator.auth_refresh_age``, as
         ``BaseHandler.refresh_auth`` decides).
         """
@@ -174,16 +179,38 @@ class EarlyRefusal:
                                            max_age_days=self.cookie_max_age_days)
         if cookie_id is None:
             return None
-        row = self.db.connection().execute(
-            USER_BY_COOKIE, {"cookie_id": cookie_id.decode("utf8", "replace")}).first()
-        if row is None or row.name != self.path_args[0] or row.id not in self.users:
+        cookie_id = cookie_id.decode("utf8", "replace")
+        user = dict.get(self.users, self._user_id_for(cookie_id))
+        if user is None or user.cookie_id != cookie_id:
+            self.settings[COOKIE_INDEX].ids.pop(cookie_id, None)
             return None
-        user = self.users[row.id]
+        if user.name != self.path_args[0]:
+            return None
         age = self.authenticator.auth_refresh_age
         if age and not (user._auth_refreshed
                         and time.monotonic() - user._auth_refreshed < age):
             return None
         return user
+
+    def _user_id_for(self, cookie_id: str) -> int | None:
+        """The id of the loaded user (``self.users``) whose ``cookie_id`` this is, or None.
+
+        Read from an index of the loaded users' ``cookie_id``, rebuilt when the number of
+        loaded users changed since it was built: ``cookie_id`` is written once, when
+        JupyterHub creates the user (``orm.User.cookie_id``'s default), and JupyterHub
+        never changes it.  The caller checks a hit against the users loaded now
+        (JupyterHub deletes a user through ``UserDict.delete``, which drops it) and their
+        ``cookie_id``, and forgets an entry that fails.  Why not a query: on PostgreSQL
+        under a rush each one is a round trip that blocks the hub's event loop (psycopg is
+        synchronous), plus JupyterHub's ``SELECT 1`` ping when the session checks out a
+        connection: about 7 ms a request on this machine (py-spy), 1.4 s for 200.
+        """
+        index = self.settings.setdefault(COOKIE_INDEX, CookieIndex())
+        if cookie_id not in index.ids and index.built_from != len(self.users):
+            index.ids = {user.cookie_id: user_id
+                         for user_id, user in list(dict.items(self.users))}
+            index.built_from = len(self.users)
+        return index.ids.get(cookie_id)
 
 
 class GatedServerAPIHandler(EarlyRefusal, SpawnGate, api_users.UserServerAPIHandler):

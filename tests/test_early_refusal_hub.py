@@ -80,7 +80,7 @@ async def test_early_refusal_answers_what_jupyterhubs_own_path_answers(busy_hub)
 async def test_requests_the_early_path_cannot_decide_get_jupyterhubs_own_answer(busy_hub):
     hub = busy_hub
     bob = await hub.login("bob")
-    await hub.login("carol")
+    carol = await hub.login("carol")
     login = next(c.value for c in bob.cookies.jar if c.name == LOGIN_COOKIE)
     forged = login[:-4] + ("0000" if not login.endswith("0000") else "1111")
     cases = {
@@ -129,6 +129,18 @@ async def test_requests_the_early_path_cannot_decide_get_jupyterhubs_own_answer(
     assert (r.status_code, r.json()["message"]) == (403, "Missing or invalid credentials.")
     assert early(hub, "bob") == 1
     await kept.aclose()
+
+    # a renamed member keeps the login cookie and is found under the new name only
+    r = await hub.api("PATCH", "/users/carol", json={"name": "carla"})
+    assert r.status_code == 200, r.text
+    assert (await hub.browser_api(carol, "GET", "/user")).json()["name"] == "carla"
+    r = await start(hub, carol, "carol")
+    assert (r.status_code, r.json()["message"]) == (
+        404, "No access to resources or resources not found")
+    assert early(hub, "carla") == 0
+    r = await start(hub, carol, "carla")
+    assert (r.status_code, r.json()["message"]) == (409, REFUSAL)
+    assert early(hub, "carla") == 1
     await cases["a forged login cookie (bad signature)"][0].aclose()
 
 
