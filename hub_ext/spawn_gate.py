@@ -35,12 +35,15 @@ relations, refreshed, its scopes resolved, the XSRF token checked) and then
 event loop per request (py-spy), which 200 requests at once queue behind.  For the one
 case decided without that work (see :meth:`EarlyRefusal.early_refusal`: a member's own
 browser session starting their own default server, which the spawner refuses now), the
-handler identifies the member with a lean query, runs JupyterHub's own remaining steps
-(activity, scopes, XSRF) and answers the refusal from ``prepare()``: tornado hands it to
+handler finds the member among the users loaded in the hub (an index of their
+``cookie_id``), runs JupyterHub's own remaining steps (activity, scopes, XSRF) and
+answers the refusal from ``prepare()``: tornado hands it to
 ``write_error`` as it would an error from ``post()``, so the status and JSON are
 JupyterHub's.  Every other request (tokens, services, admins acting for others, named
 servers, a login due for refresh, a server already starting or running, a start the
-spawner admits) goes through JupyterHub's ``prepare()`` and ``post()`` unchanged.
+spawner admits) goes through JupyterHub's ``prepare()`` and ``post()`` unchanged.  The
+spawn form (``POST /hub/spawn``) keeps JupyterHub's handling: its refusal is the form page
+rendered again around the message, which needs that page's own work anyway.
 """
 
 from __future__ import annotations
