@@ -53,6 +53,7 @@ import time
 from jupyterhub.apihandlers import users as api_users
 from jupyterhub.handlers import pages
 from jupyterhub.scopes import has_scope
+from sqlalchemy.exc import SQLAlchemyError
 from tornado import web
 
 #: the hub's settings key of its :class:`CookieIndex`
@@ -106,8 +107,10 @@ class EarlyRefusal:
     async def prepare(self):
         try:
             refused = await self.early_refusal()
-        except Exception:  # noqa: BLE001 - JupyterHub's own handling meets it again
+        except Exception as e:  # noqa: BLE001 - JupyterHub's own handling meets it again
             self.log.exception("The early refusal failed; JupyterHub handles the request")
+            if isinstance(e, SQLAlchemyError):
+                self.db.rollback()  # as BaseHandler.prepare does after such an error
             refused = None
         if refused is None:
             await super().prepare()
