@@ -109,6 +109,16 @@ async def member(hub, user: str, logins: asyncio.Semaphore):
     return browser
 
 
+async def anonymous(client: httpx.AsyncClient) -> float:
+    """Seconds for ``GET /hub/api/`` (JupyterHub's version: no login, no database) from a
+    ``client`` of its own holding no cookie: the proxy, tornado and the client under the
+    same rush, the floor under any answer of the hub's."""
+    tic = time.perf_counter()
+    r = await client.get("/hub/api/")
+    assert r.status_code == 200, r.text
+    return time.perf_counter() - tic
+
+
 async def run_hub(requests: int, gpus: int, db: str = "sqlite", limits: str = "none",
                   profile: Path | None = None) -> dict:
     """The rush once; returns its figures (latencies in ms).  ``profile``: where to write
@@ -143,6 +153,10 @@ async def run_hub(requests: int, gpus: int, db: str = "sqlite", limits: str = "n
 
             floor = await asyncio.gather(*(call("GET", u, "") for u in users))
             assert {code for code, _ in floor} == {200}, floor
+            async with contextlib.AsyncExitStack() as stack:
+                clients = [await stack.enter_async_context(
+                    httpx.AsyncClient(base_url=hub.url, timeout=120)) for _ in users]
+                transport = await asyncio.gather(*(anonymous(c) for c in clients))
             with sampled(hub.proc.pid, profile):
                 answers = dict(zip(users, await asyncio.gather(
                     *(call("POST", u, "/server", json={"profile": "gpu"}) for u in users)),
@@ -173,6 +187,8 @@ async def run_hub(requests: int, gpus: int, db: str = "sqlite", limits: str = "n
         "refusal_max_ms": max(refusals, default=float("nan")),
         "floor_p50_ms": 1000 * statistics.median(t for _, t in floor),
         "floor_p99_ms": 1000 * percentile([t for _, t in floor], 0.99),
+        "transport_p50_ms": 1000 * statistics.median(transport),
+        "transport_p99_ms": 1000 * percentile(transport, 0.99),
         "grant_p50_ms": statistics.median([1000 * answers[u][1] for u, e in ends.items()
                                            if e == "ready"] or [float("nan")]),
     }
@@ -196,5 +212,7 @@ def report(result: dict, requests: int, gpus: int, limits: str) -> bool:
           f"(target p99 < 500 ms)")
     print(f"  the same rush of GET /hub/api/users/<name> (JupyterHub's own request handling): "
           f"p50 {result['floor_p50_ms']:.0f} ms, p99 {result['floor_p99_ms']:.0f} ms")
+    print(f"  the same rush of GET /hub/api/ without a login (proxy, tornado, client): "
+          f"p50 {result['transport_p50_ms']:.0f} ms, p99 {result['transport_p99_ms']:.0f} ms")
     return (result["granted"] == gpus and not result["double_booked"]
             and not result["other"] and not result["not_ready"])
