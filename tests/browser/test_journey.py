@@ -128,6 +128,7 @@ async def notebook_says(page, code: str) -> str:
     )
     cell = panel.locator(".jp-Notebook .jp-Cell").first
     editor = cell.locator(".cm-content")
+    prompt = cell.locator(".jp-InputPrompt")  # "[ ]:" unrun, "[*]:" running, "[1]:" ran
     output = cell.locator(".jp-OutputArea-output")
     for attempt in range(3):
         await editor.click()
@@ -139,8 +140,9 @@ async def notebook_says(page, code: str) -> str:
             await expect(output).not_to_be_empty(timeout=20_000)
             return await output.inner_text()
         except AssertionError:
-            if await editor.inner_text() == code:  # it is running: the kernel imports torch
-                await expect(output).not_to_be_empty(timeout=60_000)
+            # running (the kernel imports torch: slow on a loaded machine) or run: wait
+            if re.search(r"\[(\*|\d+)\]", await prompt.inner_text()):
+                await expect(output).not_to_be_empty(timeout=90_000)
                 return await output.inner_text()
             if attempt == 2:
                 raise
