@@ -13,7 +13,6 @@ import csv
 import io
 import subprocess
 import sys
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -44,8 +43,7 @@ def report(hub, *args: str, **env: str) -> tuple[int, list[dict], str]:
 async def gpu_server_ran(slurm_hub, slurm_cluster, seconds: float = 0):
     """A hub on the Slurm backend where a fresh member ran a one-GPU server for ``seconds``
     and stopped it: (hub, member, when the stop was asked for)."""
-    member = f"gha-{uuid.uuid4().hex[:8]}"
-    slurm_cluster.member(member)
+    member = slurm_cluster.fresh_member("gha")
     hub = await slurm_hub(PROFILES, GPUHUB_CREDITS="off")
     await hub.create_user(member)
     r = await hub.spawn(member, {"profile": "gpu"})

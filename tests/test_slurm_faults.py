@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import uuid
 from decimal import Decimal
 
 import pytest
@@ -29,9 +28,7 @@ FAST_POLL = "c.GPUSlurmSpawner.poll_interval = 1\nc.CreditsHook.meter_period = 0
 
 @pytest.fixture
 def member(slurm_cluster) -> str:
-    name = f"ghs-{uuid.uuid4().hex[:8]}"
-    slurm_cluster.member(name)
-    return name
+    return slurm_cluster.fresh_member("ghs")
 
 
 @pytest.fixture
@@ -104,8 +101,7 @@ async def running_gpu_server(hub, admin, member) -> str:
 
 async def test_credits_are_debited_when_the_job_runs_not_while_it_waits(
         credits_slurm_hub, slurm_cluster, admin, member):
-    holder = f"ghs-{uuid.uuid4().hex[:8]}"
-    slurm_cluster.member(holder)
+    holder = slurm_cluster.fresh_member("ghs")
     holds = hold_every_gpu(slurm_cluster, holder)
     hub = await credits_slurm_hub()
     await hub.create_user(member)
@@ -128,8 +124,7 @@ async def test_credits_are_debited_when_the_job_runs_not_while_it_waits(
 
 async def test_a_pending_spawn_cancelled_by_the_member_costs_nothing(
         credits_slurm_hub, slurm_cluster, admin, member):
-    holder = f"ghs-{uuid.uuid4().hex[:8]}"
-    slurm_cluster.member(holder)
+    holder = slurm_cluster.fresh_member("ghs")
     hold_every_gpu(slurm_cluster, holder)
     hub = await credits_slurm_hub()
     await hub.create_user(member)
@@ -144,8 +139,7 @@ async def test_a_pending_spawn_cancelled_by_the_member_costs_nothing(
 async def test_spawn_refused_at_once_while_slurmctld_is_down_and_running_servers_stay(
         credits_slurm_hub, slurm_cluster, admin, member):
     hub = await credits_slurm_hub(GPUHUB_CREDITS="off")
-    other = f"ghs-{uuid.uuid4().hex[:8]}"
-    slurm_cluster.member(other)
+    other = slurm_cluster.fresh_member("ghs")
     token = await hub.create_user(member)
     await hub.create_user(other)
     r = await hub.spawn(member, {"profile": "gpu"})
@@ -232,15 +226,13 @@ async def test_a_hub_stopped_with_a_job_pending_takes_it_back_by_job_id_in_its_p
     the pending jobs are the same Slurm jobs (same ids, same order in line), each shown
     in line again, and the first starts by itself when a GPU frees; each member is
     debited once, when their job runs."""
-    holder = f"ghs-{uuid.uuid4().hex[:8]}"
-    slurm_cluster.member(holder)
+    holder = slurm_cluster.fresh_member("ghs")
     hub = await credits_slurm_hub()
     await running_gpu_server(hub, admin, member)
     holds = hold_every_gpu(slurm_cluster, holder, gpus=3)
     waiting = {}
     for _ in range(2):
-        user = f"ghs-{uuid.uuid4().hex[:8]}"
-        slurm_cluster.member(user)
+        user = slurm_cluster.fresh_member("ghs")
         token = await hub.create_user(user)
         await grant(admin, user, "10.00")
         r = await hub.spawn(user, {"profile": "gpu", "wait": True})

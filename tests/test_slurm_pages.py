@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -35,12 +34,7 @@ PROFILES = [
 @pytest.fixture
 def name(slurm_cluster):
     """A fresh member with an account on the cluster."""
-    def make() -> str:
-        member = f"ghp-{uuid.uuid4().hex[:8]}"
-        slurm_cluster.member(member)
-        return member
-
-    return make
+    return lambda: slurm_cluster.fresh_member("ghp")
 
 
 def hold_gpus(cluster, user: str, count: int, node: str = "") -> list[str]:

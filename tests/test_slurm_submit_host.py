@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from pathlib import Path
 
 import pytest
@@ -33,12 +32,7 @@ SUBMIT_HOST_DOWN = ("The cluster's submit host is not answering, so no server ca
 
 @pytest.fixture
 def member(slurm_cluster):
-    def make() -> str:
-        name = f"ghl-{uuid.uuid4().hex[:8]}"
-        slurm_cluster.member(name)
-        return name
-
-    return make
+    return lambda: slurm_cluster.fresh_member("ghl")
 
 
 @pytest.fixture
