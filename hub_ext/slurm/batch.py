@@ -1,0 +1,221 @@
+"""The Slurm backend's batch job: its script, the container it runs, the member's workspace.
+
+:class:`SlurmBatchJob` is mixed into :class:`hub_ext.slurm.spawner.GPUSlurmSpawner` (its
+traits are set as ``c.GPUSlurmSpawner.<trait>``).  :data:`BATCH_SCRIPT` is batchspawner's
+``batch_script``: the ``#SBATCH`` request from the profile's ``req_*`` traits, then only
+the GPU device files Slurm gave the job (``SLURM_JOB_GPUS``), the job's API token read
+from the member's token file, and ``container_command`` (bubblewrap on the image unpacked
+on shared storage, :data:`BWRAP`, by default) around batchspawner's wrapper.
+:meth:`SlurmBatchJob.get_req_subvars` fills its fields, every value shell-quoted.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shlex
+from pathlib import Path
+
+from tornado import web
+from traitlets import Unicode
+from traitlets.config import LoggingConfigurable
+
+from .. import metrics
+
+__all__ = ["BATCH_SCRIPT", "BWRAP", "SlurmBatchJob"]
+
+#: The member's notebook server inside the container: bubblewrap (Debian ``bubblewrap``,
+#: unprivileged user namespaces) on the image's unpacked root filesystem, as the member's
+#: own uid.  Fields: see :attr:`SlurmBatchJob.container_command`.
+BWRAP = (
+    "bwrap --unshare-user --unshare-pid --unshare-ipc --die-with-parent"
+    " --ro-bind {rootfs} / --proc /proc --dev /dev --tmpfs /tmp --tmpfs /home/jovyan"
+    " --bind {workspace} {workspace_mount} {dataset_binds} {gpu_binds}"
+    " --ro-bind {batchspawner} /tmp/gpuhub-batchspawner"
+    " --setenv PYTHONPATH /tmp/gpuhub-batchspawner --setenv HOME /home/jovyan"
+    " --setenv PATH {path} --chdir /home/jovyan"
+)
+
+BATCH_SCRIPT = """#!/bin/bash
+#SBATCH --output={{log}}
+#SBATCH --job-name={{job_name}}
+#SBATCH --chdir=/
+#SBATCH --export={{keepvars}}
+#SBATCH --no-requeue
+{% if partition %}#SBATCH --partition={{partition}}
+{% endif %}{% if account %}#SBATCH --account={{account}}
+{% endif %}{% if qos %}#SBATCH --qos={{qos}}
+{% endif %}{% if runtime %}#SBATCH --time={{runtime}}
+{% endif %}{% if memory %}#SBATCH --mem={{memory}}
+{% endif %}{% if gres %}#SBATCH --gres={{gres}}
+{% endif %}{% if nprocs %}#SBATCH --cpus-per-task={{nprocs}}
+{% endif %}{% if options %}#SBATCH {{options}}
+{% endif %}
+set -euo pipefail
+# only the GPUs Slurm gave this job (their indexes on this node), bound into the container
+# (none on a CPU-only profile: Slurm then leaves SLURM_JOB_GPUS unset)
+gpus=${SLURM_JOB_GPUS:-}
+gpu_binds=()
+for i in ${gpus//,/ }; do
+  dev={{gpu_device}}
+  gpu_binds+=(--dev-bind "$dev" "/dev/nvidia$i")
+done
+# the API token of the hub's latest start of this server (a job kept from before a hub
+# restart gets the new one): left by the hub in a file of the member's, read once
+if [ -f {{token_file}} ]; then
+  JUPYTERHUB_API_TOKEN=$(<{{token_file}})
+  rm -f {{token_file}}
+  export JUPYTERHUB_API_TOKEN JPY_API_TOKEN=$JUPYTERHUB_API_TOKEN
+fi
+echo "gpuhub: job $SLURM_JOB_ID on $SLURMD_NODENAME, GPUs ${SLURM_JOB_GPUS:-none}"
+exec {{container}} {{cmd}}
+"""
+
+
+class SlurmBatchJob(LoggingConfigurable):
+    """The batch job of a member's server: image, workspace, devices, container."""
+
+    image = Unicode(
+        "gpuhub/base:latest",
+        config=True,
+        help="""The notebook image (the Docker backend's name for it).  The nodes run its
+        unpacked root filesystem, ``image_dir/<image with / and : as _>/rootfs``
+        (``scripts/slurm-cluster.sh image NAME`` makes it from the local Docker image).
+        Usually set per profile.
+
+            c.GPUSlurmSpawner.image = "gpuhub/pytorch:latest"
+        """,
+    )
+
+    image_dir = Unicode(
+        "/srv/gpuhub-slurm/images",
+        config=True,
+        help="""Shared folder, seen by every node, with the unpacked images.
+
+            c.GPUSlurmSpawner.image_dir = "/cluster/gpuhub/images"
+        """,
+    )
+
+    workspace = Unicode(
+        "/srv/gpuhub-slurm/shared/home/{username}",
+        config=True,
+        help="""The member's workspace on shared storage every node sees (``{username}``
+        is replaced); created by the hub, owned by the member, when missing.
+
+            c.GPUSlurmSpawner.workspace = "/cluster/home/{username}/jupyter"
+        """,
+    )
+
+    gpu_device = Unicode(
+        "/dev/nvidia$i",
+        config=True,
+        help="""The device file of GPU index ``$i`` on a node, as a bash word in the batch
+        script (``$SLURMD_NODENAME`` is the node).  The test cluster's stand-ins live under
+        its folder.
+
+            c.GPUSlurmSpawner.gpu_device = "/srv/gpuhub-slurm/dev/$SLURMD_NODENAME/nvidia$i"
+        """,
+    )
+
+    container_command = Unicode(
+        BWRAP,
+        config=True,
+        help="""The container runtime's command line in the batch script, the notebook
+        command appended.  Fields: {rootfs}, {image}, {workspace}, {workspace_mount},
+        {dataset_binds}, {gpu_binds} (a bash array of bubblewrap --dev-bind arguments),
+        {batchspawner} (the wrapper package's folder), {path}.  README "Scale out on
+        Slurm" has Apptainer and Enroot templates.
+
+            c.GPUSlurmSpawner.container_command = "apptainer exec --nv {image} "
+        """,
+    )
+
+    container_path = Unicode(
+        "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        config=True,
+        help="""PATH inside the container (the project's images keep Jupyter in /opt/venv).
+
+            c.GPUSlurmSpawner.container_path = "/opt/conda/bin:/usr/bin:/bin"
+        """,
+    )
+
+    def member_ids(self) -> tuple[int, int]:
+        """The member's Unix uid and gid on the cluster (their account there; Slurm runs
+        the job as it).  Raises HTTPError(403) when the cluster has no such account."""
+        try:
+            entry = pwd.getpwnam(self.user.name)
+        except KeyError:
+            metrics.SPAWNS_REFUSED.labels(reason="no_uid_mapping").inc()
+            raise web.HTTPError(
+                403, f"{self.user.name} has no account on the cluster. Ask an admin to "
+                "create it.") from None
+        return entry.pw_uid, entry.pw_gid
+
+    def rootfs(self) -> str:
+        return self.rootfs_of(self.image)
+
+    def rootfs_of(self, image: str) -> str:
+        """Where the nodes find ``image`` unpacked: ``image_dir/<image, / and : as _>/
+        rootfs``."""
+        return str(Path(self.image_dir) / image.replace("/", "_").replace(":", "_")
+                   / "rootfs")
+
+    def check_mount_points(self, datasets: dict[str, str]) -> None:
+        """The unpacked image must hold ``/datasets`` when the member has datasets:
+        bubblewrap cannot make a mount point in its read-only root (``scripts/slurm-cluster.sh
+        image`` makes it).  Raises HTTPError(500) with a sentence for the member."""
+        rootfs = Path(self.rootfs())
+        if datasets and rootfs.is_dir() and not (rootfs / "datasets").is_dir():
+            self.log.error("Refusing spawn of %s: %s has no datasets folder to mount on",
+                           self._log_name, rootfs)
+            raise web.HTTPError(500, f"The image {self.image} on the cluster has no place to "
+                                     "mount the datasets. Ask an admin to unpack it again.")
+
+    def prepare_workspace(self) -> str:
+        """Create the member's workspace (owned by them) and its log folder; returns it.
+        Raises HTTPError(500) when it exists but belongs to another uid."""
+        uid, gid = self.member_ids()
+        path = Path(self.workspace.format(username=self.user.name))
+        for d in (path, path / ".gpuhub"):
+            if not d.exists():
+                d.mkdir(parents=True)
+                os.chown(d, uid, gid)
+            elif d.stat().st_uid != uid:
+                # e.g. an account deleted and its uid given to someone else: the job could
+                # not even write its log there
+                self.log.error("Refusing spawn of %s: %s belongs to uid %d, not %d",
+                               self._log_name, d, d.stat().st_uid, uid)
+                raise web.HTTPError(500, "Your workspace folder belongs to another account. "
+                                         "Ask an admin to fix its owner.")
+        return str(path)
+
+    def get_req_subvars(self):
+        subvars = super().get_req_subvars()
+        workspace = self.workspace.format(username=self.user.name)
+        import batchspawner
+
+        # a tmpfs at the image's /datasets holds their mount points (the root is
+        # read-only), made read-only again once they are bound
+        datasets = self.member_datasets()
+        dataset_binds = " ".join(
+            ["--tmpfs /datasets",
+             *(f"--ro-bind {shlex.quote(p)} /datasets/{shlex.quote(n)}"
+               for n, p in sorted(datasets.items())),
+             "--remount-ro /datasets"]) if datasets else ""
+        subvars.update(
+            # a word of the commands' shell line (exec_prefix), whatever the name holds
+            username=shlex.quote(self.user.name),
+            log=f"{workspace}/.gpuhub/slurm-%j.log",
+            token_file=shlex.quote(self.token_file()),
+            job_name=self.job_name,
+            gpu_device=self.gpu_device,
+            container=self.container_command.format(
+                rootfs=shlex.quote(self.rootfs()), image=shlex.quote(self.image),
+                workspace=shlex.quote(workspace),
+                workspace_mount=shlex.quote(self.workspace_mount),
+                dataset_binds=dataset_binds, gpu_binds='"${gpu_binds[@]}"',
+                batchspawner=shlex.quote(str(Path(batchspawner.__file__).parent.parent)),
+                path=shlex.quote(self.container_path),
+            ),
+        )
+        return subvars
