@@ -324,6 +324,20 @@ def test_aiohttp_makes_its_default_ssl_contexts_at_the_first_https_request(base_
     assert out.splitlines() == ["0", "True True True True", "True True 2"]
 
 
+def test_extension_manager_makes_its_pypi_client_at_its_first_use(base_image):
+    # gpuhub-lazy-imports: loading the lab extension (what a server start does) makes no httpx
+    # client (httpcore, certifi's CA bundle); the Extension Manager's first PyPI request gets
+    # the client httpx makes with JupyterLab's proxy arguments, and every later one the same
+    out = base_image.python(
+        "import sys, httpx; from jupyterlab.extensions.pypi import PyPIExtensionManager; "
+        "m = PyPIExtensionManager(); print('httpcore' in sys.modules); "
+        "first = m._httpx_client.get.__self__; "
+        "print(type(first) is httpx.AsyncClient, 'httpcore' in sys.modules, "
+        "m._httpx_client.get.__self__ is first)"
+    )
+    assert out.splitlines() == ["False", "True True True"]
+
+
 def test_jsonschema_still_checks_the_formats_the_servers_events_use(base_image):
     # jupyter_events validates events with jsonschema's format checker; the image leaves out
     # only the IRI checker (rfc3987-syntax), which no event schema of the server uses
