@@ -70,6 +70,7 @@ from .availability import PoolAvailability
 from .container import MemberContainer
 from .inventory import InventoryError
 from .pool import GPUPool, ServerKey
+from .readiness import port_open
 from .reconcile import ensure_reconciler
 from .server_limits import ServerLimits
 from .spawner_line import TOPIC as LINE_TOPIC
@@ -357,7 +358,7 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, PoolAvailability, M
         deadline = time.monotonic() + self.http_timeout
         next_exit_check = time.monotonic() + self._exit_check_interval
         while time.monotonic() < deadline:
-            if await _port_open(ip, port):
+            if await port_open(ip, port):
                 try:
                     await client.fetch(url, request_timeout=2, follow_redirects=False,
                                        raise_error=False)
@@ -499,14 +500,3 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, PoolAvailability, M
         super().clear_state()
         self.release_gpus("state cleared")
         self.hook_state = {}
-
-
-async def _port_open(ip: str, port: int, timeout: float = 0.5) -> bool:
-    """Whether ``ip:port`` takes a TCP connection now (closed again at once).  False when
-    refused, unreachable, or not answered in ``timeout`` seconds."""
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(ip, port), timeout)
-    except (OSError, TimeoutError):
-        return False
-    writer.close()
-    return True
