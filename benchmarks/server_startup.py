@@ -92,6 +92,9 @@ print(json.dumps({"wall": wall, "cpu": cpu}))
 
 
 def one_start(image: str, command: str, script: Path, hub_version: str) -> dict:
+    """One container of ``image`` running :data:`INSIDE` for ``command`` (``singleuser`` or
+    ``lab``); returns ``{"wall": seconds until it answered, "cpu": its CPU seconds}``.
+    Raises ``CalledProcessError`` when the server never answered."""
     out = subprocess.run(
         ["docker", "run", "--rm", "--network", "host", "-e", f"HUB_VERSION={hub_version}",
          "-v", f"{script}:/tmp/gpuhub-bench.py:ro", image, "python", "/tmp/gpuhub-bench.py",

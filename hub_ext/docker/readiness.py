@@ -20,13 +20,13 @@ async def port_open(ip: str, port: int, timeout: float = 0.5) -> bool:
 
     A non-blocking ``connect(2)``: to a loopback address (host networking) the kernel
     answers at once, refused or taken (read with a poll of no wait and ``SO_ERROR``), so
-    the check makes none of asyncio's coroutines, transports or exceptions; a connect
-    still under way (a bridge network's container
-    address, a full listen backlog) is waited for on the event loop
-    (``loop.sock_connect``), and a host name goes through ``asyncio.open_connection``.
-    The spawner checks each starting server every ``ready_poll_interval`` seconds: under a
-    rush of 8 starts, asyncio's refused connections took about a quarter of the hub's
-    event loop (py-spy; README "Benchmarks").
+    the check makes none of asyncio's coroutines, transports or exceptions.  A connect
+    still under way (a bridge network's container address, a full listen backlog) is
+    waited for on the event loop (``loop.sock_connect``); a host name goes through
+    ``asyncio.open_connection``.  The spawner checks each starting server every
+    ``ready_poll_interval`` seconds: under a rush of 8 starts, asyncio's refused
+    connections took about a quarter of the hub's event loop (py-spy; README
+    "Benchmarks").
     """
     try:
         family = socket.AF_INET6 if ipaddress.ip_address(ip).version == 6 else socket.AF_INET
@@ -37,10 +37,17 @@ async def port_open(ip: str, port: int, timeout: float = 0.5) -> bool:
             return False
         writer.close()
         return True
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError:  # out of file descriptors, no IPv6 in this kernel
+        return False
+    with sock:
         sock.setblocking(False)
-        error = sock.connect_ex((ip, port))
-        if error in (errno.EINPROGRESS, errno.EAGAIN):
+        try:
+            error = sock.connect_ex((ip, port))
+        except (OSError, OverflowError):
+            return False
+        if error == errno.EINPROGRESS:
             # Linux answers EINPROGRESS even on the loopback, where the handshake (or the
             # refusal) has already happened: then the socket is writable now, and SO_ERROR
             # tells which (connect(2), "EINPROGRESS")
@@ -50,7 +57,7 @@ async def port_open(ip: str, port: int, timeout: float = 0.5) -> bool:
                 error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if error == 0:
             return True
-        if error not in (errno.EINPROGRESS, errno.EAGAIN):
+        if error != errno.EINPROGRESS:
             return False  # refused, unreachable
         try:
             await asyncio.wait_for(asyncio.get_running_loop().sock_connect(sock, (ip, port)),

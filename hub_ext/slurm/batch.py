@@ -6,7 +6,8 @@ traits are set as ``c.GPUSlurmSpawner.<trait>``).  :data:`BATCH_SCRIPT` is batch
 the GPU device files Slurm gave the job (``SLURM_JOB_GPUS``), the job's API token read
 from the member's token file, and ``container_command`` (bubblewrap on the image unpacked
 on shared storage, :data:`BWRAP`, by default) around batchspawner's wrapper.
-:meth:`SlurmBatchJob.get_req_subvars` fills its fields, every value shell-quoted.
+:meth:`SlurmBatchJob.get_req_subvars` fills its fields, every value a member or profile
+gives shell-quoted.
 """
 
 from __future__ import annotations
@@ -73,7 +74,12 @@ exec {{container}} {{cmd}}
 
 
 class SlurmBatchJob(LoggingConfigurable):
-    """The batch job of a member's server: image, workspace, devices, container."""
+    """The batch job of a member's server: image, workspace, devices, container.
+
+    Needs from the spawner it is mixed into: ``user``, ``_log_name``, ``job_name``,
+    ``token_file()``, ``member_datasets()`` and ``workspace_mount``
+    (:class:`hub_ext.mounts.MemberMounts`), and batchspawner's ``get_req_subvars`` after
+    it in the method order."""
 
     image = Unicode(
         "gpuhub/base:latest",
