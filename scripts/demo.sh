@@ -20,7 +20,11 @@ while [ "$#" -gt 0 ]; do
 done
 # the notebook images the demo serves; the hub itself runs from .venv, so the hub and
 # postgres images (docker-compose.yml's) are not built here
-bash scripts/setup.sh base pytorch
+if [ "$GPUHUB_BACKEND" = slurm ]; then
+  bash scripts/setup.sh --for slurm base pytorch
+else
+  bash scripts/setup.sh --for demo base pytorch
+fi
 if [ "$GPUHUB_BACKEND" = slurm ]; then
   bash scripts/slurm-cluster.sh start
   bash scripts/slurm-cluster.sh image gpuhub/base:latest gpuhub/pytorch:latest

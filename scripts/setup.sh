@@ -1,21 +1,46 @@
 #!/usr/bin/env bash
 # Install and start everything the hub and its tests need, on a fresh Debian bookworm
 # machine or an existing one (each step is skipped when already done):
-#   system packages (Slurm, munge and bubblewrap for the slurm tier, slurmdbd and MariaDB for its
-#   accounting: its cluster is started by the tests, scripts/slurm-cluster.sh), the Docker engine (scripts/start-dockerd.sh), the Python virtual
+#   system packages, the Docker engine (scripts/start-dockerd.sh), the Python virtual
 #   environment .venv with this project, configurable-http-proxy (npm), and the images.
-# Usage: scripts/setup.sh [IMAGE ...]   (images default to: base pytorch hub postgres, the
-#   notebook images and what docker-compose.yml runs; see scripts/build-images.sh)
+# Usage: scripts/setup.sh [--for demo|slurm|tests] [--list-packages] [IMAGE ...]
+#   --for demo    what the Docker demo needs (scripts/demo.sh): Docker, mmdebstrap, Node, the
+#                 hub and the demo's OIDC provider; no Slurm, no databases, no browser
+#   --for slurm   the demo on the Slurm backend (scripts/demo.sh --backend slurm): the above
+#                 plus Slurm, munge, bubblewrap, slurmdbd and MariaDB (its accounting)
+#   --for tests   (the default) everything the test tiers use: the above plus PostgreSQL,
+#                 Chromium, docker-compose, openssh (the Slurm submit host) and the test extras
+#   --list-packages  print the Debian packages that purpose needs, one a line, and stop
+#   IMAGE         images default to: base pytorch hub postgres, the notebook images and what
+#                 docker-compose.yml runs (see scripts/build-images.sh)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
+purpose=tests
+list_only=
+while [ "$#" -gt 0 ]; do
+  case $1 in
+    --for) purpose=${2-}; shift $(( $# > 1 ? 2 : 1 )) ;;
+    --for=*) purpose=${1#*=}; shift ;;
+    --list-packages) list_only=1; shift ;;
+    *) break ;;
+  esac
+done
+demo_packages=(docker.io mmdebstrap gcc openssl curl)
+slurm_packages=(slurm-wlm munge iproute2 bubblewrap slurmdbd mariadb-server)
+test_packages=(docker-compose postgresql chromium openssh-server openssh-client)
+case "$purpose" in
+  demo) packages=("${demo_packages[@]}"); extras=demo ;;
+  slurm) packages=("${demo_packages[@]}" "${slurm_packages[@]}"); extras=demo ;;
+  tests) packages=("${demo_packages[@]}" "${slurm_packages[@]}" "${test_packages[@]}"); extras=test ;;
+  *) echo "setup.sh: --for takes demo, slurm or tests, not '$purpose'" >&2; exit 2 ;;
+esac
+if [ -n "$list_only" ]; then printf '%s\n' "${packages[@]}"; exit 0; fi
+
 # Debian packages, each only when what it provides is missing. Node and npm are judged by
 # their commands: a machine with NodeSource's nodejs (which bundles npm) cannot also take
 # Debian's npm package ("held broken packages").
-packages=(docker.io docker-compose mmdebstrap gcc postgresql chromium openssl
-          slurm-wlm munge iproute2 bubblewrap openssh-server openssh-client slurmdbd
-          mariadb-server)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -32,12 +57,16 @@ fi
 step "docker engine"
 bash scripts/start-dockerd.sh
 
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import hub_ext, pytest, jupyterhub" 2>/dev/null \
-   || [ pyproject.toml -nt .venv/.installed ]; then
-  step "python: .venv with gpu-cluster-hub[test]"
+# .venv/.installed-<extras> marks what was installed, and when: a newer pyproject.toml
+# installs again
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import hub_ext, jupyterhub" 2>/dev/null \
+   || [ ! -e ".venv/.installed-$extras" ] || [ pyproject.toml -nt ".venv/.installed-$extras" ]; then
+  step "python: .venv with gpu-cluster-hub[$extras]"
   python3 -m venv .venv
-  .venv/bin/pip install -q -e ".[test]"
-  touch .venv/.installed
+  .venv/bin/pip install -q -e ".[$extras]"
+  touch ".venv/.installed-$extras"
+  # the test extras hold the demo's
+  [ "$extras" != test ] || touch .venv/.installed-demo
 fi
 
 if [ ! -x node_modules/.bin/configurable-http-proxy ]; then

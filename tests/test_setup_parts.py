@@ -1,0 +1,43 @@
+"""``scripts/setup.sh`` installs what its caller needs: the Docker demo neither Slurm, nor its
+database, nor an ssh server; the Slurm demo and the tests install those."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.fixtures.hub import REPO
+
+SLURM_ONLY = {"slurm-wlm", "munge", "bubblewrap", "slurmdbd", "mariadb-server"}
+TESTS_ONLY = {"openssh-server", "postgresql", "chromium", "docker-compose"}
+
+
+def packages(*args: str) -> set[str]:
+    done = subprocess.run(["bash", str(REPO / "scripts" / "setup.sh"), *args, "--list-packages"],
+                          capture_output=True, text=True, timeout=30, check=True)
+    return set(done.stdout.split())
+
+
+def test_docker_demo_installs_no_slurm_database_or_ssh_server():
+    demo = packages("--for", "demo")
+    assert "docker.io" in demo
+    assert not demo & (SLURM_ONLY | TESTS_ONLY)
+
+
+def test_slurm_demo_installs_slurm_and_its_accounting_but_not_the_test_tools():
+    slurm = packages("--for", "slurm")
+    assert SLURM_ONLY <= slurm
+    assert not slurm & TESTS_ONLY
+
+
+def test_tests_install_everything():
+    assert SLURM_ONLY | TESTS_ONLY | packages("--for", "slurm") <= packages()
+
+
+@pytest.mark.parametrize("purpose", ["", "cluster"])
+def test_unknown_purpose_is_refused(purpose):
+    done = subprocess.run(["bash", str(REPO / "scripts" / "setup.sh"), "--for", purpose,
+                           "--list-packages"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert "--for takes demo, slurm or tests" in done.stderr
