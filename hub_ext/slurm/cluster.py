@@ -355,11 +355,6 @@ class SlurmCluster:
         return parse_job_details(await self.run("scontrol", "-d", "-o", "show", "job",
                                                 *([job_id] if job_id else [])))
 
-    async def free_gpus(self, partition: str, gres: str) -> int:
-        """Free GPUs of ``gres``'s type on ``partition``'s available nodes."""
-        kind, _ = parse_gres_request(gres)
-        return sum(n.free(kind) for n in await self.nodes() if partition in n.partitions)
-
     async def queue(self) -> list[QueuedJob]:
         """Every job Slurm knows, pending ones in Slurm's priority order (highest first,
         then by job id, as the scheduler takes them), then the others."""
