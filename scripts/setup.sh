@@ -3,7 +3,8 @@
 # machine or an existing one (each step is skipped when already done):
 #   system packages (Slurm, munge and bubblewrap for the slurm tier, slurmdbd and MariaDB for its
 #   accounting: its cluster is started by the tests, scripts/slurm-cluster.sh), the Docker engine (scripts/start-dockerd.sh), the Python virtual
-#   environment .venv with this project, configurable-http-proxy (npm), and the images.
+#   environment .venv with this project and its test and docs tools, configurable-http-proxy
+#   (npm), and the images.
 # Usage: scripts/setup.sh [IMAGE ...]   (images default to: base pytorch hub postgres, the
 #   notebook images and what docker-compose.yml runs; see scripts/build-images.sh)
 set -euo pipefail
@@ -32,11 +33,11 @@ fi
 step "docker engine"
 bash scripts/start-dockerd.sh
 
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import hub_ext, pytest, jupyterhub" 2>/dev/null \
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import hub_ext, pytest, jupyterhub, sphinx, myst_parser" 2>/dev/null \
    || [ pyproject.toml -nt .venv/.installed ]; then
-  step "python: .venv with gpu-cluster-hub[test]"
+  step "python: .venv with gpu-cluster-hub[test,docs]"
   python3 -m venv .venv
-  .venv/bin/pip install -q -e ".[test]"
+  .venv/bin/pip install -q -e ".[test,docs]"
   touch .venv/.installed
 fi
 
