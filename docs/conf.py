@@ -35,10 +35,13 @@ html_title = "GPU Cluster Hub"
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
+    "secondary_sidebar_items": ["page-toc"],
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
 }
-html_static_path = []
+html_static_path = ["_static"]
+html_css_files = ["gpuhub.css"]
+html_show_sourcelink = False
 
 # -n (nitpicky) is on in the build: every reference must resolve.
 nitpicky = True

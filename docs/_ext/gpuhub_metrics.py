@@ -49,13 +49,14 @@ class MetricsDirective(Directive):
                 bounds = ", ".join("+Inf" if b == float("inf") else f"{b:g}"
                                    for b in m["buckets"])
                 text += f" (buckets: {bounds})"
+            first, *more = m["series"]
             series = nodes.inline()
-            for i, name in enumerate(m["series"]):
-                series += nodes.literal(text=name)
-                if i < len(m["series"]) - 1:
-                    series += nodes.Text(", ")
+            series += nodes.literal(text=first)
+            if more:  # a histogram's other series differ by their suffix only
+                series += nodes.Text(" (and " + ", ".join(
+                    name.removeprefix(first.removesuffix("_bucket")) for name in more) + ")")
             rows.append([series, m["type"], ", ".join(m["labels"]) or "-", text])
-        return [table(["series", "type", "labels", "meaning"], rows, [3, 1, 1, 6])]
+        return [table(["series", "type", "labels", "meaning"], rows)]
 
 
 def setup(app):

@@ -7,8 +7,9 @@ from docutils import nodes
 
 def table(header: list[str], rows: list[list[nodes.Node | str]],
           widths: list[int] | None = None) -> nodes.table:
-    """A table with ``header`` and ``rows``; a cell is a node or plain text."""
-    out = nodes.table(classes=["gpuhub-table"])
+    """A table with ``header`` and ``rows``; a cell is a node or plain text.  Without
+    ``widths`` the browser sizes the columns (docutils' ``colwidths-auto``)."""
+    out = nodes.table(classes=["gpuhub-table"] + ([] if widths else ["colwidths-auto"]))
     group = nodes.tgroup(cols=len(header))
     out += group
     group.extend(nodes.colspec(colwidth=w) for w in (widths or [1] * len(header)))

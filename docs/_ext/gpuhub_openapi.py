@@ -56,12 +56,14 @@ def constraints(spec: dict, schema: dict) -> str:
     own = schema
     schema = resolve(spec, schema)
     words = [own.get("description") or ("" if ref_name(own) else schema.get("description", ""))]
+    if schema.get("minLength") == 1 and not ref_name(own):
+        words.append("not empty")
     for key, text in (("minLength", "at least {} characters"),
                       ("maxLength", "at most {} characters"), ("minimum", "at least {}"),
                       ("maximum", "at most {}"), ("maxProperties", "at most {} entries"),
                       ("default", "default {}"), ("pattern", "matches {}"),
                       ("example", "e.g. {}")):
-        if key in schema and not ref_name(own):
+        if key in schema and not ref_name(own) and (key, schema[key]) != ("minLength", 1):
             words.append(text.format(schema[key]))
     if "enum" in schema:
         words.append("one of " + ", ".join(map(str, schema["enum"])))
@@ -81,7 +83,7 @@ def fields_table(spec: dict, schema: dict) -> nodes.Node:
     rows = [[nodes.literal(text=name), type_of(spec, prop),
              "yes" if name in required else "no", constraints(spec, prop)]
             for name, prop in schema.get("properties", {}).items()]
-    return table(["field", "type", "required", "meaning"], rows, [2, 2, 1, 6])
+    return table(["field", "type", "required", "meaning"], rows)
 
 
 def operation(spec: dict, path: str, method: str, item: dict) -> list[nodes.Node]:
@@ -99,7 +101,7 @@ def operation(spec: dict, path: str, method: str, item: dict) -> list[nodes.Node
               type_of(spec, p.get("schema", {})),
               "; ".join(w for w in (p.get("description", ""),
                                     constraints(spec, p.get("schema", {}))) if w)]
-             for p in params], [2, 1, 1, 1, 6]))
+             for p in params]))
     body = op.get("requestBody")
     if body:
         schema = body["content"]["application/json"]["schema"]
@@ -117,7 +119,7 @@ def operation(spec: dict, path: str, method: str, item: dict) -> list[nodes.Node
         else:
             body_cell = type_of(spec, schema) if schema else nodes.Text("-")
         rows.append([status, response.get("description", ""), body_cell])
-    out.append(table(["status", "meaning", "body (JSON)"], rows, [1, 6, 2]))
+    out.append(table(["status", "meaning", "body (JSON)"], rows))
     for status, schema in inline_schemas:
         out += [nodes.paragraph(text=f"The {status} answer's fields:"),
                 fields_table(spec, schema)]
