@@ -167,8 +167,10 @@ def upgrade(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def build_parser() -> argparse.ArgumentParser:
+    """The ``gpuhub`` parser, its subcommands with their arguments (the CLI reference page
+    of the docs is generated from it).  ``credits`` is listed here but parsed by
+    :func:`hub_ext.credits.cli.build_parser`."""
     parser = argparse.ArgumentParser(prog="gpuhub", description="GPU Cluster Hub operations")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("gpus", help="devices, owners, utilization and health")
@@ -190,6 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=usage)
     sub.add_parser("credits", help="the credit ledger: grant, balance, history",
                    add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
     if argv and argv[0] == "credits":
         from .credits.cli import main as credits_main
 

@@ -9,7 +9,8 @@
 #   --for slurm   the demo on the Slurm backend (scripts/demo.sh --backend slurm): the above
 #                 plus Slurm, munge, bubblewrap, slurmdbd and MariaDB (its accounting)
 #   --for tests   (the default) everything the test tiers use: the above plus PostgreSQL,
-#                 Chromium, docker-compose, openssh (the Slurm submit host) and the test extras
+#                 Chromium, docker-compose, openssh (the Slurm submit host), the test extras
+#                 and the docs' (Sphinx, which the tests run)
 #   --list-packages  print the Debian packages that purpose needs, one a line, and stop
 #   IMAGE         images default to: base pytorch hub postgres, the notebook images and what
 #                 docker-compose.yml runs (see scripts/build-images.sh)
@@ -33,7 +34,8 @@ test_packages=(docker-compose postgresql chromium openssh-server openssh-client)
 case "$purpose" in
   demo) packages=("${demo_packages[@]}"); extras=demo ;;
   slurm) packages=("${demo_packages[@]}" "${slurm_packages[@]}"); extras=demo ;;
-  tests) packages=("${demo_packages[@]}" "${slurm_packages[@]}" "${test_packages[@]}"); extras=test ;;
+  tests) packages=("${demo_packages[@]}" "${slurm_packages[@]}" "${test_packages[@]}")
+         extras=test,docs ;;
   *) echo "setup.sh: --for takes demo, slurm or tests, not '$purpose'" >&2; exit 2 ;;
 esac
 if [ -n "$list_only" ]; then printf '%s\n' "${packages[@]}"; exit 0; fi
@@ -59,14 +61,15 @@ bash scripts/start-dockerd.sh
 
 # .venv/.installed-<extras> marks what was installed, and when: a newer pyproject.toml
 # installs again
+mark=".venv/.installed-${extras//,/-}"
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import hub_ext, jupyterhub" 2>/dev/null \
-   || [ ! -e ".venv/.installed-$extras" ] || [ pyproject.toml -nt ".venv/.installed-$extras" ]; then
+   || [ ! -e "$mark" ] || [ pyproject.toml -nt "$mark" ]; then
   step "python: .venv with gpu-cluster-hub[$extras]"
   python3 -m venv .venv
   .venv/bin/pip install -q -e ".[$extras]"
-  touch ".venv/.installed-$extras"
+  touch "$mark"
   # the test extras hold the demo's
-  [ "$extras" != test ] || touch .venv/.installed-demo
+  [ "$extras" = demo ] || touch .venv/.installed-demo
 fi
 
 if [ ! -x node_modules/.bin/configurable-http-proxy ]; then
