@@ -264,6 +264,12 @@ async def test_terminal_opens_bash_as_jovyan(alice_server, alice_hub):
         ws.close()
 
 
+def test_every_image_keeps_kernels_on_unix_sockets(image):
+    # /etc/jupyter/jupyter_server_config.json of the base, kept by the images FROM it
+    shown = image.exec("sh", "-c", "jupyter server --show-config 2>/dev/null")
+    assert "KernelManager\n  .transport = 'ipc'" in shown, shown
+
+
 async def test_kernels_run_on_unix_sockets_in_the_private_runtime_folder(alice_server, alice_hub):
     # images/base jupyter_server_config.json: no kernel port on a loopback that servers with
     # host networking (or on one Slurm node) share; notebooks still run (issue 21)
