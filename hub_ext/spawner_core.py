@@ -26,7 +26,7 @@ import copy
 
 from sqlalchemy.orm import object_session
 from sqlalchemy.orm.attributes import flag_modified
-from traitlets import Any, Float, List, validate
+from traitlets import Any, CaselessStrEnum, Float, List, validate
 
 from .choice import ProfileChoice
 from .hooks import PENDING, check_before_reserve, resolve_hooks
@@ -127,7 +127,29 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         """,
     )
 
+    kernel_transport = CaselessStrEnum(
+        ["ipc", "tcp", ""],
+        "ipc",
+        config=True,
+        help="""How the member's server reaches its kernels, passed to the server as
+        ``--KernelManager.transport``: ``ipc`` (Unix sockets in the member's private
+        runtime folder) or ``tcp`` (ports on 127.0.0.1, which every server sharing the
+        network namespace can reach: Docker host networking, a Slurm node); ``""`` leaves
+        it to the image (the project's images set ``ipc`` themselves).
+
+            c.GPUDockerSpawner.kernel_transport = ""
+        """,
+    )
+
     _overridable: tuple[str, ...] = ()
+
+    def get_args(self) -> list[str]:
+        """JupyterHub's ``Spawner.args`` and ``--KernelManager.transport`` (issue 21: another
+        member's server on the same loopback must not reach the kernels)."""
+        args = list(super().get_args())
+        if self.kernel_transport:
+            args.append(f"--KernelManager.transport={self.kernel_transport}")
+        return args
 
     def init_core(self) -> None:
         self.profile_slug = ""

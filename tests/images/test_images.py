@@ -16,6 +16,8 @@ import pytest
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
+from tests.fixtures.kernels import FACTS, facts_of, kernel_ports, run_code, start_kernel
+
 pytestmark = pytest.mark.docker
 
 REQUIRED_LABELS = [
@@ -260,6 +262,36 @@ async def test_terminal_opens_bash_as_jovyan(alice_server, alice_hub):
                 output += content[0]
     finally:
         ws.close()
+
+
+def test_every_image_keeps_kernels_on_unix_sockets(image):
+    # /etc/jupyter/jupyter_server_config.json of the base, kept by the images FROM it
+    shown = image.exec("sh", "-c", "jupyter server --show-config 2>/dev/null")
+    assert "KernelManager\n  .transport = 'ipc'" in shown, shown
+
+
+async def test_kernels_run_on_unix_sockets_in_the_private_runtime_folder(alice_server, alice_hub):
+    # images/base jupyter_server_config.json: no kernel port on a loopback that servers with
+    # host networking (or on one Slurm node) share; notebooks still run (issue 21)
+    alice = {"Authorization": f"token {alice_hub.ALICE_TOKEN}"}
+    async with httpx.AsyncClient() as client:
+        kernel = await start_kernel(client, alice_server.url, alice)
+    ws_base = alice_server.url.replace("http://", "ws://")
+    out = await run_code(ws_base, alice, kernel, FACTS + "print(6 * 7)")
+    facts = facts_of(out)
+    assert out.splitlines()[-1] == "42"
+    runtime = "/home/jovyan/.local/share/jupyter/runtime"
+    assert facts["info"]["transport"] == "ipc", facts
+    assert facts["info"]["ip"] == f"{runtime}/kernel-{kernel}-ipc"
+    assert kernel_ports(facts) == [], facts
+    # the folder with the sockets: jovyan's alone (jupyter_core makes it 0700, sticky)
+    code, out = alice_server.container.exec_run(
+        ["stat", "-c", "%a %U %F", runtime, f"{runtime}/kernel-{kernel}-ipc-2"])
+    assert code == 0, out
+    folder, sock = out.decode().splitlines()
+    mode, owner, kind = folder.split(" ", 2)
+    assert (int(mode, 8) & 0o077, owner, kind) == (0, "jovyan", "directory"), folder
+    assert sock.endswith(" jovyan socket"), sock
 
 
 # --- start-up: faster, and nothing the server does is lost (images/README.md "Start-up") -------
