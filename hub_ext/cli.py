@@ -5,6 +5,8 @@
                                     servers; on Slurm beside Slurm's accounting
                                     (hub_ext.usage, hub_ext.slurm.accounting)
     gpuhub credits grant|balance|history ...   the credit ledger (hub_ext.credits.cli)
+    gpuhub reservations list|create|edit|delete ...   GPUs reserved for a group
+                                    (hub_ext.reservations.cli)
     gpuhub init [--env-file .env] [--force]    a deployment's .env with fresh secrets
     gpuhub upgrade                  migrate the hub database and the credits ledger
 
@@ -190,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("usage", help="GPU-hours, credits and servers per user or group")
     add_arguments(p)
     p.set_defaults(func=usage)
+    from .reservations.cli import add_parser as add_reservations
+
+    add_reservations(sub)
     sub.add_parser("credits", help="the credit ledger: grant, balance, history",
                    add_help=False)
     return parser
