@@ -76,7 +76,8 @@ def _body(args) -> dict:
 
 
 def _line(r: dict) -> str:
-    gpus = f"{r['gpus']} x {r['mig_profile']}" if r["mig_profile"] else f"{r['gpus']} GPU"
+    gpus = (f"{r['gpus']} x {r['mig_profile']}" if r["mig_profile"]
+            else f"{r['gpus']} GPU{'s' if r['gpus'] != 1 else ''}")
     nxt = f"{r['next']['start']} to {r['next']['end']}" if r["next"] else "none left"
     return (f"{r['id']:>4}  {r['group']:<16} {gpus:<12} {r['rrule'] or 'once':<28} "
             f"{nxt}  {r['note']}")
