@@ -168,3 +168,41 @@ def test_the_capacity_check_agrees_with_counting_every_hour(existing, new, capac
     assert (conflict is not None) == bool(over)
     if conflict:
         assert conflict.when == over[0]
+
+
+class TwoGPUsOneSplit:
+    """A backend as the spawn page's seam shows it: 2 whole GPUs, 1 GPU split into three
+    1g.5gb MIG slices, the third slice unhealthy."""
+
+    @classmethod
+    async def availability(cls, config, log) -> dict:
+        return {"total": 2, "error": ""}
+
+    @classmethod
+    async def gpu_board(cls, handler) -> dict:
+        return {"error": "", "devices": [
+            {"mig_profile": None}, {"mig_profile": None},
+            *({"mig_profile": "1g.5gb", "state": s} for s in ("free", "held", "unhealthy"))]}
+
+
+class InventoryDown(TwoGPUsOneSplit):
+    @classmethod
+    async def availability(cls, config, log) -> dict:
+        return {"total": 0, "error": "NVML cannot be read"}
+
+
+async def test_the_hub_capacity_comes_from_the_backend_whole_gpus_and_slices_apart():
+    import logging
+    from types import SimpleNamespace
+
+    from hub_ext.reservations.capacity import CapacityUnknown, hub_capacity
+
+    def handler(backend):
+        return SimpleNamespace(settings={"spawner_class": backend, "config": {}},
+                               log=logging.getLogger("test"))
+
+    assert await hub_capacity(handler(TwoGPUsOneSplit)) == 2
+    assert await hub_capacity(handler(TwoGPUsOneSplit), "1g.5gb") == 3
+    assert await hub_capacity(handler(TwoGPUsOneSplit), "3g.20gb") == 0
+    with pytest.raises(CapacityUnknown, match="NVML cannot be read"):
+        await hub_capacity(handler(InventoryDown))

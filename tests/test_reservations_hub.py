@@ -40,8 +40,22 @@ def at(days: float, hour: int = 14) -> str:
     return day.replace(hour=hour, minute=0, second=0, microsecond=0).isoformat()
 
 
-async def hub_with_groups(hub_factory):
-    hub = await hub_factory(extra_config=EXTRA, GPUHUB_CREDITS="off")
+def node(path) -> str:
+    """Two whole simulated GPUs and one split into three 1g.5gb MIG slices."""
+    gpu = {"name": "Simulated", "memory_total_mib": 16384}
+    path.write_text(json.dumps({"devices": [
+        {**gpu, "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000000"},
+        {**gpu, "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000001"},
+        {**gpu, "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000002", "mig_mode": True,
+         "mig_devices": [{"uuid": f"MIG-aaaaaaaa-0000-0000-0000-00000000000{i}",
+                          "profile": "1g.5gb", "memory_total_mib": 4864} for i in (0, 1, 2)]},
+    ]}))
+    return f"simulated:{path}"
+
+
+async def hub_with_groups(hub_factory, tmp_path):
+    hub = await hub_factory(extra_config=EXTRA, GPUHUB_CREDITS="off",
+                            GPUHUB_GPUS=node(tmp_path / "gpus.json"))
     for group in ("ml101", "ml102"):
         r = await hub.api("POST", f"/groups/{group}")
         assert r.status_code == 201, r.text
@@ -56,8 +70,8 @@ async def listed(hub, token) -> list[dict]:
 
 
 async def test_reservations_are_created_listed_edited_deleted_and_bad_ones_refused(
-        hub_factory):
-    hub, admin = await hub_with_groups(hub_factory)
+        hub_factory, tmp_path):
+    hub, admin = await hub_with_groups(hub_factory, tmp_path)
 
     # a weekly lab with one week off
     lab = {"group": "ml101", "gpus": 1, "start": at(7), "end": at(7, 16),
@@ -104,6 +118,17 @@ async def test_reservations_are_created_listed_edited_deleted_and_bad_ones_refus
     assert r.status_code == 400 and "must be after the start" in r.json()["message"]
     assert (await hub.api("GET", f"{PATH}/{weekly['id']}", token=admin)).json()["gpus"] == 2
 
+    # MIG slices are counted apart from whole GPUs (both whole GPUs are reserved then)
+    slices = {"group": "ml102", "gpus": 3, "mig_profile": "1g.5gb", "start": at(7, 15),
+              "end": at(7, 16)}
+    r = await hub.api("POST", PATH, token=admin, json={**slices, "gpus": 4})
+    assert r.status_code == 400, r.text
+    assert r.json()["message"] == ("The hub has 3 1g.5gb MIG slices; a reservation of 4 "
+                                   "can never be met.")
+    r = await hub.api("POST", PATH, token=admin, json=slices)
+    assert r.status_code == 201, r.text
+    assert (await hub.api("DELETE", f"{PATH}/{r.json()['id']}", token=admin)).status_code == 204
+
     # a course's instructor: their group only
     mine = {"group": "ml101", "gpus": 1, "start": at(2), "end": at(2, 15)}
     r = await hub.api("POST", PATH, token=INSTRUCTOR, json=mine)
@@ -140,8 +165,8 @@ def gpuhub(hub, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=hub.env, timeout=60)
 
 
-async def test_the_cli_and_the_admin_page_manage_reservations(hub_factory):
-    hub, admin = await hub_with_groups(hub_factory)
+async def test_the_cli_and_the_admin_page_manage_reservations(hub_factory, tmp_path):
+    hub, admin = await hub_with_groups(hub_factory, tmp_path)
 
     made = gpuhub(hub, "create", "--group", "ml101", "--gpus", "2", "--start",
                   at(3)[:16], "--end", at(3, 16)[:16], "--rrule", "FREQ=WEEKLY;COUNT=3",
