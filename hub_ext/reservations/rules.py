@@ -20,6 +20,7 @@ sentence for a person.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -169,7 +170,7 @@ def parse_spec(body: dict, base: Spec | None = None) -> Spec:
         if rule is not None and (not isinstance(rule, str) or len(rule) > RRULE_CHARS):
             raise Invalid(f"rrule must be an RFC 5545 rule such as "
                           f"'FREQ=WEEKLY;BYDAY=TU;COUNT=12', or null; got {rule!r}")
-        values["rrule"] = rule.strip() or None if rule else None
+        values["rrule"] = (rule.strip() or None) if rule else None
     if "exdates" in body:
         exdates = body["exdates"]
         if exdates is None:
@@ -302,9 +303,18 @@ def first_conflict(spec: Spec, others: Iterable[Spec], capacity: int,
     overlap only changes where one starts, so those instants are the ones checked."""
     others = [o for o in others if o.units == spec.units
               and (spec.id is None or o.id != spec.id)]
-    for mine in occurrences(spec, since=now):
-        theirs = [o for other in others
-                  for o in occurrences(other, since=mine.start, until=mine.end)]
+    mine_all = occurrences(spec, since=now)
+    if not mine_all:
+        return None
+    # every other occurrence that can meet one of mine, read once, by start
+    theirs_all = sorted(o for other in others
+                        for o in occurrences(other, since=now, until=mine_all[-1].end))
+    starts = [o.start for o in theirs_all]
+    for mine in mine_all:
+        # an occurrence lasts at most MAX_DURATION: none that started earlier reaches mine
+        low = bisect_left(starts, mine.start - MAX_DURATION)
+        high = bisect_left(starts, mine.end)
+        theirs = [o for o in theirs_all[low:high] if o.end > mine.start]
         first = max(mine.start, now)
         instants = sorted({first} | {o.start for o in theirs if o.start > first})
         for t in instants:
