@@ -15,8 +15,9 @@
 ``gpuhub gpus`` asks the running hub for its GPU board (``/hub/api/gpuhub/gpus``, the hub's
 own inventory: NVML or simulated; on the Slurm backend every node's GPUs with their jobs,
 the nodes that take no jobs and the pending jobs) with a token the hub keeps in its state dir
-(``gpuhub-cli-token``, mode 0600, scope ``custom:gpuhub:gpus:read`` only, see
-:mod:`hub_ext.admin`); with no hub answering it says so in one line and exits 1.
+(``gpuhub-cli-token``, mode 0600, scopes ``custom:gpuhub:gpus:read`` and the reservations',
+see :mod:`hub_ext.admin`, :mod:`hub_ext.reservations.hubconfig`); with no hub answering
+it says so in one line and exits 1.
 """
 
 from __future__ import annotations
