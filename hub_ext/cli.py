@@ -5,6 +5,8 @@
                                     servers; on Slurm beside Slurm's accounting
                                     (hub_ext.usage, hub_ext.slurm.accounting)
     gpuhub credits grant|balance|history ...   the credit ledger (hub_ext.credits.cli)
+    gpuhub reservations list|create|edit|delete ...   GPUs reserved for a group
+                                    (hub_ext.reservations.cli)
     gpuhub init [--env-file .env] [--force]    a deployment's .env with fresh secrets
     gpuhub upgrade                  migrate the hub database and the credits ledger
 
@@ -13,8 +15,9 @@
 ``gpuhub gpus`` asks the running hub for its GPU board (``/hub/api/gpuhub/gpus``, the hub's
 own inventory: NVML or simulated; on the Slurm backend every node's GPUs with their jobs,
 the nodes that take no jobs and the pending jobs) with a token the hub keeps in its state dir
-(``gpuhub-cli-token``, mode 0600, scope ``custom:gpuhub:gpus:read`` only, see
-:mod:`hub_ext.admin`); with no hub answering it says so in one line and exits 1.
+(``gpuhub-cli-token``, mode 0600, scopes ``custom:gpuhub:gpus:read`` and the reservations',
+see :mod:`hub_ext.admin`, :mod:`hub_ext.reservations.hubconfig`); with no hub answering
+it says so in one line and exits 1.
 """
 
 from __future__ import annotations
@@ -190,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("usage", help="GPU-hours, credits and servers per user or group")
     add_arguments(p)
     p.set_defaults(func=usage)
+    from .reservations.cli import add_parser as add_reservations
+
+    add_reservations(sub)
     sub.add_parser("credits", help="the credit ledger: grant, balance, history",
                    add_help=False)
     return parser

@@ -475,6 +475,9 @@ def apply_config(c, settings: Settings) -> None:
     from .admin import apply_admin_config
 
     apply_admin_config(c, settings)
+    from .reservations.hubconfig import apply_reservations_config
+
+    apply_reservations_config(c, settings)
 
     from .auth_config import apply_auth_config
 

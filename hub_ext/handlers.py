@@ -21,6 +21,7 @@ from tornado import web
 
 from .admin import handlers as admin_handlers
 from .line.handlers import handlers as line_handlers
+from .reservations.handlers import handlers as reservation_handlers
 
 
 class AvailabilityHandler(APIHandler):
@@ -48,4 +49,4 @@ class AvailabilityHandler(APIHandler):
 
 
 handlers = [(r"/api/gpuhub/availability", AvailabilityHandler), *admin_handlers,
-            *line_handlers]
+            *line_handlers, *reservation_handlers]

@@ -15,6 +15,7 @@ from hub_ext.culler_arbiter import CONFIG_TEXT, ENV
 from hub_ext.culling import log_request
 from hub_ext.culling_config import HOOK, cull_every
 from hub_ext.notices import home_notices
+from hub_ext.reservations.handlers import RESERVATIONS_SCOPE
 
 
 def settings_from(tmp_path, monkeypatch, **env) -> Settings:
@@ -256,13 +257,16 @@ def test_negative_limits_name_the_variable(tmp_path, monkeypatch, variable):
 def test_gpu_board_scope_goes_to_the_admin_groups(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_ADMIN_GROUPS="hub-admins, staff")
     assert GPUS_SCOPE in c.JupyterHub.custom_scopes
-    assert role(c, "gpuhub-gpu-admins")["scopes"] == [GPUS_SCOPE, LINE_ADMIN_SCOPE]
+    assert role(c, "gpuhub-gpu-admins")["scopes"] == [GPUS_SCOPE, LINE_ADMIN_SCOPE,
+                                                      RESERVATIONS_SCOPE]
+    assert RESERVATIONS_SCOPE in c.JupyterHub.custom_scopes
     assert role(c, "gpuhub-gpu-admins")["groups"] == ["hub-admins", "staff"]
     routes = [route for route, _ in c.JupyterHub.extra_handlers]
     assert {"/gpus", "/api/gpuhub/gpus"} <= set(routes)
 
 
-def test_the_cli_service_reads_the_gpu_board_and_nothing_else(tmp_path, monkeypatch):
+def test_the_cli_service_reads_the_gpu_board_manages_reservations_and_nothing_else(
+        tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch)
     assert service(c, "gpuhub-cli") == {
         "name": "gpuhub-cli",
@@ -271,8 +275,9 @@ def test_the_cli_service_reads_the_gpu_board_and_nothing_else(tmp_path, monkeypa
     }
     assert role(c, "gpuhub-cli") == {
         "name": "gpuhub-cli",
-        "description": "gpuhub gpus on the hub's machine: read the GPU board",
-        "scopes": [GPUS_SCOPE],
+        "description": "gpuhub gpus and gpuhub reservations on the hub's machine: read the "
+                       "GPU board, manage reservations",
+        "scopes": [GPUS_SCOPE, RESERVATIONS_SCOPE],
         "services": ["gpuhub-cli"],
     }
 
