@@ -24,7 +24,7 @@ culler service are recognised in the hub's request log hook (:func:`log_request`
 place where JupyterHub itself counts each request for Prometheus), which sees the service
 identity behind each ``DELETE /hub/api/users/<name>/server``.
 
-The Culler is a spawner hook (``c.GPUDockerSpawner.before_container_hooks``): it learns of
+The Culler is a spawner hook (``c.SpawnerCore.before_container_hooks``): it learns of
 each server when it starts, stops or is restored after a hub restart, and keeps the
 server's start time and limits in spawner state.  Time comes from ``c.Culler.utcnow`` (the
 pattern of jupyterhub-idle-culler), so tests move the clock; ``last_activity`` is

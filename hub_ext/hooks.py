@@ -1,6 +1,6 @@
 """The pre-start hooks of a spawn, backend-neutral: what runs around the GPU reservation.
 
-A hook is an entry of ``c.GPUDockerSpawner.before_container_hooks`` (the credits debit,
+A hook is an entry of ``c.SpawnerCore.before_container_hooks`` (the credits debit,
 :class:`hub_ext.credits.hook.CreditsHook`, is one); the spawner's help lists the methods a
 hook may have.  This module holds the steps every backend runs the same way, so that the
 Docker spawner, the waiting line and a Slurm backend ask the hooks alike:

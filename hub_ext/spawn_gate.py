@@ -12,7 +12,7 @@ The gate asks the spawner first: JupyterHub's ``spawn_single_user`` (``handlers/
 through which both the REST API (``POST /hub/api/users/:name/server[s/:server]``,
 ``UserServerAPIHandler.post``) and the spawn form (``POST /hub/spawn``, ``SpawnHandler``)
 start servers, runs inside the spawner's ``checked_spawn(options)`` when it has one
-(:meth:`hub_ext.docker.spawner.GPUDockerSpawner.checked_spawn`) for a server that is neither
+(the Docker backend's, :mod:`hub_ext.docker.spawner`) for a server that is neither
 running nor pending: its check first, then JupyterHub's code unchanged.  A refusal is the
 ``HTTPError`` that ``start()`` would raise, with the same status and words, so the API's
 JSON and the spawn form's message read as before.  The check is advisory: ``start()``

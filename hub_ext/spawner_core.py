@@ -1,9 +1,8 @@
 """What every backend's spawner shares: profiles, mounts, pre-start hooks, progress, hook
 state.
 
-A backend (:class:`hub_ext.docker.spawner.GPUDockerSpawner`, :class:`hub_ext.slurm.spawner.
-GPUSlurmSpawner`) mixes :class:`SpawnerCore` in before its JupyterHub spawner base and
-calls, in its ``start()``:
+A backend's spawner (:mod:`hub_ext.docker.spawner`, :mod:`hub_ext.slurm.spawner`) mixes
+:class:`SpawnerCore` in before its JupyterHub spawner base and calls, in its ``start()``:
 
 1. :meth:`SpawnerCore.load_profile` (``user_options`` are untrusted: HTTP 400 naming the
    valid choices);
@@ -44,6 +43,11 @@ class SpawnerCore(ProfileChoice, MemberMounts):
 
     Subclasses list the traits a profile may override in ``_overridable`` and call
     :meth:`init_core` from ``__init__``.
+
+    Its section of the configuration, ``c.SpawnerCore``, is read by every backend's
+    spawner (traitlets gives an instance the sections of each configurable class in its
+    MRO, the nearest class winning): what both backends read is set there once
+    (:func:`hub_ext.config.apply_config`), a backend's own settings on its own class.
     """
 
     credits_per_hour = Float(
@@ -52,7 +56,7 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         help="""Credits charged per hour of a running server; 0 makes a profile free.
         Usually set per profile.
 
-            c.GPUDockerSpawner.credits_per_hour = 2.0
+            c.SpawnerCore.credits_per_hour = 2.0
         """,
     )
 
@@ -63,7 +67,7 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         before the hub stops it, even while its browser tab is open; 0 never.  Usually set
         per profile (``gpu_idle_timeout``); enforced by hub_ext.culling.Culler.
 
-            c.GPUDockerSpawner.gpu_idle_timeout = 2700
+            c.SpawnerCore.gpu_idle_timeout = 2700
         """,
     )
 
@@ -75,7 +79,7 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         --timeout.  Usually set per profile (``cull_idle_timeout``); read by the culler
         service through hub_ext.culler_arbiter.
 
-            c.GPUDockerSpawner.cull_idle_timeout = 1800
+            c.SpawnerCore.cull_idle_timeout = 1800
         """,
     )
 
@@ -86,7 +90,7 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         warned on the home page c.Culler.max_age_warning seconds before.  Usually set per
         profile (``cull_max_age``); enforced by hub_ext.culling.Culler.
 
-            c.GPUDockerSpawner.cull_max_age = 8 * 3600
+            c.SpawnerCore.cull_max_age = 8 * 3600
         """,
     )
 
@@ -94,7 +98,7 @@ class SpawnerCore(ProfileChoice, MemberMounts):
     def _validate_seconds(self, proposal):
         if proposal["value"] < 0:
             raise ValueError(
-                f"c.GPUDockerSpawner.{proposal['trait'].name} must be 0 (no limit) or a "
+                f"c.{type(self).__name__}.{proposal['trait'].name} must be 0 (no limit) or a "
                 f"positive number of seconds, got {proposal['value']!r}"
             )
         return proposal["value"]
@@ -123,7 +127,7 @@ class SpawnerCore(ProfileChoice, MemberMounts):
           profile of that price cannot start for this member now, or ``""``; the spawn
           page disables such a profile and shows the sentence.
 
-            c.GPUDockerSpawner.before_container_hooks = ["hub_ext.credits.hook.CreditsHook"]
+            c.SpawnerCore.before_container_hooks = ["hub_ext.credits.hook.CreditsHook"]
         """,
     )
 

@@ -30,7 +30,8 @@ restart rebuilds it (:mod:`hub_ext.docker.reconcile`).
 What every backend shares (the member's choice of profile, the pre-start hooks and their
 undo, progress events, hook state, and their traits: ``credits_per_hour``, the culling
 timeouts, ``before_container_hooks``) is :class:`hub_ext.spawner_core.SpawnerCore`, mixed
-in; set them as ``c.GPUDockerSpawner.<trait>`` all the same.
+in; ``c.SpawnerCore.<trait>`` sets them for both backends, ``c.GPUDockerSpawner.<trait>``
+for this one alone (the hub's own settings: :mod:`hub_ext.docker.hubconfig`).
 
 Four parts live in modules of their own, mixed into the class (their traits are set as
 ``c.GPUDockerSpawner.<trait>`` all the same): the member's choice (:mod:`hub_ext.choice`:
