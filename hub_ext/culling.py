@@ -60,6 +60,7 @@ from .culling_rules import (
     duration,
     warning_message,
 )
+from .hooks import Hook
 from .notices import notices
 from .periodic import ensure_task, every
 from .server_key import ServerKey
@@ -111,7 +112,7 @@ class _Watched:
                 "profile": self.profile, "run": self.run_id, "limits": self.limits.to_dict()}
 
 
-class Culler(SingletonConfigurable):
+class Culler(Hook, SingletonConfigurable):
     """Stops servers whose GPUs idle or that reached their maximum age; records every stop.
 
     A spawner hook (see the module docstring): ``before_container``, ``undo``,

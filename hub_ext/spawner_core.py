@@ -15,7 +15,11 @@ A backend's spawner (:mod:`hub_ext.docker.spawner`, :mod:`hub_ext.slurm.spawner`
 
 Hook state (``hook_state``: the credits meter's interval, the culler's watch) lives in
 spawner state under ``gpuhub_hooks``, versioned, so a hub restart hands each hook its part
-again (:meth:`SpawnerCore.restore_hook_state`).
+again (:meth:`SpawnerCore.get_state`, :meth:`SpawnerCore.load_state`).
+
+Also shared: the server's key (:attr:`SpawnerCore.server_key`), the hub database session
+(:meth:`SpawnerCore.db_session`) and how a refusal reaches the member
+(:meth:`SpawnerCore.tell_member`).
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ import copy
 
 from sqlalchemy.orm import object_session
 from sqlalchemy.orm.attributes import flag_modified
+from tornado import web
 from traitlets import Any, Float, List, validate
 
 from .choice import ProfileChoice
-from .hooks import PENDING, check_before_reserve, resolve_hooks
+from .hooks import PENDING, Hook, check_before_reserve, resolve_hooks
 from .mounts import MemberMounts
+from .server_key import ServerKey
 
 __all__ = ["PENDING", "STATE_VERSION", "SpawnerCore"]
 
@@ -107,29 +113,33 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         Any(),
         config=True,
         help="""Hooks run after the GPUs are reserved and before the container is
-        created (the credits debit is one): objects, or import strings of
-        ``SingletonConfigurable`` classes (one instance per hub, configured from the hub's
-        config).  A hook has
+        created (the credits debit is one): :class:`hub_ext.hooks.Hook` instances, or
+        import strings of Hook classes (one instance per hub, configured from the hub's
+        config).  A hook has (hub_ext.hooks.Hook)
 
-        - optionally ``async before_reserve(spawner)``: a quick check before anything is
-          reserved (the credits hook: can the balance pay the first interval?); raise
-          ``tornado.web.HTTPError`` to refuse.  The waiting line asks it too, before it
-          queues a member (``spawner.check_hooks()``, hub_ext.hooks);
         - ``async before_container(spawner)``: raise ``tornado.web.HTTPError`` to refuse;
-          this is the authority (the debit), the check above only spares the GPU;
+          this is the authority (the debit);
         - ``async undo(spawner)``: a later step failed; idempotent;
-        - optionally ``async after_stop(spawner)``: the server stopped; idempotent;
-        - optionally ``restore(spawner)``: the hub restarted with this server running;
-          ``spawner.hook_state[hook.name]`` holds what the hook kept in spawner state
-          (a dict with ``PENDING`` set when the hub stopped during the start; the
-          container's labels replace it when the container exists);
-        - optionally ``async why_not(spawner, credits_per_hour)``: a sentence saying why a
-          profile of that price cannot start for this member now, or ``""``; the spawn
-          page disables such a profile and shows the sentence.
+        - optionally ``async before_reserve(spawner)``: a quick check before anything is
+          reserved (the credits hook: can the balance pay the first interval?), which
+          the waiting line asks too, before it queues a member;
+        - optionally ``async after_stop(spawner)``, ``restore(spawner)`` (the hub
+          restarted with this server running; ``spawner.hook_state[hook.name]`` holds
+          what the hook kept) and ``async why_not(spawner, credits_per_hour)`` (why a
+          profile of that price cannot start for this member now, for the spawn page).
 
             c.SpawnerCore.before_container_hooks = ["hub_ext.credits.hook.CreditsHook"]
         """,
     )
+
+    @validate("before_container_hooks")
+    def _validate_hooks(self, proposal):
+        for hook in proposal["value"]:
+            if not isinstance(hook, str | Hook):
+                raise ValueError(
+                    f"c.{type(self).__name__}.before_container_hooks: {hook!r} is not a "
+                    "hub_ext.hooks.Hook (subclass it) nor the import string of one")
+        return proposal["value"]
 
     _overridable: tuple[str, ...] = ()
 
@@ -140,6 +150,26 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         self._events: list[dict] = []
         self._events_changed = asyncio.Event()
         self.hook_state: dict[str, dict] = {}
+
+    @property
+    def server_key(self) -> ServerKey:
+        """This server's key in the pool, the line and the culler: (user, server name)."""
+        return ServerKey(self.user.name, self.name or "")
+
+    def db_session(self):
+        """The hub's own database session, found from this spawner's row (JupyterHub's
+        ``Spawner.db`` is deprecated); None outside a hub (a spawner made by a test)."""
+        orm_spawner = getattr(self, "orm_spawner", None)
+        return object_session(orm_spawner) if orm_spawner is not None else None
+
+    @staticmethod
+    def tell_member(error: web.HTTPError) -> None:
+        """Make a refusal's sentence (``log_message``) the one JupyterHub shows the member
+        (``jupyterhub_message``, JupyterHub ``format_exception``), so that a refusal
+        coming after the spawn page moved on reads the same on the progress page; the
+        caller raises ``error`` again.  A message already set is kept."""
+        if error.log_message and not hasattr(error, "jupyterhub_message"):
+            error.jupyterhub_message = error.log_message
 
     @property
     def hooks(self) -> list:
@@ -201,9 +231,7 @@ class SpawnerCore(ProfileChoice, MemberMounts):
     async def run_stop_hooks(self) -> None:
         """Each hook's ``after_stop`` (idempotent), last first."""
         for hook in reversed(self.hooks):
-            stopped = getattr(hook, "after_stop", None)
-            if stopped is not None:
-                await stopped(self)
+            await hook.after_stop(self)
 
     def start_unfinished(self) -> bool:
         """Whether a hook's part of the state is a write-ahead record: the hub stopped
@@ -212,26 +240,34 @@ class SpawnerCore(ProfileChoice, MemberMounts):
 
     # -- state -------------------------------------------------------------------------
 
-    def hook_state_for_db(self) -> dict:
-        """The ``gpuhub_hooks`` entry of spawner state, or ``{}``."""
-        if not self.hook_state:
-            return {}
-        return {"gpuhub_hooks": {"version": STATE_VERSION,
-                                 "hooks": copy.deepcopy(self.hook_state)}}
+    def get_state(self):
+        """The JupyterHub spawner's state, with the hooks' parts under ``gpuhub_hooks``
+        (versioned) when they have any."""
+        state = super().get_state()
+        if self.hook_state:
+            state["gpuhub_hooks"] = {"version": STATE_VERSION,
+                                     "hooks": copy.deepcopy(self.hook_state)}
+        return state
 
-    def restore_hook_state(self, state: dict | None) -> None:
-        """Read ``gpuhub_hooks`` back and hand each hook its part after a hub restart."""
+    def load_state(self, state):
+        """The JupyterHub spawner's ``load_state``, then ``gpuhub_hooks`` read back and
+        each hook handed its part (a hub restart).  A backend sets what the hooks read of
+        the spawner (``profile_slug``, its GPUs) before calling this."""
+        super().load_state(state)
         hooks = (state or {}).get("gpuhub_hooks")
         if hooks and hooks.get("version") == STATE_VERSION:
             self.hook_state = dict(hooks.get("hooks") or {})
             self.restore_hooks()
 
+    def clear_state(self):
+        super().clear_state()
+        self.hook_state = {}
+
     def restore_hooks(self) -> None:
         """Hand each hook its part of ``hook_state`` (its ``restore``)."""
         for hook in self.hooks:
-            restore = getattr(hook, "restore", None)
-            if restore is not None and getattr(hook, "name", None) in self.hook_state:
-                restore(self)
+            if hook.name in self.hook_state:
+                hook.restore(self)
 
     def persist_state(self) -> None:
         """Write this spawner's state to the hub database now, as JupyterHub's
@@ -239,11 +275,10 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         credits debit about to be made) then survives a hub killed mid-start, and the
         meter's record of paid intervals survives one killed while the server runs.
         """
-        orm_spawner = getattr(self, "orm_spawner", None)
-        # the hub's own session, found from its row (Spawner.db is deprecated)
-        session = object_session(orm_spawner) if orm_spawner is not None else None
+        session = self.db_session()
         if session is None:
             return
+        orm_spawner = self.orm_spawner
         orm_spawner.state = self.get_state()
         # the state JupyterHub saved last may share our dicts: say it changed
         flag_modified(orm_spawner, "state")

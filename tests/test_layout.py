@@ -22,7 +22,7 @@ SUBPACKAGES = ("hub_ext.credits", "hub_ext.line")
 #: Top-level modules the core's subpackages may import: leaves of the import graph.
 UTILITIES = {"hub_ext.metrics", "hub_ext.private_files", "hub_ext.dburl", "hub_ext.hooks",
              "hub_ext.notices", "hub_ext.periodic", "hub_ext.stopping", "hub_ext.services",
-             "hub_ext.hubdb", "hub_ext.runs"}
+             "hub_ext.hubdb", "hub_ext.runs", "hub_ext.server_key"}
 
 
 def module_name(path: Path, root: Path = ROOT) -> tuple[str, str]:

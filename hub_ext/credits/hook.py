@@ -51,7 +51,7 @@ from traitlets import Bool, Callable, Float, Instance, default, validate
 from traitlets.config import SingletonConfigurable
 
 from .. import metrics
-from ..hooks import PENDING
+from ..hooks import PENDING, Hook
 from ..notices import notices
 from .account import remember_balance
 from .affordability import UNREACHABLE, Affordability, too_little
@@ -71,7 +71,7 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class CreditsHook(CreditsMeter, Affordability, SingletonConfigurable):
+class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
     """Debits credits for servers: the first interval at spawn, then each interval it runs.
 
     All spawner-facing methods take the spawner (a :class:`hub_ext.spawner_core.SpawnerCore`
