@@ -25,6 +25,7 @@ Also shared: the server's key (:attr:`SpawnerCore.server_key`), the hub database
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 
 from sqlalchemy.orm import object_session
@@ -170,6 +171,21 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         caller raises ``error`` again.  A message already set is kept."""
         if error.log_message and not hasattr(error, "jupyterhub_message"):
             error.jupyterhub_message = error.log_message
+
+    async def check_spawn(self, options: dict | None) -> None:
+        """Optional for a backend: refuse now, with the ``tornado.web.HTTPError`` that
+        ``start()`` would raise, a start it would refuse before reserving anything
+        (``options``: the request's ``user_options``; None: the stored ones).  Asked by
+        :mod:`hub_ext.spawn_gate` before JupyterHub creates the server's token and rows.
+        Default: admits every start (``start()`` decides)."""
+
+    @contextlib.asynccontextmanager
+    async def checked_spawn(self, options: dict | None):
+        """:meth:`check_spawn`, then the block in which :mod:`hub_ext.spawn_gate` hands
+        the admitted start to JupyterHub.  A backend whose check leaves a claim that must
+        count meanwhile (the Docker backend's GPUs) overrides it."""
+        await self.check_spawn(options)
+        yield
 
     @property
     def hooks(self) -> list:
