@@ -338,3 +338,34 @@ def test_each_setting_a_spawner_reads_is_one_of_its_traits(tmp_path, monkeypatch
                   GPUHUB_DOCKER_NETWORK="host", GPUHUB_SLURM_PARTITION="gpu")
     traits = spawner_class(backend).class_traits(config=True)
     assert set(spawner_reads(c, backend)) - set(traits) == set()
+
+
+def slurm_spawner(c: Config):
+    from types import SimpleNamespace
+
+    from hub_ext.slurm.spawner import GPUSlurmSpawner
+
+    user = SimpleNamespace(name="alice", url="/user/alice/", escaped_name="alice", server=None,
+                           settings={}, db=None, orm_user=None, id=1)
+    return GPUSlurmSpawner(config=c, user=user)
+
+
+def test_a_slurm_spawner_reads_the_core_sections_and_its_own(tmp_path, monkeypatch):
+    """traitlets' section inheritance on a real spawner: what the hub set once on
+    ``c.SpawnerCore`` and ``c.Spawner`` reaches it, with Slurm's own settings."""
+    c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND="slurm", GPUHUB_IMAGE="site/img:1",
+                  GPUHUB_CULL_MAX_AGE="7200", GPUHUB_SLURM_PARTITION="gpu")
+    spawner = slurm_spawner(c)
+    assert (spawner.image, spawner.cull_max_age, spawner.default_url, spawner.http_timeout,
+            spawner.start_timeout, spawner.req_partition) == (
+        "site/img:1", 7200, "/lab", 60, 3600, "gpu")
+    assert spawner.before_container_hooks == [CREDITS_HOOK, HOOK]
+    assert [p["slug"] for p in spawner.profile_list] == ["cpu", "pytorch"]
+
+
+def test_a_hook_that_is_no_hook_is_refused_naming_the_setting(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND="slurm")
+    c.SpawnerCore.before_container_hooks = [CREDITS_HOOK, object()]
+    with pytest.raises(ValueError, match=r"before_container_hooks: <object .*> is not a "
+                                         r"hub_ext\.hooks\.Hook"):
+        slurm_spawner(c)
