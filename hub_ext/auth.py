@@ -12,7 +12,7 @@ sets OIDC defaults and overrides small steps:
   ``exp``); a replayed or foreign code, a token from another issuer or an expired one is a
   403 page, with the reason in the log and never a token;
 - :meth:`~CreditAuthenticator.update_auth_model` puts the member's groups and credit account
-  (:mod:`hub_ext.auth_credits`: balance read, initial grant made once) into ``auth_state``,
+  (:mod:`hub_ext.credits.account`: balance read, initial grant made once) into ``auth_state``,
   at login and at every refresh (``auth_refresh_age``, ``refresh_pre_spawn``);
 - :meth:`~CreditAuthenticator.check_allowed` refuses a non-member with a page that says why
   and whom to ask (403, :class:`LoginRefused`, template ``login_refused.html``);
@@ -38,8 +38,8 @@ from tornado.httpclient import HTTPClientError
 from traitlets import Bool, Float, Unicode, default, validate
 
 from . import oidc
-from .auth_credits import STATE_KEY, credits_off, read_credit_account, unknown
 from .auth_provider import CODE_REFUSED, SERVICE_DOWN, TOKEN_REFUSED, ProviderClient, why
+from .credits.account import STATE_KEY, credits_off, read_credit_account, unknown
 from .credits.amounts import format_amount
 from .credits.client import CreditsClient
 from .spawn_gate import GatedRoutes
@@ -180,7 +180,7 @@ class CreditAuthenticator(GatedRoutes, ProviderClient, GenericOAuthenticator):
         config=True,
         help="""Claim holding the member's own uid (e.g. LDAP's ``uidNumber``), so their
         server runs as them and files on shared storage are theirs; "" runs everyone as
-        jovyan (uid 1000) unless ``GPUDockerSpawner.uid_map_file`` maps them.
+        jovyan (uid 1000) unless the Docker backend's ``uid_map_file`` maps them.
 
             c.CreditAuthenticator.uid_claim = "uidNumber"
         """,
@@ -405,7 +405,7 @@ class CreditAuthenticator(GatedRoutes, ProviderClient, GenericOAuthenticator):
     # -- credits -----------------------------------------------------------------------
 
     async def credit_account(self, username: str) -> dict:
-        """The member's credit account for auth_state (:mod:`hub_ext.auth_credits`)."""
+        """The member's credit account for auth_state (:mod:`hub_ext.credits.account`)."""
         if not self.credits_enabled:
             return credits_off()
         if self._credits is None:

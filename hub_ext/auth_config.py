@@ -71,7 +71,7 @@ def apply_auth_config(c, settings) -> None:
         a.initial_credits = settings.initial_credits
         a.credits_admin_token = _admin_token(settings)
 
-    from .auth_credits import MemberAccount
+    from .credits.account import MemberAccount
 
     template_vars = dict(c.JupyterHub.template_vars) if "template_vars" in c.JupyterHub else {}
     template_vars["gpuhub_member"] = MemberAccount()

@@ -1,7 +1,8 @@
 """The member's choice: untrusted ``user_options`` in, one profile applied, the choice kept.
 
-:class:`ProfileChoice` is a part of :class:`hub_ext.docker.spawner.GPUDockerSpawner` (a
-configurable mixin: its traits are set as ``c.GPUDockerSpawner.<trait>``).  It runs the
+:class:`ProfileChoice` is a part of every backend's spawner, through
+:class:`hub_ext.spawner_core.SpawnerCore` (a configurable mixin: its traits are set as
+``c.SpawnerCore.<trait>`` for both backends).  It runs the
 steps of :mod:`hub_ext.profiles` on a spawn's ``user_options`` (the REST API's body, or the
 spawn form through :meth:`ProfileChoice.options_from_form`) and keeps untrusted input small:
 
@@ -105,7 +106,7 @@ class ProfileChoice(LoggingConfigurable):
         help="""Profiles in KubeSpawner's schema (see hub_ext.profiles), or a callable,
         sync or async, taking the spawner and returning that list.
 
-            c.GPUDockerSpawner.profile_list = [{"display_name": "CPU only", "default": True}]
+            c.SpawnerCore.profile_list = [{"display_name": "CPU only", "default": True}]
         """,
     )
 
@@ -116,15 +117,15 @@ class ProfileChoice(LoggingConfigurable):
         REST API's body, or the spawn form's fields together); larger ones are refused with
         HTTP 413 and never stored.  Real choices are a few dozen bytes.
 
-            c.GPUDockerSpawner.user_options_max_bytes = 8192
+            c.SpawnerCore.user_options_max_bytes = 8192
         """,
     )
 
     @validate("user_options_max_bytes")
     def _validate_max_bytes(self, proposal):
         if proposal["value"] < 256:
-            raise ValueError("c.GPUDockerSpawner.user_options_max_bytes must be at least 256 "
-                             f"(bytes), got {proposal['value']!r}")
+            raise ValueError(f"c.{type(self).__name__}.user_options_max_bytes must be at "
+                             f"least 256 (bytes), got {proposal['value']!r}")
         return proposal["value"]
 
     def __init__(self, **kwargs):

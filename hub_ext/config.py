@@ -13,6 +13,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .dburl import with_password
 from .limits import NAMED_SERVER_LIMIT
 
 REPO = Path(__file__).resolve().parent.parent
@@ -327,19 +328,6 @@ def hub_db_url(settings: Settings) -> str:
     return with_password(url, settings.db_password, "GPUHUB_DB_PASSWORD")
 
 
-def with_password(url: str, password: str, variable: str) -> str:
-    """``url`` with ``password`` set; raises ValueError when both carry one."""
-    if not password:
-        return url
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    if parsed.password:
-        raise ValueError(f"{variable} is set and the database URL has a password too; "
-                         "keep the password only in the variable")
-    return parsed.set(password=password).render_as_string(hide_password=False)
-
-
 def load_profiles(path: str) -> list[dict]:
     """The profile list from a JSON file, or the built-in defaults when ``path`` is empty."""
     if not path:
@@ -407,8 +395,9 @@ def apply_config(c, settings: Settings) -> None:
     template_vars["gpuhub_line"] = home_places
     c.JupyterHub.template_vars = template_vars
 
-    # The spawner and its pool
-    c.JupyterHub.spawner_class = "hub_ext.docker.spawner.GPUDockerSpawner"
+    # What both backends' spawners read, set once on the core's sections: every spawner
+    # is a SpawnerCore, and traitlets gives an instance the sections of each Configurable
+    # class in its MRO (the nearest class winning), as TLJH sets c.Spawner.*
     from .limits import Node, apply_limits_config, limited_profiles, node_gpu_count
 
     node = Node.probe(node_gpu_count(settings.gpus))
@@ -416,49 +405,16 @@ def apply_config(c, settings: Settings) -> None:
     if not settings.profiles_file:
         profiles = limited_profiles(profiles, node)
     apply_limits_config(c, settings, node)
-    c.GPUDockerSpawner.profile_list = profiles
-    c.GPUDockerSpawner.prefix = settings.container_prefix
-    c.GPUDockerSpawner.hub_id = settings.hub_id
-    c.GPUDockerSpawner.image = settings.image
-    c.GPUDockerSpawner.pull_policy = "never"
-    c.GPUDockerSpawner.remove = True
-    c.GPUDockerSpawner.start_timeout = 120
-    c.GPUDockerSpawner.http_timeout = 60
-    c.GPUDockerSpawner.default_url = "/lab"
-    c.GPUDockerSpawner.workspace = settings.workspace
-    if settings.workspace.startswith("/") and not settings.workspace_root:
-        raise ValueError(
-            f"GPUHUB_WORKSPACE={settings.workspace!r} is a host path: set "
-            "GPUHUB_WORKSPACE_ROOT to the folder the workspaces lie under"
-        )
-    c.GPUDockerSpawner.workspace_root = settings.workspace_root
+    c.SpawnerCore.profile_list = profiles
+    c.SpawnerCore.image = settings.image
+    c.Spawner.start_timeout = 120
+    c.Spawner.http_timeout = 60
+    c.Spawner.default_url = "/lab"
     if settings.datasets_file:
         import json
 
         with open(settings.datasets_file) as f:
-            c.GPUDockerSpawner.datasets = json.load(f)
-    c.GPUDockerSpawner.uid_map_file = settings.uid_map_file
-    if settings.docker_network == "host":
-        # MACHINE.md: host networking needs these four together
-        c.GPUDockerSpawner.host_network = True
-        c.GPUDockerSpawner.network_name = "host"
-        c.GPUDockerSpawner.use_internal_ip = True
-        c.GPUDockerSpawner.ip = "127.0.0.1"
-    else:
-        c.GPUDockerSpawner.network_name = settings.docker_network
-        c.GPUDockerSpawner.use_internal_ip = True
-
-    if settings.gpus == "nvml":
-        c.GPUPool.inventory_class = "nvml"
-    elif settings.gpus.startswith("simulated:"):
-        c.GPUPool.inventory_class = "simulated"
-        c.GPUPool.simulated_devices = settings.gpus.split(":", 1)[1]
-    else:
-        raise ValueError(
-            f"GPUHUB_GPUS={settings.gpus!r}: use 'nvml', 'simulated:<count>' or "
-            "'simulated:<path to a JSON device list>'"
-        )
-    c.GPUPool.max_gpus_per_user = settings.max_gpus_per_user
+            c.SpawnerCore.datasets = json.load(f)
 
     from .credits.hubconfig import apply_credits_config
 
@@ -497,7 +453,7 @@ def apply_config(c, settings: Settings) -> None:
 
         stop_passes_first(JupyterHub.instance())
 
-    if settings.backend == "slurm":
-        from .slurm.config import apply_slurm_config
+    # the backend's own settings: its spawner class, and the traits only it has
+    from .backends import backend
 
-        apply_slurm_config(c, settings)
+    backend(settings.backend).apply_config(c, settings)

@@ -24,7 +24,7 @@ culler service are recognised in the hub's request log hook (:func:`log_request`
 place where JupyterHub itself counts each request for Prometheus), which sees the service
 identity behind each ``DELETE /hub/api/users/<name>/server``.
 
-The Culler is a spawner hook (``c.GPUDockerSpawner.before_container_hooks``): it learns of
+The Culler is a spawner hook (``c.SpawnerCore.before_container_hooks``): it learns of
 each server when it starts, stops or is restored after a hub restart, and keeps the
 server's start time and limits in spawner state.  Time comes from ``c.Culler.utcnow`` (the
 pattern of jupyterhub-idle-culler), so tests move the clock; ``last_activity`` is
@@ -60,6 +60,7 @@ from .culling_rules import (
     duration,
     warning_message,
 )
+from .hooks import Hook
 from .notices import notices
 from .periodic import ensure_task, every
 from .server_key import ServerKey
@@ -111,7 +112,7 @@ class _Watched:
                 "profile": self.profile, "run": self.run_id, "limits": self.limits.to_dict()}
 
 
-class Culler(SingletonConfigurable):
+class Culler(Hook, SingletonConfigurable):
     """Stops servers whose GPUs idle or that reached their maximum age; records every stop.
 
     A spawner hook (see the module docstring): ``before_container``, ``undo``,

@@ -13,8 +13,8 @@ From :class:`hub_ext.config.Settings` (``GPUHUB_CULL_IDLE_TIMEOUT``, ``GPUHUB_CU
 - :class:`hub_ext.culling.Culler` is added to the spawner's hooks (after credits, so a run
   records its credits meter id), and the hub's request log hook attributes the service's
   stops to it.
-- The site-wide limits become the spawner's defaults, which profiles override
-  (``gpu_idle_timeout``, ``cull_idle_timeout``, ``cull_max_age``).
+- The site-wide limits become the spawners' defaults (``c.SpawnerCore``), which profiles
+  override (``gpu_idle_timeout``, ``cull_idle_timeout``, ``cull_max_age``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import sys
 from pathlib import Path
 
 from .culler_arbiter import CONFIG_TEXT, ENV, ProfileIdleLimits
-from .docker.pool import gpu_units_of
 from .services import add_service
 
 SERVICE_NAME = "idle-culler"
@@ -88,18 +87,18 @@ def apply_culling_config(c, settings, profiles: list[dict]) -> None:
                         ("GPUHUB_CULL_WARNING", settings.cull_warning)):
         if value < 0:
             raise ValueError(f"{name}={value}: use 0 (no limit) or a number of seconds")
-    c.GPUDockerSpawner.gpu_idle_timeout = settings.gpu_idle_timeout
-    c.GPUDockerSpawner.cull_idle_timeout = settings.cull_idle_timeout
-    c.GPUDockerSpawner.cull_max_age = settings.cull_max_age
+    core = c.SpawnerCore  # both backends' spawners read it
+    core.gpu_idle_timeout = settings.gpu_idle_timeout
+    core.cull_idle_timeout = settings.cull_idle_timeout
+    core.cull_max_age = settings.cull_max_age
     c.Culler.max_age_warning = settings.cull_warning
     c.Culler.service_name = SERVICE_NAME
-    c.Culler.gpu_units = gpu_units_of()  # the Docker backend; Slurm sets None
+    # the GPU readings (c.Culler.gpu_units) are the backend's: hub_ext.docker.hubconfig
 
-    hooks = list(c.GPUDockerSpawner.before_container_hooks) if (
-        "before_container_hooks" in c.GPUDockerSpawner) else []
+    hooks = list(core.before_container_hooks) if "before_container_hooks" in core else []
     if HOOK not in hooks:
         hooks.append(HOOK)
-    c.GPUDockerSpawner.before_container_hooks = hooks
+    core.before_container_hooks = hooks
 
     from .culling import log_request
 

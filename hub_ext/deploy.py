@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .config import Settings, hub_db_url, with_password
+from .config import Settings, hub_db_url
+from .dburl import with_password
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 

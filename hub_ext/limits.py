@@ -161,6 +161,8 @@ def limits_text(mem_limit, cpu_limit) -> str:
 
 def apply_limits_config(c, settings, node: Node) -> None:
     """Set JupyterHub's server limits from ``settings`` (``None``: derived from ``node``).
+    A backend that applies the active and concurrent limits itself moves them to its
+    spawner (the Docker backend: :mod:`hub_ext.docker.hubconfig`).
 
     Raises ValueError naming the variable for a negative limit.
     """
@@ -173,15 +175,7 @@ def apply_limits_config(c, settings, node: Node) -> None:
         if value is not None and value < 0:
             raise ValueError(f"{name}={value}: use 0 (no limit) or a number of servers")
     c.JupyterHub.named_server_limit_per_user = settings.named_server_limit
-    active = (node.active_server_limit() if settings.active_server_limit is None
-              else settings.active_server_limit)
-    if settings.backend == "docker":
-        # JupyterHub counts places in line as starting servers: the spawner applies
-        # both limits itself, without them (hub_ext.docker.server_limits)
-        c.JupyterHub.active_server_limit = 0
-        c.JupyterHub.concurrent_spawn_limit = 0
-        c.GPUDockerSpawner.active_server_limit = active
-        c.GPUDockerSpawner.concurrent_spawn_limit = settings.concurrent_spawn_limit
-    else:
-        c.JupyterHub.active_server_limit = active
-        c.JupyterHub.concurrent_spawn_limit = settings.concurrent_spawn_limit
+    c.JupyterHub.active_server_limit = (node.active_server_limit()
+                                        if settings.active_server_limit is None
+                                        else settings.active_server_limit)
+    c.JupyterHub.concurrent_spawn_limit = settings.concurrent_spawn_limit

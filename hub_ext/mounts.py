@@ -23,7 +23,7 @@ class MemberMounts(LoggingConfigurable):
         config=True,
         help="""Where the workspace appears in the container.
 
-            c.GPUDockerSpawner.workspace_mount = "/home/jovyan/work"  # or c.GPUSlurmSpawner
+            c.SpawnerCore.workspace_mount = "/home/jovyan/work"  # either backend
         """,
     )
 
@@ -35,8 +35,8 @@ class MemberMounts(LoggingConfigurable):
         storage.  A missing host path is a spawn error, never created.  ``GPUHUB_DATASETS``
         (a JSON file of this mapping) sets it for either backend.
 
-            c.GPUDockerSpawner.datasets = {"imagenet": {"path": "/data/imagenet",
-                                                        "groups": ["vision"]}}
+            c.SpawnerCore.datasets = {"imagenet": {"path": "/data/imagenet",
+                                                   "groups": ["vision"]}}
         """,
     )
 

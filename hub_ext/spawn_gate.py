@@ -11,8 +11,9 @@ pool decides in milliseconds, the refusal arrived after seconds.
 The gate asks the spawner first: JupyterHub's ``spawn_single_user`` (``handlers/base.py``),
 through which both the REST API (``POST /hub/api/users/:name/server[s/:server]``,
 ``UserServerAPIHandler.post``) and the spawn form (``POST /hub/spawn``, ``SpawnHandler``)
-start servers, runs inside the spawner's ``checked_spawn(options)`` when it has one
-(:meth:`hub_ext.docker.spawner.GPUDockerSpawner.checked_spawn`) for a server that is neither
+start servers, runs inside the spawner's ``checked_spawn(options)``
+(:meth:`hub_ext.spawner_core.SpawnerCore.checked_spawn`; the Docker backend checks its
+GPUs, the Slurm backend admits every start to ``start()``) for a server that is neither
 running nor pending: its check first, then JupyterHub's code unchanged.  A refusal is the
 ``HTTPError`` that ``start()`` would raise, with the same status and words, so the API's
 JSON and the spawn form's message read as before.  The check is advisory: ``start()``
@@ -76,11 +77,8 @@ async def refusal(spawner, options: dict | None) -> web.HTTPError | None:
     (its ``check_spawn``: the same check ``checked_spawn`` makes), or None when it would
     admit it or has no such check.  Advisory: nothing is reserved; a claim the check
     leaves counts only while the start is handed over or pending (``check_gpus_now``)."""
-    check = getattr(spawner, "check_spawn", None)
-    if check is None:
-        return None
     try:
-        await check(options)
+        await spawner.check_spawn(options)
     except web.HTTPError as e:
         return e
     return None
@@ -93,11 +91,10 @@ class SpawnGate:
 
     async def spawn_single_user(self, user, server_name="", display_name="", options=None):
         spawner = user.get_or_create_spawner(server_name, display_name, replace_failed=True)
-        checked = getattr(spawner, "checked_spawn", None)
-        if checked is None or spawner.active:
+        if spawner.active:
             return await super().spawn_single_user(user, server_name, display_name,
                                                    options=options)
-        async with checked(options):
+        async with spawner.checked_spawn(options):
             return await super().spawn_single_user(user, server_name, display_name,
                                                    options=options)
 

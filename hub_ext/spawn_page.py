@@ -1,31 +1,24 @@
 """The spawn page: profile cards that say what each image holds, costs and whether it can
 start now (the fields they post become ``user_options`` in :mod:`hub_ext.choice`).
 
-:class:`SpawnPage` is a part of each backend's spawner (a mixin).  The cards come from the
+:class:`SpawnPage` is a part of each backend's spawner (a mixin, the base class of the
+backend's availability).  The cards come from the
 same functions a spawn uses (:mod:`hub_ext.profiles`, the backend's free GPUs, the hooks'
 ``why_not``), so a profile the page offers is one the spawn accepts;
 ``GET /hub/api/gpuhub/availability`` (:mod:`hub_ext.handlers`) serves them as JSON for the
 page's live refresh.  HTML comes from ``share/gpuhub/templates/options_form.html``.
 
-What the page needs of a backend (the seam; the Docker backend answers from its GPU pool,
-:mod:`hub_ext.docker.availability`, the Slurm backend from ``sinfo``,
-:mod:`hub_ext.slurm.availability`):
-
-- ``async gpu_snapshot()``: what the backend knows of its GPUs now, read once per page
-  (never raises: an unreadable inventory is part of the snapshot);
-- ``gpus_now(snapshot, overrides) -> GPUsNow``: a profile's GPUs, free and in all, and why
-  they cannot be had now;
-- ``async availability(config, log)`` (a class method): the counts over every GPU, for
-  the endpoint;
-- ``async image_facts(image)``: what the image holds (Python, framework, CUDA);
-- ``limits_of(overrides) -> (memory, cpus)``: the limits the backend enforces, as
-  :func:`hub_ext.limits.limits_text` reads them.
+What the page needs of a backend is the methods of :class:`SpawnPage` that raise
+NotImplementedError (the seam): the Docker backend answers from its GPU pool
+(:class:`hub_ext.docker.availability.PoolAvailability`), the Slurm backend from ``sinfo``
+(:class:`hub_ext.slurm.availability.SlurmAvailability`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from traitlets import default
 from traitlets.config import LoggingConfigurable
 
 from .limits import limits_text
@@ -67,7 +60,51 @@ def facts_from_labels(labels: dict) -> dict:
 
 
 class SpawnPage(LoggingConfigurable):
-    """The spawn page's cards and form (JupyterHub ``Spawner.options_form``)."""
+    """The spawn page's cards and form (JupyterHub ``Spawner.options_form``), and what a
+    backend provides for them: :meth:`gpu_snapshot`, :meth:`gpus_now`,
+    :meth:`limits_of`, :meth:`image_facts`, and the class methods :meth:`availability`
+    and :meth:`gpu_board` (all required)."""
+
+    # -- what a backend provides ---------------------------------------------------------
+
+    async def gpu_snapshot(self):
+        """What the backend knows of its GPUs now, read once per page; never raises (an
+        unreadable inventory is part of the snapshot)."""
+        raise NotImplementedError
+
+    def gpus_now(self, snapshot, overrides: dict) -> GPUsNow:
+        """A profile's GPUs (``overrides``: the profile's trait values) as ``snapshot``
+        has them: free and in all, and why they cannot be had now."""
+        raise NotImplementedError
+
+    def limits_of(self, overrides: dict) -> tuple:
+        """(memory, CPUs) the backend enforces for a profile, as
+        :func:`hub_ext.limits.limits_text` reads them (None: no limit)."""
+        raise NotImplementedError
+
+    async def image_facts(self, image: str) -> dict:
+        """What ``image`` holds ({"python", "framework", "framework_version", "cuda",
+        "description"}: :func:`facts_from_labels`); ``{}`` when unknown."""
+        raise NotImplementedError
+
+    @classmethod
+    async def availability(cls, config, log) -> dict:
+        """The counts over every GPU of the backend, for ``GET
+        /hub/api/gpuhub/availability`` (:mod:`hub_ext.handlers`; a class method: asked
+        with the hub's ``config`` and no spawner)."""
+        raise NotImplementedError
+
+    @classmethod
+    async def gpu_board(cls, handler) -> dict:
+        """The GPU board's model for admins (:mod:`hub_ext.admin`; ``handler``: the
+        board's request handler)."""
+        raise NotImplementedError
+
+    # -- the page ------------------------------------------------------------------------
+
+    @default("options_form")
+    def _default_options_form(self):
+        return self._render_options_form
 
     async def _render_options_form(self, spawner):
         visible, _ = await self.get_profiles()
@@ -151,8 +188,7 @@ class SpawnPage(LoggingConfigurable):
     async def _hooks_why_not(self, credits_per_hour: float) -> str:
         """The first hook's reason why a profile of this price cannot start now, or ``""``."""
         for hook in self.hooks:
-            ask = getattr(hook, "why_not", None)
-            why_not = await ask(self, credits_per_hour) if ask is not None else ""
+            why_not = await hook.why_not(self, credits_per_hour)
             if why_not:
                 return why_not
         return ""

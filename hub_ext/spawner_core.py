@@ -1,9 +1,8 @@
 """What every backend's spawner shares: profiles, mounts, pre-start hooks, progress, hook
 state.
 
-A backend (:class:`hub_ext.docker.spawner.GPUDockerSpawner`, :class:`hub_ext.slurm.spawner.
-GPUSlurmSpawner`) mixes :class:`SpawnerCore` in before its JupyterHub spawner base and
-calls, in its ``start()``:
+A backend's spawner (:mod:`hub_ext.docker.spawner`, :mod:`hub_ext.slurm.spawner`) mixes
+:class:`SpawnerCore` in before its JupyterHub spawner base and calls, in its ``start()``:
 
 1. :meth:`SpawnerCore.load_profile` (``user_options`` are untrusted: HTTP 400 naming the
    valid choices);
@@ -16,21 +15,28 @@ calls, in its ``start()``:
 
 Hook state (``hook_state``: the credits meter's interval, the culler's watch) lives in
 spawner state under ``gpuhub_hooks``, versioned, so a hub restart hands each hook its part
-again (:meth:`SpawnerCore.restore_hook_state`).
+again (:meth:`SpawnerCore.get_state`, :meth:`SpawnerCore.load_state`).
+
+Also shared: the server's key (:attr:`SpawnerCore.server_key`), the hub database session
+(:meth:`SpawnerCore.db_session`) and how a refusal reaches the member
+(:meth:`SpawnerCore.tell_member`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 
 from sqlalchemy.orm import object_session
 from sqlalchemy.orm.attributes import flag_modified
+from tornado import web
 from traitlets import Any, CaselessStrEnum, Float, List, validate
 
 from .choice import ProfileChoice
-from .hooks import PENDING, check_before_reserve, resolve_hooks
+from .hooks import PENDING, Hook, check_before_reserve, resolve_hooks
 from .mounts import MemberMounts
+from .server_key import ServerKey
 
 __all__ = ["PENDING", "STATE_VERSION", "SpawnerCore"]
 
@@ -44,6 +50,11 @@ class SpawnerCore(ProfileChoice, MemberMounts):
 
     Subclasses list the traits a profile may override in ``_overridable`` and call
     :meth:`init_core` from ``__init__``.
+
+    Its section of the configuration, ``c.SpawnerCore``, is read by every backend's
+    spawner (traitlets gives an instance the sections of each configurable class in its
+    MRO, the nearest class winning): what both backends read is set there once
+    (:func:`hub_ext.config.apply_config`), a backend's own settings on its own class.
     """
 
     credits_per_hour = Float(
@@ -52,7 +63,7 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         help="""Credits charged per hour of a running server; 0 makes a profile free.
         Usually set per profile.
 
-            c.GPUDockerSpawner.credits_per_hour = 2.0
+            c.SpawnerCore.credits_per_hour = 2.0
         """,
     )
 
@@ -63,7 +74,7 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         before the hub stops it, even while its browser tab is open; 0 never.  Usually set
         per profile (``gpu_idle_timeout``); enforced by hub_ext.culling.Culler.
 
-            c.GPUDockerSpawner.gpu_idle_timeout = 2700
+            c.SpawnerCore.gpu_idle_timeout = 2700
         """,
     )
 
@@ -75,7 +86,7 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         --timeout.  Usually set per profile (``cull_idle_timeout``); read by the culler
         service through hub_ext.culler_arbiter.
 
-            c.GPUDockerSpawner.cull_idle_timeout = 1800
+            c.SpawnerCore.cull_idle_timeout = 1800
         """,
     )
 
@@ -86,7 +97,7 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         warned on the home page c.Culler.max_age_warning seconds before.  Usually set per
         profile (``cull_max_age``); enforced by hub_ext.culling.Culler.
 
-            c.GPUDockerSpawner.cull_max_age = 8 * 3600
+            c.SpawnerCore.cull_max_age = 8 * 3600
         """,
     )
 
@@ -94,7 +105,7 @@ class SpawnerCore(ProfileChoice, MemberMounts):
     def _validate_seconds(self, proposal):
         if proposal["value"] < 0:
             raise ValueError(
-                f"c.GPUDockerSpawner.{proposal['trait'].name} must be 0 (no limit) or a "
+                f"c.{type(self).__name__}.{proposal['trait'].name} must be 0 (no limit) or a "
                 f"positive number of seconds, got {proposal['value']!r}"
             )
         return proposal["value"]
@@ -103,27 +114,22 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         Any(),
         config=True,
         help="""Hooks run after the GPUs are reserved and before the container is
-        created (the credits debit is one): objects, or import strings of
-        ``SingletonConfigurable`` classes (one instance per hub, configured from the hub's
-        config).  A hook has
+        created (the credits debit is one): :class:`hub_ext.hooks.Hook` instances, or
+        import strings of Hook classes (one instance per hub, configured from the hub's
+        config).  A hook has (hub_ext.hooks.Hook)
 
-        - optionally ``async before_reserve(spawner)``: a quick check before anything is
-          reserved (the credits hook: can the balance pay the first interval?); raise
-          ``tornado.web.HTTPError`` to refuse.  The waiting line asks it too, before it
-          queues a member (``spawner.check_hooks()``, hub_ext.hooks);
         - ``async before_container(spawner)``: raise ``tornado.web.HTTPError`` to refuse;
-          this is the authority (the debit), the check above only spares the GPU;
+          this is the authority (the debit);
         - ``async undo(spawner)``: a later step failed; idempotent;
-        - optionally ``async after_stop(spawner)``: the server stopped; idempotent;
-        - optionally ``restore(spawner)``: the hub restarted with this server running;
-          ``spawner.hook_state[hook.name]`` holds what the hook kept in spawner state
-          (a dict with ``PENDING`` set when the hub stopped during the start; the
-          container's labels replace it when the container exists);
-        - optionally ``async why_not(spawner, credits_per_hour)``: a sentence saying why a
-          profile of that price cannot start for this member now, or ``""``; the spawn
-          page disables such a profile and shows the sentence.
+        - optionally ``async before_reserve(spawner)``: a quick check before anything is
+          reserved (the credits hook: can the balance pay the first interval?), which
+          the waiting line asks too, before it queues a member;
+        - optionally ``async after_stop(spawner)``, ``restore(spawner)`` (the hub
+          restarted with this server running; ``spawner.hook_state[hook.name]`` holds
+          what the hook kept) and ``async why_not(spawner, credits_per_hour)`` (why a
+          profile of that price cannot start for this member now, for the spawn page).
 
-            c.GPUDockerSpawner.before_container_hooks = ["hub_ext.credits.hook.CreditsHook"]
+            c.SpawnerCore.before_container_hooks = ["hub_ext.credits.hook.CreditsHook"]
         """,
     )
 
@@ -137,9 +143,18 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         network namespace can reach: Docker host networking, a Slurm node); ``""`` leaves
         it to the image (the project's images set ``ipc`` themselves).
 
-            c.GPUDockerSpawner.kernel_transport = ""
+            c.SpawnerCore.kernel_transport = ""
         """,
     )
+
+    @validate("before_container_hooks")
+    def _validate_hooks(self, proposal):
+        for hook in proposal["value"]:
+            if not isinstance(hook, str | Hook):
+                raise ValueError(
+                    f"c.{type(self).__name__}.before_container_hooks: {hook!r} is not a "
+                    "hub_ext.hooks.Hook (subclass it) nor the import string of one")
+        return proposal["value"]
 
     _overridable: tuple[str, ...] = ()
 
@@ -158,6 +173,41 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         self._events: list[dict] = []
         self._events_changed = asyncio.Event()
         self.hook_state: dict[str, dict] = {}
+
+    @property
+    def server_key(self) -> ServerKey:
+        """This server's key in the pool, the line and the culler: (user, server name)."""
+        return ServerKey(self.user.name, self.name or "")
+
+    def db_session(self):
+        """The hub's own database session, found from this spawner's row (JupyterHub's
+        ``Spawner.db`` is deprecated); None outside a hub (a spawner made by a test)."""
+        orm_spawner = getattr(self, "orm_spawner", None)
+        return object_session(orm_spawner) if orm_spawner is not None else None
+
+    @staticmethod
+    def tell_member(error: web.HTTPError) -> None:
+        """Make a refusal's sentence (``log_message``) the one JupyterHub shows the member
+        (``jupyterhub_message``, JupyterHub ``format_exception``), so that a refusal
+        coming after the spawn page moved on reads the same on the progress page; the
+        caller raises ``error`` again.  A message already set is kept."""
+        if error.log_message and not hasattr(error, "jupyterhub_message"):
+            error.jupyterhub_message = error.log_message
+
+    async def check_spawn(self, options: dict | None) -> None:
+        """Optional for a backend: refuse now, with the ``tornado.web.HTTPError`` that
+        ``start()`` would raise, a start it would refuse before reserving anything
+        (``options``: the request's ``user_options``; None: the stored ones).  Asked by
+        :mod:`hub_ext.spawn_gate` before JupyterHub creates the server's token and rows.
+        Default: admits every start (``start()`` decides)."""
+
+    @contextlib.asynccontextmanager
+    async def checked_spawn(self, options: dict | None):
+        """:meth:`check_spawn`, then the block in which :mod:`hub_ext.spawn_gate` hands
+        the admitted start to JupyterHub.  A backend whose check leaves a claim that must
+        count meanwhile (the Docker backend's GPUs) overrides it."""
+        await self.check_spawn(options)
+        yield
 
     @property
     def hooks(self) -> list:
@@ -219,9 +269,7 @@ class SpawnerCore(ProfileChoice, MemberMounts):
     async def run_stop_hooks(self) -> None:
         """Each hook's ``after_stop`` (idempotent), last first."""
         for hook in reversed(self.hooks):
-            stopped = getattr(hook, "after_stop", None)
-            if stopped is not None:
-                await stopped(self)
+            await hook.after_stop(self)
 
     def start_unfinished(self) -> bool:
         """Whether a hook's part of the state is a write-ahead record: the hub stopped
@@ -230,26 +278,34 @@ class SpawnerCore(ProfileChoice, MemberMounts):
 
     # -- state -------------------------------------------------------------------------
 
-    def hook_state_for_db(self) -> dict:
-        """The ``gpuhub_hooks`` entry of spawner state, or ``{}``."""
-        if not self.hook_state:
-            return {}
-        return {"gpuhub_hooks": {"version": STATE_VERSION,
-                                 "hooks": copy.deepcopy(self.hook_state)}}
+    def get_state(self):
+        """The JupyterHub spawner's state, with the hooks' parts under ``gpuhub_hooks``
+        (versioned) when they have any."""
+        state = super().get_state()
+        if self.hook_state:
+            state["gpuhub_hooks"] = {"version": STATE_VERSION,
+                                     "hooks": copy.deepcopy(self.hook_state)}
+        return state
 
-    def restore_hook_state(self, state: dict | None) -> None:
-        """Read ``gpuhub_hooks`` back and hand each hook its part after a hub restart."""
+    def load_state(self, state):
+        """The JupyterHub spawner's ``load_state``, then ``gpuhub_hooks`` read back and
+        each hook handed its part (a hub restart).  A backend sets what the hooks read of
+        the spawner (``profile_slug``, its GPUs) before calling this."""
+        super().load_state(state)
         hooks = (state or {}).get("gpuhub_hooks")
         if hooks and hooks.get("version") == STATE_VERSION:
             self.hook_state = dict(hooks.get("hooks") or {})
             self.restore_hooks()
 
+    def clear_state(self):
+        super().clear_state()
+        self.hook_state = {}
+
     def restore_hooks(self) -> None:
         """Hand each hook its part of ``hook_state`` (its ``restore``)."""
         for hook in self.hooks:
-            restore = getattr(hook, "restore", None)
-            if restore is not None and getattr(hook, "name", None) in self.hook_state:
-                restore(self)
+            if hook.name in self.hook_state:
+                hook.restore(self)
 
     def persist_state(self) -> None:
         """Write this spawner's state to the hub database now, as JupyterHub's
@@ -257,11 +313,10 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         credits debit about to be made) then survives a hub killed mid-start, and the
         meter's record of paid intervals survives one killed while the server runs.
         """
-        orm_spawner = getattr(self, "orm_spawner", None)
-        # the hub's own session, found from its row (Spawner.db is deprecated)
-        session = object_session(orm_spawner) if orm_spawner is not None else None
+        session = self.db_session()
         if session is None:
             return
+        orm_spawner = self.orm_spawner
         orm_spawner.state = self.get_state()
         # the state JupyterHub saved last may share our dicts: say it changed
         flag_modified(orm_spawner, "state")

@@ -261,6 +261,7 @@ def usage(args) -> int:
     from sqlalchemy import create_engine
     from sqlalchemy.orm import Session
 
+    from .backends import backend
     from .config import Settings, hub_db_url
     from .credits.errors import CreditsError
     from .runs import runs_overlapping
@@ -289,10 +290,8 @@ def usage(args) -> int:
                   "shown as -", file=sys.stderr)
             status = 1
     jobs = None
-    if settings.backend == "slurm":  # the backend's accounting, as config.py applies its config
-        from .slurm.accounting import read_accounting
-
-        accounting = read_accounting(settings, runs)
+    accounting = backend(settings.backend).read_accounting(settings, runs)  # Slurm's sacct
+    if accounting is not None:
         if accounting.note:
             print(f"gpuhub usage: {accounting.note}", file=sys.stderr)
         status = max(status, int(accounting.failed))

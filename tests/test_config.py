@@ -35,6 +35,27 @@ def configure(tmp_path, monkeypatch, **env):
     return c
 
 
+def spawner_class(backend: str):
+    if backend == "docker":
+        from hub_ext.docker.spawner import GPUDockerSpawner
+
+        return GPUDockerSpawner
+    from hub_ext.slurm.spawner import GPUSlurmSpawner
+
+    return GPUSlurmSpawner
+
+
+def spawner_reads(c: Config, backend: str = "docker") -> Config:
+    """What the backend's spawner reads of ``c``: the sections of every configurable class
+    in its MRO, merged as traitlets merges them (``Configurable._find_my_config``: the
+    nearest class wins)."""
+    merged = Config()
+    for name in spawner_class(backend).section_names():
+        if c._has_section(name):
+            merged.merge(c[name])
+    return merged
+
+
 def test_defaults_are_production_shaped(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch)
     assert "gpuhub_short_lines" in c.JupyterHub.logging_config["handlers"]["console"]["filters"]
@@ -196,7 +217,7 @@ def test_idle_culler_runs_as_a_managed_service_with_only_its_scopes(tmp_path, mo
 
 def test_culler_hook_follows_credits_and_sees_every_request(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch)
-    assert c.GPUDockerSpawner.before_container_hooks == [CREDITS_HOOK, HOOK]
+    assert spawner_reads(c).before_container_hooks == [CREDITS_HOOK, HOOK]
     assert c.JupyterHub.tornado_settings["log_function"] is log_request
     assert c.JupyterHub.template_vars["gpuhub_notices"] is home_notices
     assert c.Culler.service_name == "idle-culler"
@@ -206,7 +227,7 @@ def test_site_wide_limits_become_the_spawners_defaults(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_CULL_IDLE_TIMEOUT="1800",
                   GPUHUB_GPU_IDLE_TIMEOUT="900", GPUHUB_CULL_MAX_AGE="28800",
                   GPUHUB_CULL_WARNING="600")
-    s = c.GPUDockerSpawner
+    s = spawner_reads(c)
     assert (s.cull_idle_timeout, s.gpu_idle_timeout, s.cull_max_age) == (1800, 900, 28800)
     assert c.Culler.max_age_warning == 600
     assert "--timeout=1800" in service(c, "idle-culler")["command"]
@@ -214,7 +235,7 @@ def test_site_wide_limits_become_the_spawners_defaults(tmp_path, monkeypatch):
 
 def test_defaults(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch)
-    s = c.GPUDockerSpawner
+    s = spawner_reads(c)
     assert (s.cull_idle_timeout, s.gpu_idle_timeout, s.cull_max_age) == (3600, 1800, 0)
     assert c.Culler.max_age_warning == 900
 
@@ -222,7 +243,7 @@ def test_defaults(tmp_path, monkeypatch):
 def test_no_idle_timeout_anywhere_means_no_idle_culler(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_CULL_IDLE_TIMEOUT="0")
     assert service(c, "idle-culler") is None
-    assert HOOK in c.GPUDockerSpawner.before_container_hooks  # GPUs and max age still
+    assert HOOK in spawner_reads(c).before_container_hooks  # GPUs and max age still
 
 
 def test_a_profiles_idle_timeout_runs_the_culler_often_enough(tmp_path, monkeypatch):
@@ -285,5 +306,71 @@ def test_the_cli_service_reads_the_gpu_board_manages_reservations_and_nothing_el
 def test_on_slurm_runs_are_recorded_and_the_culler_reads_no_local_gpus(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND="slurm")
     assert c.JupyterHub.spawner_class == "hub_ext.slurm.spawner.GPUSlurmSpawner"
-    assert c.GPUSlurmSpawner.before_container_hooks == [CREDITS_HOOK, HOOK]
+    assert spawner_reads(c, "slurm").before_container_hooks == [CREDITS_HOOK, HOOK]
     assert c.Culler.gpu_units is None  # no NVML readings on the hub's machine
+
+
+SHARED = {"profile_list", "image", "datasets", "before_container_hooks", "gpu_idle_timeout",
+          "cull_idle_timeout", "cull_max_age", "default_url", "start_timeout", "http_timeout"}
+
+
+@pytest.mark.parametrize("backend", ["docker", "slurm"])
+def test_shared_settings_are_set_once_for_both_backends(tmp_path, monkeypatch, backend):
+    """Profiles, image, datasets, hooks and limits are set on the core's sections, which
+    either backend's spawner reads (traitlets' section inheritance), not copied from one
+    backend's section to the other's."""
+    datasets = tmp_path / "datasets.json"
+    datasets.write_text(json.dumps({"imagenet": {"path": "/data/imagenet"}}))
+    c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND=backend, GPUHUB_IMAGE="site/img:1",
+                  GPUHUB_DATASETS=str(datasets), GPUHUB_GPU_IDLE_TIMEOUT="900")
+    reads = spawner_reads(c, backend)
+    assert SHARED <= set(reads)
+    assert (reads.image, reads.datasets, reads.gpu_idle_timeout, reads.default_url) == (
+        "site/img:1", {"imagenet": {"path": "/data/imagenet"}}, 900, "/lab")
+    assert [p["slug"] for p in reads.profile_list] == ["cpu", "pytorch"]
+    for section in ("GPUDockerSpawner", "GPUSlurmSpawner"):  # nothing shared set twice
+        assert not SHARED & set(c.get(section, {})) - {"start_timeout"}, section
+    if backend == "slurm":  # a job may wait: Slurm's own time-out, above the core's
+        assert (c.Spawner.start_timeout, reads.start_timeout) == (120, 3600)
+        assert "GPUDockerSpawner" not in c and "GPUPool" not in c  # Docker's own: not set
+
+
+@pytest.mark.parametrize("backend", ["docker", "slurm"])
+def test_each_setting_a_spawner_reads_is_one_of_its_traits(tmp_path, monkeypatch, backend):
+    """A backend's own setting on the core's section would reach the other backend's
+    spawner as an unknown option (traitlets: "Config option not recognized")."""
+    c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND=backend,
+                  GPUHUB_DOCKER_NETWORK="host", GPUHUB_SLURM_PARTITION="gpu")
+    traits = spawner_class(backend).class_traits(config=True)
+    assert set(spawner_reads(c, backend)) - set(traits) == set()
+
+
+def slurm_spawner(c: Config):
+    from types import SimpleNamespace
+
+    from hub_ext.slurm.spawner import GPUSlurmSpawner
+
+    user = SimpleNamespace(name="alice", url="/user/alice/", escaped_name="alice", server=None,
+                           settings={}, db=None, orm_user=None, id=1)
+    return GPUSlurmSpawner(config=c, user=user)
+
+
+def test_a_slurm_spawner_reads_the_core_sections_and_its_own(tmp_path, monkeypatch):
+    """traitlets' section inheritance on a real spawner: what the hub set once on
+    ``c.SpawnerCore`` and ``c.Spawner`` reaches it, with Slurm's own settings."""
+    c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND="slurm", GPUHUB_IMAGE="site/img:1",
+                  GPUHUB_CULL_MAX_AGE="7200", GPUHUB_SLURM_PARTITION="gpu")
+    spawner = slurm_spawner(c)
+    assert (spawner.image, spawner.cull_max_age, spawner.default_url, spawner.http_timeout,
+            spawner.start_timeout, spawner.req_partition) == (
+        "site/img:1", 7200, "/lab", 60, 3600, "gpu")
+    assert spawner.before_container_hooks == [CREDITS_HOOK, HOOK]
+    assert [p["slug"] for p in spawner.profile_list] == ["cpu", "pytorch"]
+
+
+def test_a_hook_that_is_no_hook_is_refused_naming_the_setting(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND="slurm")
+    c.SpawnerCore.before_container_hooks = [CREDITS_HOOK, object()]
+    with pytest.raises(ValueError, match=r"before_container_hooks: <object .*> is not a "
+                                         r"hub_ext\.hooks\.Hook"):
+        slurm_spawner(c)

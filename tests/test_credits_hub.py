@@ -450,7 +450,9 @@ STALL_AFTER_DEBIT = """
 import asyncio
 from traitlets.config import SingletonConfigurable
 
-class StallAfterDebit(SingletonConfigurable):
+from hub_ext.hooks import Hook
+
+class StallAfterDebit(Hook, SingletonConfigurable):
     name = "stall"
 
     async def before_container(self, spawner):

@@ -10,13 +10,13 @@ import pytest
 
 from hub_ext.config import DEFAULT_PROFILES
 from hub_ext.limits import GIB, Node, limited_profiles, limits_text, memory_text, node_gpu_count
-from tests.test_config import configure
+from tests.test_config import configure, spawner_reads
 
 FOUR_GPU_NODE = Node(memory_bytes=160 * GIB, cpus=32.0, gpus=4)
 
 
 def overrides(c, slug: str) -> dict:
-    [profile] = [p for p in c.GPUDockerSpawner.profile_list if p["slug"] == slug]
+    [profile] = [p for p in spawner_reads(c).profile_list if p["slug"] == slug]
     return profile["spawner_override"]
 
 
@@ -71,7 +71,7 @@ def test_a_sites_profile_file_is_used_as_written(tmp_path, monkeypatch):
     path = tmp_path / "profiles.json"
     path.write_text(json.dumps([{"slug": "cpu", "display_name": "CPU"}]))
     c = configure(tmp_path, monkeypatch, GPUHUB_PROFILES=str(path))
-    assert "spawner_override" not in c.GPUDockerSpawner.profile_list[0]
+    assert "spawner_override" not in spawner_reads(c).profile_list[0]
 
 
 def test_server_limits_are_settings(tmp_path, monkeypatch):

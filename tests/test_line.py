@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from hub_ext.line import Line, LineLeft, LineRefused
+from hub_ext.line import Line, LineBackend, LineLeft, LineRefused
 from hub_ext.line.order import (
     Waiting,
     estimate_wait,
@@ -68,7 +68,7 @@ def test_estimate_from_running_servers():
     assert expected_left(100, 0, 0, 0, 3600) == 3500
 
 
-class OneFreeGPU:
+class OneFreeGPU(LineBackend):
     """A backend with ``free`` whole GPUs; grants take them."""
 
     def __init__(self, free: int):

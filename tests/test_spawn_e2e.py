@@ -245,7 +245,9 @@ SLOW_UNDO = """
 import asyncio
 from traitlets.config import SingletonConfigurable
 
-class SlowUndo(SingletonConfigurable):
+from hub_ext.hooks import Hook
+
+class SlowUndo(Hook, SingletonConfigurable):
     name = "slow-undo"
 
     async def before_container(self, spawner):
@@ -255,7 +257,7 @@ class SlowUndo(SingletonConfigurable):
         await asyncio.sleep(3)
         spawner.log.info("Undone the start of %s", spawner._log_name)
 
-class Hold(SingletonConfigurable):
+class Hold(Hook, SingletonConfigurable):
     name = "hold"
 
     async def before_container(self, spawner):

@@ -17,7 +17,7 @@ from decimal import Decimal
 from tornado import web
 
 from .. import metrics
-from ..auth_credits import MemberAccount
+from .account import MemberAccount
 from .errors import AccountNotFound, CreditsError
 from .metering import CENT, as_decimal, interval_amount
 

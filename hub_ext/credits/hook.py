@@ -1,8 +1,9 @@
 """CreditsHook: pay for a server before it starts, then for every interval it runs.
 
-Used as a spawner hook (:attr:`hub_ext.docker.spawner.GPUDockerSpawner.before_container_hooks`)::
+Used as a spawner hook (:attr:`hub_ext.spawner_core.SpawnerCore.before_container_hooks`,
+either backend)::
 
-    c.GPUDockerSpawner.before_container_hooks = ["hub_ext.credits.hook.CreditsHook"]
+    c.SpawnerCore.before_container_hooks = ["hub_ext.credits.hook.CreditsHook"]
 
 A start runs: profile -> :meth:`CreditsHook.before_reserve` (can the balance pay the first
 interval? so a member who cannot pay never holds a GPU) -> GPUs ->
@@ -50,9 +51,9 @@ from traitlets import Bool, Callable, Float, Instance, default, validate
 from traitlets.config import SingletonConfigurable
 
 from .. import metrics
-from ..auth_credits import remember_balance
-from ..hooks import PENDING
+from ..hooks import PENDING, Hook
 from ..notices import notices
+from .account import remember_balance
 from .affordability import UNREACHABLE, Affordability, too_little
 from .client import CreditsClient
 from .errors import AccountNotFound, CreditsAuthError, CreditsError, InsufficientCredits
@@ -70,11 +71,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class CreditsHook(CreditsMeter, Affordability, SingletonConfigurable):
+class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
     """Debits credits for servers: the first interval at spawn, then each interval it runs.
 
-    All spawner-facing methods take the spawner (a :class:`hub_ext.docker.spawner.GPUDockerSpawner`
-    or anything with ``user``, ``name``, ``credits_per_hour``, ``profile_slug``,
+    All spawner-facing methods take the spawner (a :class:`hub_ext.spawner_core.SpawnerCore`
+    of either backend, or anything with ``user``, ``name``, ``credits_per_hour``, ``profile_slug``,
     ``hook_state`` and ``emit``).  ``before_reserve`` and ``before_container`` raise
     ``tornado.web.HTTPError``;
     ``undo``, ``after_stop`` and ``restore`` never raise and are idempotent.

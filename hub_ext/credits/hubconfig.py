@@ -96,11 +96,11 @@ def apply_credits_config(c, settings) -> None:
         c.CreditsClient.url = api_url(settings)
         c.CreditsClient.token = service["environment"]["GPUHUB_CREDITS_HUB_TOKEN"]
 
-    hooks = list(c.GPUDockerSpawner.before_container_hooks) if (
-        "before_container_hooks" in c.GPUDockerSpawner) else []
+    core = c.SpawnerCore  # both backends' spawners read it
+    hooks = list(core.before_container_hooks) if "before_container_hooks" in core else []
     if HOOK not in hooks:
         hooks.append(HOOK)
-    c.GPUDockerSpawner.before_container_hooks = hooks
+    core.before_container_hooks = hooks
     c.CreditsHook.interval = settings.credits_interval
     c.CreditsHook.fail_open = settings.credits_fail_open
     from jupyterhub.app import JupyterHub

@@ -21,11 +21,11 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from ..auth_credits import remember_balance
 from ..hooks import PENDING
 from ..notices import notices
 from ..periodic import ensure_task, every
 from ..stopping import stop_server
+from .account import remember_balance
 from .affordability import _money
 from .errors import AccountNotFound, CreditsError, InsufficientCredits
 from .metering import (

@@ -49,7 +49,7 @@ from urllib.parse import urlsplit
 from tornado import httpserver, netutil, web
 from tornado.log import access_log, enable_pretty_logging
 
-from ..config import with_password
+from ..dburl import with_password
 from .amounts import AMOUNT_PATTERN, POSITIVE_AMOUNT_PATTERN, format_cents, to_cents
 from .contract import MAX_ID, MAX_TEXT, metadata_problem, username_problem
 from .db import make_engine, upgrade

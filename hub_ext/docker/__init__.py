@@ -9,6 +9,8 @@
   through :mod:`.nvml`, or a simulated node);
 - :mod:`.reconcile`: the pool's books checked against the containers Docker runs;
 - :mod:`.pool_line`: the pool grants freed GPUs to the head of the shared line.
+- :mod:`.hubconfig`: the backend's own part of the hub's configuration
+  (``GPUHUB_BACKEND=docker``).
 
 The Slurm backend is :mod:`hub_ext.slurm`; what both share lives at ``hub_ext``'s top level.
 """

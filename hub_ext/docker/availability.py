@@ -12,10 +12,9 @@ import time
 from dataclasses import dataclass
 
 from docker.errors import APIError, NotFound
-from traitlets.config import LoggingConfigurable
 
 from ..profiles import gpu_request
-from ..spawn_page import GPUsNow, facts_from_labels
+from ..spawn_page import GPUsNow, SpawnPage, facts_from_labels
 from .inventory import Device
 from .pool import GPUPool
 
@@ -29,8 +28,9 @@ class PoolSnapshot:
     readable: bool = True
 
 
-class PoolAvailability(LoggingConfigurable):
-    """Free GPUs from the pool, image facts from Docker's labels."""
+class PoolAvailability(SpawnPage):
+    """The spawn page of the Docker backend: free GPUs from the pool, image facts from
+    Docker's labels."""
 
     async def gpu_snapshot(self) -> PoolSnapshot:
         """The pool's devices now; never raises (the page still renders, spawns say why)."""

@@ -13,7 +13,7 @@ free in between.
 
 from __future__ import annotations
 
-from ..line import Line, Place
+from ..line import Line, LineBackend, Place
 from .pool import AllocationRefused, GPUPool, ServerKey, utcnow
 
 __all__ = ["PoolGrants", "attach_line"]
@@ -23,7 +23,7 @@ def _mig(units: str) -> str | None:
     return None if units == "gpu" else units
 
 
-class PoolGrants:
+class PoolGrants(LineBackend):
     """Free units, grants and the running servers' expected ends, from the pool."""
 
     def __init__(self, pool: GPUPool, line: Line, server_limits=None):
@@ -84,5 +84,5 @@ def attach_line(pool: GPUPool, db) -> Line:
 
         line.backend = PoolGrants(pool, line, limits)
         pool.on_release.append(lambda allocation: line.dispatch())
-    line.attach(db, key_type=ServerKey)
+    line.attach(db)
     return line

@@ -30,7 +30,8 @@ restart rebuilds it (:mod:`hub_ext.docker.reconcile`).
 What every backend shares (the member's choice of profile, the pre-start hooks and their
 undo, progress events, hook state, and their traits: ``credits_per_hour``, the culling
 timeouts, ``before_container_hooks``) is :class:`hub_ext.spawner_core.SpawnerCore`, mixed
-in; set them as ``c.GPUDockerSpawner.<trait>`` all the same.
+in; ``c.SpawnerCore.<trait>`` sets them for both backends, ``c.GPUDockerSpawner.<trait>``
+for this one alone (the hub's own settings: :mod:`hub_ext.docker.hubconfig`).
 
 Four parts live in modules of their own, mixed into the class (their traits are set as
 ``c.GPUDockerSpawner.<trait>`` all the same): the member's choice (:mod:`hub_ext.choice`:
@@ -64,12 +65,11 @@ from traitlets import (
 
 from ..notices import notices
 from ..profiles import LABEL_PREFIX, gpu_request
-from ..spawn_page import SpawnPage
 from ..spawner_core import STATE_VERSION, SpawnerCore
 from .availability import PoolAvailability
 from .container import MemberContainer
 from .inventory import InventoryError
-from .pool import GPUPool, ServerKey
+from .pool import GPUPool
 from .readiness import port_open
 from .reconcile import ensure_reconciler
 from .server_limits import ServerLimits
@@ -77,7 +77,7 @@ from .spawner_line import TOPIC as LINE_TOPIC
 from .spawner_line import LineSpawner
 
 
-class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, PoolAvailability, MemberContainer,
+class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContainer,
                        SpawnerCore, DockerSpawner):
     """A DockerSpawner that gives each server exclusive GPUs and a chosen profile."""
 
@@ -143,10 +143,6 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, PoolAvailability, M
     def _default_remove(self):
         return True
 
-    @default("options_form")
-    def _default_options_form(self):
-        return self._render_options_form
-
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         # one pool per hub process, configured by c.GPUPool.*
@@ -158,12 +154,8 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, PoolAvailability, M
         self._container_may_live = False  # a failed stop left the container behind
         self._labels_read = False  # poll() looked at the container's labels
         ensure_reconciler(self.pool, lambda: self.client, self.hub_id)
-        if self._db() is not None:
+        if self.db_session() is not None:
             self.line()  # the places kept from before a restart count from the start
-
-    @property
-    def server_key(self) -> ServerKey:
-        return ServerKey(self.user.name, self.name or "")
 
     # -- progress ----------------------------------------------------------------------
 
@@ -179,8 +171,7 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, PoolAvailability, M
         try:
             return await self._start()
         except web.HTTPError as e:
-            if e.log_message and not hasattr(e, "jupyterhub_message"):
-                e.jupyterhub_message = e.log_message
+            self.tell_member(e)
             raise
         finally:
             # check_spawn's claim is spent: the GPUs are held (or the place in line
@@ -230,8 +221,7 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, PoolAvailability, M
             if devices is not None:
                 self.check_gpus_now(devices, count, mig, self._units_text(count, mig))
         except web.HTTPError as e:
-            if e.log_message and not hasattr(e, "jupyterhub_message"):
-                e.jupyterhub_message = e.log_message
+            self.tell_member(e)
             raise
 
     @staticmethod
@@ -479,14 +469,12 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, PoolAvailability, M
     # -- state -------------------------------------------------------------------------
 
     def get_state(self):
-        state = super().get_state()
+        state = super().get_state()  # DockerSpawner's and the hooks' (SpawnerCore)
         if self.allocation is not None:
             state["gpuhub"] = {**self.allocation.to_state(), "version": STATE_VERSION}
-        state.update(self.hook_state_for_db())
         return state
 
     def load_state(self, state):
-        super().load_state(state)
         saved = state.get("gpuhub") if state else None
         if saved and saved.get("version") == STATE_VERSION and saved.get("uuids"):
             self.profile_slug = saved.get("profile", "")
@@ -494,9 +482,8 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, SpawnPage, PoolAvailability, M
                 self.server_key, saved["uuids"], saved.get("since", time.time()),
                 profile=self.profile_slug,
             )
-        self.restore_hook_state(state)
+        super().load_state(state)  # DockerSpawner's, then the hooks' (SpawnerCore)
 
     def clear_state(self):
-        super().clear_state()
+        super().clear_state()  # the hooks' state too (SpawnerCore)
         self.release_gpus("state cleared")
-        self.hook_state = {}

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy.orm import object_session
 from tornado import web
 from traitlets.config import LoggingConfigurable
 
@@ -59,13 +58,9 @@ class LineSpawner(LoggingConfigurable):
     #: seconds this start waited in line (None: it did not): the run record says so
     line_wait = None
 
-    def _db(self):
-        orm_spawner = getattr(self, "orm_spawner", None)
-        return object_session(orm_spawner) if orm_spawner is not None else None
-
     def line(self):
         """The hub's line, attached to the hub database and the pool."""
-        line = attach_line(self.pool, self._db())
+        line = attach_line(self.pool, self.db_session())
         if self.hub is not None and self.hub.api_url:
             ensure_keeper(line, self.hub.api_url)
         return line
@@ -203,14 +198,15 @@ class LineSpawner(LoggingConfigurable):
 
     def _share_hours(self, line) -> float:
         """GPU-hours of this member in the last ``c.Line.fair_share_days`` (0 when off)."""
-        if not line.fair_share_days or self._db() is None:
+        if not line.fair_share_days or self.db_session() is None:
             return 0.0
         from .. import runs
         from ..usage import gpu_seconds
 
         now = datetime.now(UTC)
         since = now - timedelta(days=line.fair_share_days)
-        return sum(gpu_seconds(r, since, now) for r in runs.runs_overlapping(self._db(), since)
+        return sum(gpu_seconds(r, since, now)
+                   for r in runs.runs_overlapping(self.db_session(), since)
                    if r.username == self.user.name) / 3600
 
     def _show_place(self, place: dict) -> None:

@@ -34,7 +34,7 @@ from .order import (
     place_sentence,
     sort_key,
 )
-from .place import LineBackend, LineLeft, LineRefused, Place, pair, utcnow
+from .place import LineBackend, LineLeft, LineRefused, Place, utcnow
 
 __all__ = ["Line", "LineBackend", "LineLeft", "LineRefused", "Place", "utcnow"]
 
@@ -130,7 +130,6 @@ class Line(SingletonConfigurable):
         self.db = None
         self.writer: store.Writer | None = None
         self.backend: LineBackend | None = None
-        self.key_type: Callable = pair
         self._dispatching = False
         self._last_rank = 0.0
         self._announcing: asyncio.Handle | None = None
@@ -138,17 +137,17 @@ class Line(SingletonConfigurable):
 
     # -- the places ---------------------------------------------------------------------
 
-    def attach(self, db, backend: LineBackend | None = None, key_type: Callable = pair) -> None:
+    def attach(self, db, backend: LineBackend | None = None) -> None:
         """Use the hub database ``db`` (a SQLAlchemy session) and ``backend``; loads the
         places kept there on the first call (a hub restart)."""
         if backend is not None:
             self.backend = backend
         if self.db is not None or db is None:
             return
-        self.db, self.key_type = db, key_type
+        self.db = db
         self.writer = store.Writer(db)
         for row in store.load_rows(db):
-            place = Place.of(row, key_type)
+            place = Place.of(row)
             self.places[place.key] = place
         if self.places:
             self.log.info("The line has %d place(s) kept from before the restart: %s",
@@ -162,13 +161,9 @@ class Line(SingletonConfigurable):
         fair = bool(self.fair_share_days)
         places = [p for p in self.places.values() if units is None or p.units == units]
         places.sort(key=lambda p: sort_key(p.front, p.share_hours, p.rank, fair))
-        if self._standing is not None:
-            places.sort(key=lambda p: (self._standing(p) or (float("inf"),))[0])
+        if self.backend is not None:  # a stable sort: unchanged where none is known
+            places.sort(key=lambda p: (self.backend.standing(p) or (float("inf"),))[0])
         return places
-
-    @property
-    def _standing(self) -> Callable | None:
-        return getattr(self.backend, "standing", None)
 
     def ordered_keys(self) -> list:
         return [p.key for p in self.ordered()]
@@ -363,9 +358,7 @@ class Line(SingletonConfigurable):
             elif self.granted.get(key) is place:  # granted, then cancelled before it woke
                 self.forget(key)
                 if not place.waiter.cancelled() and place.waiter.exception() is None:
-                    ungrant = getattr(self.backend, "ungrant", None)
-                    if ungrant is not None:
-                        ungrant(place, place.waiter.result())
+                    self.backend.ungrant(place, place.waiter.result())
             place.waiter.cancel()  # nobody awaits it any more
             raise
         finally:
@@ -415,8 +408,9 @@ class Line(SingletonConfigurable):
         """One pass of :meth:`dispatch`; True when anything was granted."""
         granted_any = False
         now = utcnow()
-        fits = getattr(self.backend, "fits", None)
-        fit = None if fits is None else (lambda w: fits(self.places[w.key]))
+        def fit(waiting: Waiting) -> bool:
+            return self.backend.fits(self.places[waiting.key])
+
         for units in {p.units for p in self.places.values()}:
             line = self.ordered(units)
             waiting = [Waiting(p.key, p.count, now - p.queued_at,
@@ -461,10 +455,10 @@ class Line(SingletonConfigurable):
         index = positions[key]
         estimate = estimate_wait(needed[index], frees, self.typical_run)
         unknown = NO_ESTIMATE
-        standing = self._standing(place) if self._standing is not None else None
+        standing = self.backend.standing(place) if self.backend is not None else None
         if standing is not None:  # the scheduler's own line (Slurm)
             index, estimate = standing[0] - 1, standing[1]
-            unknown = getattr(self.backend, "no_estimate", NO_ESTIMATE)
+            unknown = self.backend.no_estimate
         left = max(0.0, place.queued_at + self.max_wait - utcnow())
         return {"user": key[0], "server": key[1], "profile": place.profile,
                 "profile_name": place.profile_name, "units": place.units,

@@ -11,16 +11,12 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
 
+from ..server_key import ServerKey
 from . import store
+from .order import NO_ESTIMATE
 
-__all__ = ["LineBackend", "LineLeft", "LineRefused", "Place", "pair", "utcnow"]
-
-
-def pair(user: str, server: str) -> tuple[str, str]:
-    """A place's key: (user, server name), as :class:`hub_ext.server_key.ServerKey` is."""
-    return (user, server)
+__all__ = ["LineBackend", "LineLeft", "LineRefused", "Place", "utcnow"]
 
 
 def utcnow() -> float:
@@ -46,38 +42,54 @@ class LineLeft(Exception):
         self.reason, self.message = reason, message
 
 
-class LineBackend(Protocol):
-    """What the line asks of a backend (the Docker pool, or Slurm)."""
+class LineBackend:
+    """What the line asks of a backend (the Docker pool:
+    :class:`hub_ext.docker.pool_line.PoolGrants`; Slurm:
+    :class:`hub_ext.slurm.line.SlurmQueue`).
+
+    :meth:`free_units`, :meth:`grant` and :meth:`frees` are required (they raise
+    NotImplementedError here); :meth:`fits`, :meth:`ungrant`, :meth:`standing` and
+    :attr:`no_estimate` are optional, with the defaults documented on each.
+    """
+
+    #: Optional: the words for a wait the backend cannot estimate.
+    no_estimate: str = NO_ESTIMATE
 
     def free_units(self, units: str) -> int:
         """Units of this kind (``"gpu"`` or a MIG profile) free now, without waiting."""
+        raise NotImplementedError
 
     def grant(self, place: Place) -> object | None:
         """Take ``place.count`` units for ``place.key`` now; None when it cannot."""
-
-    def fits(self, place: Place) -> bool:
-        """False when ``place`` may not start yet whatever is free (the per-member
-        limit): it lets the places behind it pass (:func:`hub_ext.line.order.grants`)."""
-
-    def ungrant(self, place: Place, grant: object) -> None:
-        """Give back ``grant``, made for ``place`` whose start was cancelled before it
-        took the grant."""
+        raise NotImplementedError
 
     def frees(self, units: str) -> list[tuple[float, int]]:
         """(seconds until it frees, units) per running server of this kind."""
+        raise NotImplementedError
 
-    # optional: a backend whose own scheduler keeps the order (Slurm) has
-    # ``standing(place) -> (position, estimate in seconds or None) | None``: the place's
-    # position (1 = next) and wait in that scheduler's line, which the line shows instead
-    # of its own (None: not known yet, counted from the line's order), and
-    # ``no_estimate``: the words for an unknown wait.
+    def fits(self, place: Place) -> bool:
+        """Optional: False when ``place`` may not start yet whatever is free (a
+        per-member limit): it lets the places behind it pass
+        (:func:`hub_ext.line.order.grants`).  Default: every place fits."""
+        return True
+
+    def ungrant(self, place: Place, grant: object) -> None:
+        """Optional: give back ``grant``, made for ``place`` whose start was cancelled
+        before it took the grant.  Default: nothing to give back."""
+
+    def standing(self, place: Place) -> tuple[int, float | None] | None:
+        """Optional, for a backend whose own scheduler keeps the order (Slurm): the
+        place's position (1 = next) and wait in seconds (None: unknown) in that
+        scheduler's line, which the line shows instead of its own.  Default None: not
+        known, the place counts in the line's own order."""
+        return None
 
 
 @dataclass
 class Place:
     """One waiting server.  ``queued_at`` in seconds since the epoch."""
 
-    key: tuple[str, str]  # (user, server name): hub_ext.server_key.ServerKey
+    key: ServerKey  # (user, server name); a plain tuple of the two compares equal
     profile: str
     profile_name: str
     units: str
@@ -91,8 +103,8 @@ class Place:
     on_update: Callable | None = field(default=None, repr=False)
 
     @classmethod
-    def of(cls, row: store.LineRow, key_type: Callable = pair) -> Place:
-        return cls(key_type(row.username, row.server_name), row.profile,
+    def of(cls, row: store.LineRow) -> Place:
+        return cls(ServerKey(row.username, row.server_name), row.profile,
                    row.profile_name, row.units, row.count, dict(row.user_options or {}),
                    row.queued_epoch(), row.rank, row.front, row.share_hours)
 

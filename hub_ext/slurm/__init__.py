@@ -8,4 +8,6 @@
 - :mod:`.spawner_line`: the spawner's part of the line (refusal when no GPU is free, the
   place of a pending job, a pending job taken back after a hub restart);
 - :mod:`.line`: Slurm's queue as the shared line's backend (a pending job's standing).
+- :mod:`.config`: the backend's own part of the hub's configuration
+  (``GPUHUB_BACKEND=slurm``), and Slurm's accounting for ``gpuhub usage``.
 """

@@ -15,9 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from traitlets.config import LoggingConfigurable
-
-from ..spawn_page import GPUsNow, facts_from_labels
+from ..spawn_page import GPUsNow, SpawnPage, facts_from_labels
 from .cluster import MEMBER_PREFIX, Node, SlurmCluster, SlurmUnavailable, parse_gres_request
 from .submit import DEFAULT_SSH, SubmitHost
 
@@ -75,7 +73,7 @@ def gpus_in(nodes: list[Node], partition: str, kind: str, count: int) -> GPUsNow
                    can_wait=can_wait)
 
 
-class SlurmAvailability(LoggingConfigurable):
+class SlurmAvailability(SpawnPage):
     """Free GPUs and image facts for the spawn page, from Slurm and the image folder."""
 
     async def gpu_snapshot(self) -> NodesSnapshot:

@@ -1,58 +1,59 @@
-"""``GPUHUB_BACKEND=slurm``: the hub's settings for the Slurm backend.
+"""``GPUHUB_BACKEND=slurm``: the Slurm backend's own part of the hub's configuration.
 
-Called by :func:`hub_ext.config.apply_config` after everything else, so the shared parts
-configured for the Docker backend's spawner (profiles, pre-start hooks, time-outs) carry
-over to :class:`hub_ext.slurm.spawner.GPUSlurmSpawner` unchanged.
+:func:`hub_ext.config.apply_config` sets what both backends' spawners read on the core's
+sections (``c.SpawnerCore``, ``c.Spawner``: profiles, image, pre-start hooks, culling,
+time-outs), which :class:`hub_ext.slurm.spawner.GPUSlurmSpawner` reads through traitlets'
+section inheritance; :meth:`SlurmBackend.apply_config` sets what only this backend has (the
+Slurm request, the images and workspaces on shared storage, the submit host).
 """
 
 from __future__ import annotations
 
 import shlex
 
+from ..backends import Backend
 from .submit import DEFAULT_SSH, SubmitHost, check_host
 
-#: Spawner settings both backends share, copied from c.GPUDockerSpawner.
-SHARED = ("profile_list", "image", "default_url", "start_timeout", "http_timeout",
-          "gpu_idle_timeout", "cull_idle_timeout", "cull_max_age", "datasets",
-          "workspace_mount")
-
-#: Pre-start hooks the Slurm backend runs: the credits debit, undo and meter, and the
-#: culler (maximum age, and the run records ``gpuhub usage`` reads).  The culler's GPU-idle
-#: watch reads NVML on the hub's own machine, which a Slurm hub is not: it is off
-#: (``c.Culler.gpu_units = None``).
-HOOKS = ("hub_ext.credits.hook.CreditsHook", "hub_ext.culling.Culler")
+SPAWNER_CLASS = "hub_ext.slurm.spawner.GPUSlurmSpawner"
 
 
-def apply_slurm_config(c, settings) -> None:
-    c.JupyterHub.spawner_class = "hub_ext.slurm.spawner.GPUSlurmSpawner"
-    docker, slurm = c.GPUDockerSpawner, c.GPUSlurmSpawner
-    for name in SHARED:
-        if name in docker:
-            slurm[name] = docker[name]
-    if "before_container_hooks" in docker:
-        slurm.before_container_hooks = [
-            h for h in docker.before_container_hooks
-            if isinstance(h, str) and h in HOOKS
-        ]
-    c.Culler.gpu_units = None
-    if settings.slurm_conf:
-        slurm.slurm_env = {"SLURM_CONF": settings.slurm_conf}
-    for trait, value in (("req_partition", settings.slurm_partition),
-                         ("req_account", settings.slurm_account),
-                         ("req_qos", settings.slurm_qos),
-                         ("req_runtime", settings.slurm_time),
-                         ("image_dir", settings.slurm_image_dir),
-                         ("workspace", settings.slurm_workspace),
-                         ("gpu_device", settings.slurm_gpu_device)):
-        if value:
-            slurm[trait] = value
-    submit = submit_host(settings)
-    if submit.host:
-        slurm.submit_host = submit.host
-    if settings.slurm_ssh_options:
-        slurm.submit_ssh_command = list(submit.ssh)
-    # the hub keeps servers across its restarts, as on Docker
-    slurm.start_timeout = max(slurm.get("start_timeout", 0) or 0, 3600)
+class SlurmBackend(Backend):
+    """Batch jobs on a Slurm cluster (batchspawner); the GPUs are Slurm's to hand out."""
+
+    def apply_config(self, c, settings) -> None:
+        """Raises ValueError naming ``GPUHUB_SLURM_SUBMIT_HOST`` or
+        ``GPUHUB_SLURM_SSH_OPTIONS`` when they cannot work."""
+        c.JupyterHub.spawner_class = SPAWNER_CLASS
+        slurm = c.GPUSlurmSpawner
+        # the culler's GPU-idle watch reads NVML on the hub's own machine, which a Slurm
+        # hub is not: only the maximum age and the run records apply
+        c.Culler.gpu_units = None
+        if settings.slurm_conf:
+            slurm.slurm_env = {"SLURM_CONF": settings.slurm_conf}
+        for trait, value in (("req_partition", settings.slurm_partition),
+                             ("req_account", settings.slurm_account),
+                             ("req_qos", settings.slurm_qos),
+                             ("req_runtime", settings.slurm_time),
+                             ("image_dir", settings.slurm_image_dir),
+                             ("workspace", settings.slurm_workspace),
+                             ("gpu_device", settings.slurm_gpu_device)):
+            if value:
+                slurm[trait] = value
+        submit = submit_host(settings)
+        if submit.host:
+            slurm.submit_host = submit.host
+        if settings.slurm_ssh_options:
+            slurm.submit_ssh_command = list(submit.ssh)
+        # a job may wait in Slurm's queue: the hub keeps servers across its restarts, as
+        # on Docker, and a start may take the hour the line allows
+        slurm.start_timeout = max(c.Spawner.get("start_timeout", 0) or 0, 3600)
+
+    def read_accounting(self, settings, runs: list):
+        """Slurm's accounting of ``runs`` (sacct; :func:`hub_ext.slurm.accounting.
+        read_accounting`)."""
+        from .accounting import read_accounting
+
+        return read_accounting(settings, runs)
 
 
 def submit_host(settings) -> SubmitHost:

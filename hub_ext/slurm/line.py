@@ -23,7 +23,7 @@ import asyncio
 import time
 from datetime import datetime
 
-from ..line import Line, Place
+from ..line import Line, LineBackend, Place
 from ..line.resume import ensure_keeper
 from .cluster import QueuedJob, SlurmCluster
 
@@ -47,7 +47,7 @@ def seconds_until(start: str, now: datetime) -> float | None:
     return None if seconds > NO_ESTIMATE_BEYOND else seconds
 
 
-class SlurmQueue:
+class SlurmQueue(LineBackend):
     """The :class:`hub_ext.line.LineBackend` of a Slurm hub: free units none (the line
     grants nothing), the places' standing from Slurm's queue."""
 
@@ -69,12 +69,6 @@ class SlurmQueue:
 
     def grant(self, place: Place):
         return None
-
-    def fits(self, place: Place) -> bool:
-        return True
-
-    def ungrant(self, place: Place, grant) -> None:
-        pass
 
     def frees(self, units: str) -> list[tuple[float, int]]:
         return []
@@ -142,7 +136,7 @@ def attach_line(spawner) -> Line:
     if not isinstance(line.backend, SlurmQueue):
         line.backend = SlurmQueue(spawner.cluster, line,
                                   spawner.line_poll_interval)
-    line.attach(spawner.line_db())
+    line.attach(spawner.db_session())
     if spawner.hub is not None and spawner.hub.api_url:
         ensure_keeper(line, spawner.hub.api_url)
     return line

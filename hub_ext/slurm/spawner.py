@@ -41,7 +41,6 @@ from traitlets import Dict, Float, Int, Unicode, Union, default
 from .. import metrics
 from ..line.core import utcnow
 from ..periodic import shutting_down
-from ..spawn_page import SpawnPage
 from ..spawner_core import SpawnerCore
 from .availability import SlurmAvailability
 from .batch import BATCH_SCRIPT, SlurmBatchJob
@@ -50,7 +49,7 @@ from .spawner_line import SlurmLineSpawner
 from .spawner_submit import SubmitHostSpawner
 
 
-class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SpawnPage, SlurmAvailability,
+class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SlurmAvailability,
                       SlurmBatchJob, SpawnerCore, SlurmSpawner):
     """A SlurmSpawner with profiles, credits, progress and the line of the Docker backend,
     and its spawn page (:mod:`hub_ext.spawn_page`, free GPUs from Slurm:
@@ -108,10 +107,6 @@ class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SpawnPage, SlurmAvail
         # (munge) knows the job as theirs
         return MEMBER_PREFIX
 
-    @default("options_form")
-    def _default_options_form(self):
-        return self._render_options_form
-
     @default("batch_script")
     def _default_batch_script(self):
         return BATCH_SCRIPT
@@ -134,7 +129,7 @@ class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SpawnPage, SlurmAvail
         self.profile_name = ""
         self.line_wait: float | None = None  # seconds in line before the job ran
         self.stop_reason = self.stop_detail = None  # why the server ended (poll)
-        if self.line_db() is not None:
+        if self.db_session() is not None:
             self.line()  # the places kept from before a restart count from the start
 
     def get_env(self):
@@ -179,8 +174,7 @@ class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SpawnPage, SlurmAvail
             self.emit(95, f"Server is up on {ip}")
             return address, port
         except web.HTTPError as e:
-            if e.log_message and not hasattr(e, "jupyterhub_message"):
-                e.jupyterhub_message = e.log_message
+            self.tell_member(e)
             await asyncio.shield(self._abandon_start())
             raise
         except BaseException:
@@ -217,7 +211,7 @@ class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SpawnPage, SlurmAvail
             await self._report_place()
         elif status == JobStatus.RUNNING and self._hooks_done is None:
             self._hooks_done = []
-            place = self.line().started(self.line_key)
+            place = self.line().started(self.server_key)
             if place is not None:
                 self.line_wait = max(0.0, utcnow() - place.queued_at)
             self.emit(30, f"Job {self.job_id} runs on {self.state_gethost()}")
@@ -263,11 +257,11 @@ class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SpawnPage, SlurmAvail
         self._hooks_done = None
         try:
             line = self.line()
-            place = line.places.get(self.line_key)
+            place = line.places.get(self.server_key)
             if place is not None and place.waiter is not None:
                 place.waiter.cancel()  # this start was its only reader
-            line.remove(self.line_key, "stopped", "The pending server was stopped.")
-            line.backend.untrack(self.line_key)
+            line.remove(self.server_key, "stopped", "The pending server was stopped.")
+            line.backend.untrack(self.server_key)
         except Exception:
             self.log.exception("Could not end the place in line of %s", self._log_name)
 
@@ -348,17 +342,11 @@ class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SpawnPage, SlurmAvail
                          state or "gone", self.stop_detail)
 
     def get_state(self):
-        state = super().get_state()
+        state = super().get_state()  # batchspawner's and the hooks' (SpawnerCore)
         if self.profile_slug:  # the board names it after a hub restart too
             state["gpuhub_profile"] = self.profile_slug
-        state.update(self.hook_state_for_db())
         return state
 
     def load_state(self, state):
-        super().load_state(state)
         self.profile_slug = (state or {}).get("gpuhub_profile", "")
-        self.restore_hook_state(state)
-
-    def clear_state(self):
-        super().clear_state()
-        self.hook_state = {}
+        super().load_state(state)  # batchspawner's, then the hooks' (SpawnerCore)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 
-from sqlalchemy.orm import object_session
 from tornado import web
 from traitlets.config import LoggingConfigurable
 
@@ -38,16 +37,6 @@ class SlurmLineSpawner(LoggingConfigurable):
 
     wait_requested = False
 
-    @property
-    def line_key(self) -> tuple[str, str]:
-        """This server's key in the line: (user, server name)."""
-        return (self.user.name, self.name or "")
-
-    def line_db(self):
-        """The hub database session (of this spawner's row), or None outside a hub."""
-        orm_spawner = getattr(self, "orm_spawner", None)
-        return object_session(orm_spawner) if orm_spawner is not None else None
-
     def line(self):
         """The hub's line, with Slurm's queue as its backend (:mod:`.line`)."""
         return attach_line(self)
@@ -61,7 +50,7 @@ class SlurmLineSpawner(LoggingConfigurable):
         pending that found a GPU free here (another start took it first): it is then a
         place in line."""
         kind, count = parse_gres_request(self.req_gres)
-        if not count or self.line_key in self.line().places:
+        if not count or self.server_key in self.line().places:
             return
         gpus = gpus_in(nodes, self.req_partition or self.cluster.default_partition, kind,
                        count)
@@ -145,7 +134,7 @@ class SlurmLineSpawner(LoggingConfigurable):
         (the member left, an admin removed it, it expired: ``c.Line.max_wait``) or may
         not be taken (one place per member and profile)."""
         line = self.line()
-        key = self.line_key
+        key = self.server_key
         if key not in line.places and asyncio.get_running_loop().time() < getattr(
                 self, "_line_from", 0.0):
             return  # just submitted: most jobs run before the queue is worth a read

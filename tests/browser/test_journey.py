@@ -158,7 +158,9 @@ LINGER_AFTER_DEBIT = """
 import asyncio
 from traitlets.config import SingletonConfigurable
 
-class LingerAfterDebit(SingletonConfigurable):
+from hub_ext.hooks import Hook
+
+class LingerAfterDebit(Hook, SingletonConfigurable):
     name = "linger"
 
     async def before_container(self, spawner):

@@ -12,6 +12,7 @@ from hub_ext.config import Settings, apply_config
 from hub_ext.credits.hook import CreditsHook
 from hub_ext.credits.hubconfig import ADMIN_TOKEN_FILE, HOOK, HUB_TOKEN_FILE
 from hub_ext.notices import home_notices
+from tests.test_config import spawner_reads
 
 REF_SERVICE = ["-m", "hub_ext.credits.service"]
 
@@ -51,7 +52,7 @@ def test_default_runs_the_reference_service_as_a_managed_service(tmp_path, monke
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
     assert c.CreditsClient.url == "http://127.0.0.1:8123/services/credits/"
     assert c.CreditsClient.token == hub_token
-    assert c.GPUDockerSpawner.before_container_hooks[0] == HOOK  # before the culler's
+    assert spawner_reads(c).before_container_hooks[0] == HOOK  # before the culler's
     assert c.CreditsHook.interval == 900
     assert c.CreditsHook.fail_open is False
     assert c.JupyterHub.template_vars["gpuhub_notices"] is home_notices
@@ -74,13 +75,13 @@ def test_organisation_api_replaces_the_managed_service(tmp_path, monkeypatch):
     assert not (tmp_path / HUB_TOKEN_FILE).exists()
     assert (c.CreditsClient.url, c.CreditsClient.token) == (
         "https://credits.example.org", "org-token")
-    assert c.GPUDockerSpawner.before_container_hooks[0] == HOOK
+    assert spawner_reads(c).before_container_hooks[0] == HOOK
     assert (c.CreditsHook.fail_open, c.CreditsHook.interval) == (True, 60)
 
 
 def test_off_means_no_hook_and_no_service(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_CREDITS="off")
-    assert HOOK not in c.GPUDockerSpawner.before_container_hooks
+    assert HOOK not in spawner_reads(c).before_container_hooks
     assert not credits_services(c)
     assert "CreditsClient" not in c
 

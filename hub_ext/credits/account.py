@@ -29,9 +29,9 @@ import logging
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from .credits.amounts import format_amount
-from .credits.client import CreditsClient
-from .credits.errors import (
+from .amounts import format_amount
+from .client import CreditsClient
+from .errors import (
     AccountNotFound,
     CreditsAuthError,
     CreditsError,

@@ -1,0 +1,49 @@
+"""The backends a hub runs on (``GPUHUB_BACKEND``), and what the core asks of one outside
+its spawner.
+
+The core names a backend only by an import string, as JupyterHub names its spawner
+(``c.JupyterHub.spawner_class``): no core module imports ``hub_ext.docker`` or
+``hub_ext.slurm`` (``tests/test_layout.py``).  The spawner's own seams are
+:class:`hub_ext.spawner_core.SpawnerCore`, :class:`hub_ext.spawn_page.SpawnPage` and
+:class:`hub_ext.line.LineBackend`.
+"""
+
+from __future__ import annotations
+
+from traitlets.utils.importstring import import_item
+
+#: ``GPUHUB_BACKEND`` -> its :class:`Backend`.
+BACKENDS = {
+    "docker": "hub_ext.docker.hubconfig.DockerBackend",
+    "slurm": "hub_ext.slurm.config.SlurmBackend",
+}
+
+
+class Backend:
+    """One backend's part of the hub's configuration and of ``gpuhub usage``.
+
+    :meth:`apply_config` is required; :meth:`read_accounting` is optional (default: the
+    backend keeps no accounting of its own).
+    """
+
+    def apply_config(self, c, settings) -> None:
+        """Set the backend's own settings on the JupyterHub config ``c``: its spawner class
+        and the traits only its spawner has (``c.<its spawner class>.*``), after the core
+        set the shared ones on ``c.SpawnerCore`` and ``c.Spawner``.  Raises ValueError
+        naming the ``GPUHUB_*`` variable of a setting that cannot work."""
+        raise NotImplementedError
+
+    def read_accounting(self, settings, runs: list):
+        """Optional: the backend's own record of ``runs`` (:class:`hub_ext.runs.Run`) for
+        ``gpuhub usage``, an object with ``jobs`` ({run id: job}), ``note`` (a sentence or
+        ``""``) and ``failed`` (bool); None (the default) when it keeps none."""
+        return None
+
+
+def backend(name: str) -> Backend:
+    """The backend called ``name`` (``docker``, ``slurm``); raises ValueError naming
+    ``GPUHUB_BACKEND`` for another."""
+    if name not in BACKENDS:
+        raise ValueError(f"GPUHUB_BACKEND={name!r}: use " +
+                         " or ".join(repr(n) for n in BACKENDS))
+    return import_item(BACKENDS[name])()

@@ -1,0 +1,68 @@
+"""``GPUHUB_BACKEND=docker``: the Docker backend's own part of the hub's configuration.
+
+:func:`hub_ext.config.apply_config` sets what both backends' spawners read on the core's
+sections (``c.SpawnerCore``, ``c.Spawner``: profiles, image, hooks, culling, time-outs),
+then calls :meth:`DockerBackend.apply_config` for what only this backend has: the
+containers (names, labels, network, workspace, uid map), the GPU pool, the server limits
+the spawner applies itself, and the culler's NVML readings.
+"""
+
+from __future__ import annotations
+
+from ..backends import Backend
+
+SPAWNER_CLASS = "hub_ext.docker.spawner.GPUDockerSpawner"
+
+
+class DockerBackend(Backend):
+    """Containers on the hub's own node, exclusive GPUs from its pool."""
+
+    def apply_config(self, c, settings) -> None:
+        """Raises ValueError naming ``GPUHUB_WORKSPACE`` (a host path without
+        ``GPUHUB_WORKSPACE_ROOT``) or ``GPUHUB_GPUS`` (an unknown GPU source)."""
+        c.JupyterHub.spawner_class = SPAWNER_CLASS
+        spawner = c.GPUDockerSpawner
+        spawner.prefix = settings.container_prefix
+        spawner.hub_id = settings.hub_id
+        spawner.pull_policy = "never"
+        spawner.remove = True
+        spawner.workspace = settings.workspace
+        if settings.workspace.startswith("/") and not settings.workspace_root:
+            raise ValueError(
+                f"GPUHUB_WORKSPACE={settings.workspace!r} is a host path: set "
+                "GPUHUB_WORKSPACE_ROOT to the folder the workspaces lie under"
+            )
+        spawner.workspace_root = settings.workspace_root
+        spawner.uid_map_file = settings.uid_map_file
+        if settings.docker_network == "host":
+            # MACHINE.md: host networking needs these four together
+            spawner.host_network = True
+            spawner.network_name = "host"
+            spawner.use_internal_ip = True
+            spawner.ip = "127.0.0.1"
+        else:
+            spawner.network_name = settings.docker_network
+            spawner.use_internal_ip = True
+
+        if settings.gpus == "nvml":
+            c.GPUPool.inventory_class = "nvml"
+        elif settings.gpus.startswith("simulated:"):
+            c.GPUPool.inventory_class = "simulated"
+            c.GPUPool.simulated_devices = settings.gpus.split(":", 1)[1]
+        else:
+            raise ValueError(
+                f"GPUHUB_GPUS={settings.gpus!r}: use 'nvml', 'simulated:<count>' or "
+                "'simulated:<path to a JSON device list>'"
+            )
+        c.GPUPool.max_gpus_per_user = settings.max_gpus_per_user
+
+        # JupyterHub counts places in line as starting servers: the spawner applies both
+        # limits itself, without them (hub_ext.docker.server_limits)
+        spawner.active_server_limit = c.JupyterHub.active_server_limit
+        spawner.concurrent_spawn_limit = c.JupyterHub.concurrent_spawn_limit
+        c.JupyterHub.active_server_limit = 0
+        c.JupyterHub.concurrent_spawn_limit = 0
+
+        from .pool import gpu_units_of  # NVML: only for the hub, not for `gpuhub usage`
+
+        c.Culler.gpu_units = gpu_units_of()  # the GPUs of the hub's own node
