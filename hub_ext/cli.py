@@ -7,6 +7,9 @@
     gpuhub credits grant|balance|history ...   the credit ledger (hub_ext.credits.cli)
     gpuhub init [--env-file .env] [--force]    a deployment's .env with fresh secrets
     gpuhub upgrade                  migrate the hub database and the credits ledger
+    gpuhub config show|check [--env-file .env] [--reach]   the effective settings and
+                                    their sources; whether the hub would start with them
+                                    (hub_ext.config_cli)
 
 ``init`` and ``upgrade`` are in :mod:`hub_ext.deploy`; README.md "Production" uses them.
 
@@ -188,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("usage", help="GPU-hours, credits and servers per user or group")
     add_arguments(p)
     p.set_defaults(func=usage)
+    from .config_cli import add_arguments as add_config_arguments
+
+    p = sub.add_parser("config", help="the effective settings (show) and whether the hub "
+                       "would start with them (check)")
+    add_config_arguments(p)
     sub.add_parser("credits", help="the credit ledger: grant, balance, history",
                    add_help=False)
     if argv and argv[0] == "credits":

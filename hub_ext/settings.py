@@ -157,6 +157,24 @@ class GPUSource(Kind):
         return text
 
 
+class CryptKeys(Kind):
+    """JupyterHub's ``JUPYTERHUB_CRYPT_KEY``: ``;``-separated keys, each checked by
+    JupyterHub's own rule (32 bytes, hex or base64; ``jupyterhub.crypto``)."""
+
+    allowed = "use keys of 32 bytes, hex or base64-encoded, separated by ; (openssl rand -hex 32)"
+    doc = "32-byte keys, hex or base64, ;-separated"
+
+    def parse(self, text: str) -> str:
+        from jupyterhub.crypto import _validate_key
+
+        for key in filter(None, (k.strip() for k in text.split(";"))):
+            try:
+                _validate_key(key)
+            except ValueError:
+                raise ValueError(self.allowed) from None
+        return text
+
+
 class JSONText(Kind):
     allowed = "JSON"
 
@@ -213,6 +231,8 @@ class Setting:
         """``value`` as ``gpuhub config show`` prints it: a secret masked."""
         if self.secret and value not in ("", None):
             return "********"
+        if isinstance(self.kind, Flag):
+            return self.kind.on if value else self.kind.off
         return "" if value is None else str(value)
 
 
@@ -314,6 +334,12 @@ def from_env(environ: Mapping[str, str] | None = None, cls: type | None = None):
         raise SettingError("\n".join(reading.errors))
     for name, closest in reading.unknown.items():
         log.warning("%s", unknown_warning(name, closest))
+    return settings_of(reading, cls)
+
+
+def settings_of(reading: Reading, cls: type | None = None):
+    """The :class:`Settings` of a :func:`read` (its malformed values at their defaults),
+    the state directory made absolute."""
     cls = cls or Settings
     settings = cls(**{r.attr: reading.values[r.name] for r in declared() if r.attr})
     settings.state_dir = Path(settings.state_dir).resolve()
