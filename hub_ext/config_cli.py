@@ -171,7 +171,19 @@ def check_hub_config(settings) -> list[str]:
             load_site_config(c, settings.config_dir)
         except Exception as e:  # noqa: BLE001
             return [f"site additions in {settings.config_dir}: {_reason(e)}"]
+        try:  # the authenticator checks its own settings when the hub makes it
+            authenticator_class(c)(config=c)
+        except Exception as e:  # noqa: BLE001
+            return [f"the hub's login: {_reason(e)}"]
     return []
+
+
+def authenticator_class(c) -> type:
+    """The class ``c.JupyterHub.authenticator_class`` names (a class or a dotted path)."""
+    from traitlets.utils.importstring import import_item
+
+    name = c.JupyterHub.authenticator_class
+    return import_item(name) if isinstance(name, str) else name
 
 
 def check_reach(settings) -> list[str]:

@@ -312,12 +312,15 @@ def read(environ: Mapping[str, str], dotenv: Mapping[str, str] | None = None,
 def unknown_variables(names) -> dict[str, str | None]:
     """``GPUHUB_*`` names no row declares -> the closest declared name (difflib), or None."""
     known = [r.name for r in declared()]
+    # compared without the common prefix, which would make any two names look alike
+    tails = [k.removeprefix("GPUHUB_") for k in known if k.startswith("GPUHUB_")]
     unknown = {}
     for name in names:
         if (name.startswith("GPUHUB_") and name not in known and name not in NOT_SETTINGS
                 and not name.startswith(NOT_SETTINGS_PREFIX)):
-            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-            unknown[name] = close[0] if close else None
+            close = difflib.get_close_matches(name.removeprefix("GPUHUB_"), tails, n=1,
+                                              cutoff=0.6)
+            unknown[name] = "GPUHUB_" + close[0] if close else None
     return unknown
 
 
