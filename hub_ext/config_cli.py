@@ -10,7 +10,8 @@ are not seen.  Secrets are masked; no error repeats one.
 
 ``check`` gives the errors the hub would give, from the hub's own code: the settings'
 parsing, :func:`hub_ext.config.apply_config` on a fresh ``Config`` (its state in a
-temporary folder), the site additions (:mod:`hub_ext.site_config`), and the files the
+temporary folder), the site additions (:mod:`hub_ext.site_config`), the authenticator made
+from that configuration (it refuses a login without issuer or client id), and the files the
 settings name: the profile list (:func:`hub_ext.profiles.init_profiles`, as the spawn page
 does), the datasets (the spawner's own ``datasets`` validation), the uid map (each entry
 as a spawn reads it).  A ``GPUHUB_*`` variable that no setting declares is an error here

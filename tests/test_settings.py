@@ -7,12 +7,14 @@ import dataclasses
 import os
 import re
 import secrets
+import signal
 import subprocess
 import sys
 from argparse import Namespace
 from pathlib import Path
 
 import pytest
+from jupyterhub.utils import random_port
 
 from hub_ext import settings_rows
 from hub_ext.settings import (
@@ -38,10 +40,25 @@ def hub_env(tmp_path: Path, **env: str) -> dict[str, str]:
 
 
 def jupyterhub(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    """JupyterHub itself on the shipped jupyterhub_config.py."""
-    return subprocess.run(
-        [sys.executable, "-m", "jupyterhub", "-f", str(REPO / "jupyterhub_config.py"), *args],
-        cwd=tmp_path, env=hub_env(tmp_path, **env), capture_output=True, text=True, timeout=90)
+    """JupyterHub itself on the shipped jupyterhub_config.py, on ports of its own; a hub
+    that does not exit within 60 s is stopped with everything it started."""
+    ports = {k: str(random_port()) for k in ("GPUHUB_PORT", "GPUHUB_HUB_PORT",
+                                             "GPUHUB_PROXY_API_PORT", "GPUHUB_CREDITS_PORT")}
+    argv = [sys.executable, "-m", "jupyterhub", "-f", str(REPO / "jupyterhub_config.py"), *args]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=hub_env(tmp_path, **{**ports, **env}),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # the hub stops its proxy and services on SIGTERM
+        try:
+            out, err = proc.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        pytest.fail(f"jupyterhub did not exit:\n{err[-2000:]}")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 # -- the hub -----------------------------------------------------------------------------------
@@ -49,7 +66,7 @@ def jupyterhub(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedPr
 
 def test_the_hub_refuses_to_start_on_malformed_values_naming_each(tmp_path):
     r = jupyterhub(tmp_path, GPUHUB_CULL_MAX_AGE="8 hours", GPUHUB_SLURM_ACCOUNTING="yes",
-                   GPUHUB_CREDITS_DB_PASSWORD="pw", GPUHUB_PORT="8000")
+                   GPUHUB_CREDITS_DB_PASSWORD="pw")
     assert r.returncode == 1
     assert r.stderr.splitlines()[-2:] == [
         "GPUHUB_CULL_MAX_AGE='8 hours': use 0 or a larger whole number (seconds)",
