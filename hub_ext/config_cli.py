@@ -239,7 +239,10 @@ def _slurm_ping(settings) -> list[str]:
     try:
         out = asyncio.run(submit_host(settings).run(["scontrol", "ping"], env,
                                                     timeout=TIMEOUT * 2))
-    except Exception as e:  # noqa: BLE001 - ssh, scontrol and time-outs fail differently
+    except TimeoutError:
+        return [f"Slurm's controller does not answer (scontrol ping): no answer in "
+                f"{TIMEOUT * 2} s"]
+    except Exception as e:  # noqa: BLE001 - ssh and scontrol fail differently
         return [f"Slurm's controller does not answer (scontrol ping): {_reason(e)}"]
     if "UP" not in out:
         return [f"Slurm's controller is not up: {out.strip()}"]

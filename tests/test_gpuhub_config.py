@@ -164,3 +164,20 @@ def test_check_reach_asks_the_provider_the_credits_api_and_docker(
     assert (f"error: GPUHUB_CREDITS_TOKEN: the Credits API at {credits_service.url} refused "
             "it (401)") in r.stdout
     assert "not-the-token" not in r.stdout
+
+
+@pytest.mark.slurm
+def test_check_reach_asks_slurms_controller(tmp_path, site, slurm_cluster):
+    env = {**site, "GPUHUB_BACKEND": "slurm",
+           "GPUHUB_SLURM_CONF": str(slurm_cluster.dir / "slurm.conf")}
+    r = gpuhub_config("check", "--reach", cwd=tmp_path, **{
+        **env, "GPUHUB_OIDC_ISSUER": f"http://127.0.0.1:{random_port()}"})
+    assert "ok: Slurm's controller (Slurmctld(primary) at" in r.stdout, r.stdout + r.stderr
+    assert "Docker" not in r.stdout  # only what the settings use
+
+    r = gpuhub_config("check", "--reach", cwd=tmp_path, **{
+        **env, "GPUHUB_OIDC_ISSUER": f"http://127.0.0.1:{random_port()}",
+        "GPUHUB_SLURM_SUBMIT_HOST": "gpuhub@127.0.0.1",
+        "GPUHUB_SLURM_SSH_OPTIONS": f"-p {random_port()} -o ConnectTimeout=2"})
+    assert r.returncode == 1
+    assert "error: Slurm's controller does not answer (scontrol ping):" in r.stdout
