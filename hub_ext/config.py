@@ -1,6 +1,6 @@
 """The hub's configuration as a tested function: ``apply_config(c, Settings.from_env())``.
 
-``jupyterhub_config.py`` is three lines that call this; tests call it on a fresh
+``jupyterhub_config.py`` is a few lines that call this; tests call it on a fresh
 ``traitlets.config.Config`` and check the result, no hub needed (the pattern of
 the-littlest-jupyterhub).  Every environment variable is declared once, in
 :mod:`hub_ext.settings_rows`; :class:`Settings` and its parsing come from there.

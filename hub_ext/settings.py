@@ -264,7 +264,7 @@ def value(name: str, environ: Mapping[str, str] | None = None) -> Any:
 
 
 def _settings_class() -> type:
-    fields = [(r.attr, Any, dataclasses.field(default=r.default))
+    fields = [(r.attr, Any, dataclasses.field(default=r.default, repr=not r.secret))
               for r in declared() if r.attr]
     return dataclasses.make_dataclass("Settings", fields, namespace={
         "__doc__": "Everything a site sets, one attribute per row of hub_ext.settings_rows "

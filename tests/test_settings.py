@@ -122,6 +122,7 @@ def test_settings_keep_their_attributes_and_defaults():
     assert (s.port, s.credits, s.active_server_limit, s.slurm_accounting) == (
         8000, True, None, "auto")
     assert s.state_dir == REPO / "var"
+    assert "hunter2" not in repr(Settings(oidc_client_secret="hunter2"))  # logs show no secret
     with pytest.raises(SettingError, match="GPUHUB_GPUS='gpu0': use 'nvml'"):
         Settings.from_env({"GPUHUB_GPUS": "gpu0"})
 
