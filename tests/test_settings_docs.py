@@ -20,13 +20,15 @@ PAGE = REPO / "docs" / "reference" / "settings.md"
 
 
 def build_page(tmp_path: Path, monkeypatch) -> str:
-    """The page built alone with the extension (HTML); returns its text, tags removed."""
+    """The page's directive built alone with the extension, warnings as errors (HTML);
+    returns its text, tags removed.  (The whole page, with its links to other pages, is
+    built with the site: tests/test_docs.py.)"""
     monkeypatch.syspath_prepend(str(REPO / "docs" / "_ext"))
     src, out = tmp_path / "src", tmp_path / "out"
     src.mkdir()
     (src / "conf.py").write_text('extensions = ["myst_parser", "gpuhub_settings"]\n'
                                  "nitpicky = True\n")
-    (src / "index.md").write_text(PAGE.read_text())
+    (src / "index.md").write_text("# Settings\n\n## Every setting\n\n```{gpuhub-settings}\n```\n")
     status = build_main(["-W", "-n", "-q", "-E", "-b", "html", str(src), str(out)])
     assert status == 0, "the page does not build cleanly"
     return html.unescape(re.sub(r"<[^>]+>", "", (out / "index.html").read_text()))
