@@ -21,6 +21,7 @@ extensions = [
     "sphinxarg.ext",
     "gpuhub_metrics",
     "gpuhub_openapi",
+    "gpuhub_settings",
 ]
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}

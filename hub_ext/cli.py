@@ -9,6 +9,9 @@
                                     (hub_ext.reservations.cli)
     gpuhub init [--env-file .env] [--force]    a deployment's .env with fresh secrets
     gpuhub upgrade                  migrate the hub database and the credits ledger
+    gpuhub config show|check [--env-file .env] [--reach]   the effective settings and
+                                    their sources; whether the hub would start with them
+                                    (hub_ext.config_cli)
 
 ``init`` and ``upgrade`` are in :mod:`hub_ext.deploy`; README.md "Production" uses them.
 
@@ -196,6 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .reservations.cli import add_parser as add_reservations
 
     add_reservations(sub)
+
+    from .config_cli import add_arguments as add_config_arguments
+
+    p = sub.add_parser("config", help="the effective settings (show) and whether the hub "
+                       "would start with them (check)")
+    add_config_arguments(p)
     sub.add_parser("credits", help="the credit ledger: grant, balance, history",
                    add_help=False)
     return parser

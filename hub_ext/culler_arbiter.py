@@ -51,7 +51,9 @@ class ProfileIdleLimits:
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> ProfileIdleLimits:
         """From ``GPUHUB_CULL_PROFILES``; an unset variable means no profiles (``--timeout``
         for every server).  Raises ValueError for JSON that is not a list."""
-        raw = environ.get(ENV, "").strip()
+        from .settings import value
+
+        raw = value(ENV, environ)  # declared in hub_ext.settings_rows: JSON
         profile_list = json.loads(raw) if raw else []
         if not isinstance(profile_list, list):
             raise ValueError(f"{ENV} must be a JSON list of profiles")

@@ -14,8 +14,9 @@ environment: ``GPUHUB_CREDITS_ADMIN_TOKEN`` for grants (then ``GPUHUB_CREDITS_TO
 
 Without ``GPUHUB_CREDITS_URL`` it talks to the reference service the hub runs itself
 (``hub_ext.credits.hubconfig``), found the way the hub finds it: on 127.0.0.1 at
-``GPUHUB_CREDITS_PORT`` (8123), with the token files in ``GPUHUB_STATE_DIR`` (``./var``),
-so on the hub's machine ``gpuhub credits grant alice 100`` needs nothing else.
+``GPUHUB_CREDITS_PORT`` (8123), with the token files in ``GPUHUB_STATE_DIR`` (the
+repository's ``var``, as the hub's), so on the hub's machine ``gpuhub credits grant alice
+100`` needs nothing else.  Every variable is read as :mod:`hub_ext.settings` declares it.
 
 Exit status: 0 done, 1 the API refused or could not be reached, 2 a usage error.
 """
@@ -24,12 +25,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
 import uuid
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
+from ..settings import SettingError, value
 from .amounts import format_amount
 from .client import CreditsClient, Transaction
 from .errors import CreditsError
@@ -74,7 +75,7 @@ def _token(args: argparse.Namespace) -> str | None:
     names = ["GPUHUB_CREDITS_TOKEN", "GPUHUB_CREDITS_ADMIN_TOKEN"]
     if args.command == "grant":
         names.reverse()
-    return next((os.environ[n] for n in names if os.environ.get(n)), None)
+    return next((value(n) for n in names if value(n)), None)
 
 
 def _managed_service(args: argparse.Namespace) -> tuple[str, str | None] | None:
@@ -82,14 +83,14 @@ def _managed_service(args: argparse.Namespace) -> tuple[str, str | None] | None:
     the hub's state directory; None otherwise."""
     from .hubconfig import ADMIN_TOKEN_FILE, HUB_TOKEN_FILE, SERVICE_NAME
 
-    state = Path(os.environ.get("GPUHUB_STATE_DIR") or "var")
+    state = Path(value("GPUHUB_STATE_DIR")).resolve()
     files = [state / HUB_TOKEN_FILE, state / ADMIN_TOKEN_FILE]
     if args.command == "grant":
         files.reverse()
     found = [f for f in files if f.is_file()]
     if not found:
         return None
-    port = os.environ.get("GPUHUB_CREDITS_PORT") or "8123"
+    port = value("GPUHUB_CREDITS_PORT")
     token = args.token or found[0].read_text().strip() or None
     return f"http://127.0.0.1:{port}/services/{SERVICE_NAME}/", token
 
@@ -148,10 +149,14 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    url = args.url or os.environ.get("GPUHUB_CREDITS_URL")
-    token = _token(args)
+    try:
+        url = args.url or value("GPUHUB_CREDITS_URL")
+        token = _token(args)
+        managed = None if url else _managed_service(args)
+    except SettingError as e:
+        print(f"credits: {e}", file=sys.stderr)
+        return 2
     if not url:
-        managed = _managed_service(args)
         if managed is None:
             print("credits: no API URL; set GPUHUB_CREDITS_URL or pass --url (or run this "
                   "where the hub's GPUHUB_STATE_DIR holds its credits token files)",

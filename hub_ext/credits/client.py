@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import random
 from collections.abc import AsyncIterator, Mapping
 from decimal import Decimal
@@ -40,6 +39,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Float, Integer, Unicode, default, validate
 from traitlets.config import LoggingConfigurable
 
+from ..settings import value
 from .contract import MAX_ID
 from .errors import (
     AccountNotFound,
@@ -152,11 +152,11 @@ class CreditsClient(LoggingConfigurable):
 
     @default("url")
     def _url_default(self) -> str:
-        return os.environ.get("GPUHUB_CREDITS_URL", "")
+        return value("GPUHUB_CREDITS_URL")
 
     @default("token")
     def _token_default(self) -> str:
-        return os.environ.get("GPUHUB_CREDITS_TOKEN", "")
+        return value("GPUHUB_CREDITS_TOKEN")
 
     @validate("url")
     def _validate_url(self, proposal: dict) -> str:

@@ -50,6 +50,7 @@ from tornado import httpserver, netutil, web
 from tornado.log import access_log, enable_pretty_logging
 
 from ..dburl import with_password
+from ..settings import value
 from .amounts import AMOUNT_PATTERN, POSITIVE_AMOUNT_PATTERN, format_cents, to_cents
 from .contract import MAX_ID, MAX_TEXT, metadata_problem, username_problem
 from .db import make_engine, upgrade
@@ -384,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--db-url",
-        default=os.environ.get("GPUHUB_CREDITS_DB_URL", "sqlite:///credits.sqlite"),
+        default=value("GPUHUB_CREDITS_DB_URL") or "sqlite:///credits.sqlite",
         help="SQLAlchemy URL: sqlite:///path or postgresql+psycopg://user@host/db "
         "(default GPUHUB_CREDITS_DB_URL; the password from GPUHUB_CREDITS_DB_PASSWORD)",
     )
@@ -395,13 +396,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--hub-token",
-        default=os.environ.get("GPUHUB_CREDITS_HUB_TOKEN"),
+        default=value("GPUHUB_CREDITS_HUB_TOKEN") or None,
         help="token for reads, debits and refunds "
         "(prefer GPUHUB_CREDITS_HUB_TOKEN: flags show in ps)",
     )
     parser.add_argument(
         "--admin-token",
-        default=os.environ.get("GPUHUB_CREDITS_ADMIN_TOKEN"),
+        default=value("GPUHUB_CREDITS_ADMIN_TOKEN") or None,
         help="token that may also grant (prefer GPUHUB_CREDITS_ADMIN_TOKEN)",
     )
     parser.add_argument(
@@ -456,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.admin_token:
             log.warning("No admin token (GPUHUB_CREDITS_ADMIN_TOKEN): grants are refused")
     try:
-        db_url = with_password(args.db_url, os.environ.get("GPUHUB_CREDITS_DB_PASSWORD", ""),
+        db_url = with_password(args.db_url, value("GPUHUB_CREDITS_DB_PASSWORD"),
                                "GPUHUB_CREDITS_DB_PASSWORD")
     except ValueError as e:
         log.error("%s", e)

@@ -138,18 +138,14 @@ class MemberContainer(LoggingConfigurable):
                 )
             return None
         try:
-            uid = int(entry["uid"])
-            gid = int(entry.get("gid", uid))
-        except (KeyError, TypeError, ValueError):
-            uid = gid = -1
-        if uid <= 0 or gid <= 0:
+            return mapped_ids(entry)
+        except ValueError:
             metrics.SPAWNS_REFUSED.labels(reason="bad_uid_mapping").inc()
             self.log.error("Refusing spawn of %s: %s gives %r", self._log_name, source, entry)
             raise web.HTTPError(
                 403, f"The uid mapping of {self.user.name} is not a valid non-root uid and "
                 "gid; servers never run as root. Ask an admin to fix it."
-            )
-        return uid, gid
+            ) from None
 
     async def container_settings(self) -> dict:
         """Check what the container will mount and run as, before anything is reserved.
@@ -283,3 +279,17 @@ class MemberContainer(LoggingConfigurable):
             for name, path in sorted(container["datasets"].items())
         ]
         self.extra_host_config = host
+
+
+def mapped_ids(entry) -> tuple[int, int]:
+    """(uid, gid) of one uid-mapping entry, ``{"uid": N, "gid": M}`` (gid defaults to the
+    uid).  Raises ValueError unless both are positive whole numbers: servers never run as
+    root or the root group.  ``gpuhub config check`` checks each entry of the file with it."""
+    try:
+        uid = int(entry["uid"])
+        gid = int(entry.get("gid", uid))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        uid = gid = -1
+    if uid <= 0 or gid <= 0:
+        raise ValueError(f"{entry!r} is not a valid non-root uid and gid")
+    return uid, gid

@@ -1,0 +1,255 @@
+"""``gpuhub config show|check``: the effective settings, and whether the hub would start.
+
+    gpuhub config show  [--env-file .env]            every setting, its value, its source
+    gpuhub config check [--env-file .env] [--reach]  exit 0 when the hub would start
+
+Both read the environment, then the ``.env`` file that ``gpuhub init`` writes and docker
+compose passes to the hub (``env_file: .env``; read with python-dotenv), then the declared
+defaults (:mod:`hub_ext.settings`).  Values set in docker-compose.yml's ``environment:``
+are not seen.  Secrets are masked; no error repeats one.
+
+``check`` gives the errors the hub would give, from the hub's own code: the settings'
+parsing, :func:`hub_ext.config.apply_config` on a fresh ``Config`` (its state in a
+temporary folder), the site additions (:mod:`hub_ext.site_config`), the authenticator made
+from that configuration (it refuses a login without issuer or client id), and the files the
+settings name: the profile list (:func:`hub_ext.profiles.init_profiles`, as the spawn page
+does), the datasets (the spawner's own ``datasets`` validation), the uid map (each entry
+as a spawn reads it).  A ``GPUHUB_*`` variable that no setting declares is an error here
+(the hub only warns).  ``--reach`` also asks, with short time-outs, whatever the settings
+use: the OIDC provider's discovery document, the Credits API (with the hub's token), the
+Docker engine, Slurm's controller (``scontrol ping``, on the submit host).
+Docs: reference/cli, how-to/check-settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from .settings import BACKENDS, Reading, declared, read, settings_of, unknown_warning
+
+TIMEOUT = 5  # seconds, for each --reach question
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
+    for name, help_ in (("show", "print every setting, its value and where it came from"),
+                        ("check", "validate the settings and the files they name; exit 1 "
+                                  "when the hub would not start")):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("--env-file", default=None,
+                       help="the .env file to read (default: ./.env when it exists)")
+        if name == "check":
+            p.add_argument("--reach", action="store_true",
+                           help="also ask the OIDC provider, the Credits API, the Docker "
+                                "engine or Slurm's controller, as the settings use them")
+    parser.set_defaults(func=config)
+
+
+def config(args) -> int:
+    try:
+        reading = read_settings(args.env_file)
+    except OSError as e:
+        print(f"gpuhub config: {e}", file=sys.stderr)
+        return 1
+    if args.config_command == "show":
+        return show(reading)
+    return check(reading, reach=args.reach)
+
+
+def read_settings(env_file: str | None) -> Reading:
+    """:func:`hub_ext.settings.read` of the environment and the .env file.  Raises OSError
+    when ``env_file`` was named and cannot be read."""
+    path = Path(env_file or ".env")
+    values: dict[str, str] = {}
+    if env_file is not None or path.is_file():
+        from dotenv import dotenv_values
+
+        with open(path) as f:  # an OSError names the file
+            values = {k: v or "" for k, v in dotenv_values(stream=f).items()}
+    return read(os.environ, values, str(path))
+
+
+def show(reading: Reading) -> int:
+    """Print the settings grouped by what reads them; exit 1 when one is malformed."""
+    rows = declared()
+    width = max(len(r.name) for r in rows)
+    for backend, title in BACKENDS.items():
+        print(f"# {title}")
+        for r in (r for r in rows if r.backend == backend):
+            shown = r.shown(reading.values[r.name])
+            if not shown and r.default_doc:
+                shown = f"({r.default_doc})"
+            print(f"{r.name:<{width}}  {shown:<40}  {reading.sources[r.name]}")
+        print()
+    for name, closest in reading.unknown.items():
+        print(f"warning: {unknown_warning(name, closest)}", file=sys.stderr)
+    for error in reading.errors:
+        print(f"error: {error}", file=sys.stderr)
+    return 1 if reading.errors else 0
+
+
+def check(reading: Reading, reach: bool = False) -> int:
+    """Print each problem on a line of its own; 0 when there is none, else 1."""
+    problems = list(reading.errors)
+    problems += [unknown_warning(n, c) for n, c in reading.unknown.items()]
+    if not reading.errors:
+        settings = settings_of(reading)
+        file_problems = check_files(settings)
+        # the hub's configuration reads those files too: one error for each is enough
+        problems += file_problems or check_hub_config(settings)
+        if reach:
+            problems += check_reach(settings)
+    for p in problems:
+        print(f"error: {p}")
+    if problems:
+        print(f"gpuhub config check: {len(problems)} problem(s)")
+        return 1
+    print("gpuhub config check: the settings are good" + (" and every service answers"
+                                                            if reach else ""))
+    return 0
+
+
+def check_files(settings) -> list[str]:
+    """The profile list, datasets and uid map the settings name, read as the hub reads them."""
+    from traitlets import TraitError
+
+    from .config import load_profiles
+    from .profiles import init_profiles
+
+    problems = []
+    if settings.profiles_file:
+        try:
+            init_profiles(load_profiles(settings.profiles_file))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            problems.append(f"GPUHUB_PROFILES={settings.profiles_file}: {_reason(e)}")
+    if settings.datasets_file:
+        from .mounts import MemberMounts
+
+        try:
+            with open(settings.datasets_file) as f:
+                MemberMounts(datasets=json.load(f))
+        except (OSError, ValueError, TraitError) as e:
+            problems.append(f"GPUHUB_DATASETS={settings.datasets_file}: {_reason(e)}")
+    if settings.uid_map_file:
+        from .docker.container import mapped_ids
+
+        try:
+            with open(settings.uid_map_file) as f:
+                mapping = json.load(f)
+            if not isinstance(mapping, dict):
+                raise ValueError("not a JSON object {user: {uid, gid}}")
+            for user, entry in mapping.items():
+                try:
+                    mapped_ids(entry)
+                except ValueError as e:
+                    raise ValueError(f"{user}: {e}") from None
+        except (OSError, ValueError) as e:
+            problems.append(f"GPUHUB_UID_MAP={settings.uid_map_file}: {_reason(e)}")
+    return problems
+
+
+def check_hub_config(settings) -> list[str]:
+    """What ``jupyterhub_config.py`` does, on a fresh Config with its state in a temporary
+    folder: :func:`apply_config`, then the site additions."""
+    from traitlets.config import Config
+
+    from .config import apply_config
+    from .site_config import load_site_config
+
+    c = Config()
+    with tempfile.TemporaryDirectory(prefix="gpuhub-check-") as tmp:
+        try:
+            apply_config(c, replace(settings, state_dir=Path(tmp) / "state"))
+        except Exception as e:  # noqa: BLE001 - what the hub would stop with
+            return [f"the hub's configuration: {_reason(e)}"]
+        try:
+            load_site_config(c, settings.config_dir)
+        except Exception as e:  # noqa: BLE001
+            return [f"site additions in {settings.config_dir}: {_reason(e)}"]
+        try:  # the authenticator checks its own settings when the hub makes it
+            authenticator_class(c)(config=c)
+        except Exception as e:  # noqa: BLE001
+            return [f"the hub's login: {_reason(e)}"]
+    return []
+
+
+def authenticator_class(c) -> type:
+    """The class ``c.JupyterHub.authenticator_class`` names (a class or a dotted path)."""
+    from traitlets.utils.importstring import import_item
+
+    name = c.JupyterHub.authenticator_class
+    return import_item(name) if isinstance(name, str) else name
+
+
+def check_reach(settings) -> list[str]:
+    """Ask each service the settings use; one problem per one that does not answer."""
+    import httpx
+
+    problems = []
+    if settings.oidc_issuer:
+        from .oidc import discovery_url, provider_metadata
+
+        url = discovery_url(settings.oidc_issuer)
+        try:
+            r = httpx.get(url, timeout=TIMEOUT)
+            r.raise_for_status()
+            provider_metadata(r.json(), settings.oidc_issuer)
+            print(f"ok: the OIDC provider's discovery document ({url})")
+        except (httpx.HTTPError, ValueError) as e:
+            problems.append(f"GPUHUB_OIDC_ISSUER: {url}: {_reason(e)}")
+    if settings.credits and settings.credits_url:
+        url = settings.credits_url.rstrip("/") + "/v1/accounts/gpuhub-config-check"
+        try:
+            r = httpx.get(url, timeout=TIMEOUT,
+                          headers={"Authorization": f"Bearer {settings.credits_token}"})
+            if r.status_code in (401, 403):
+                problems.append(f"GPUHUB_CREDITS_TOKEN: the Credits API at "
+                                f"{settings.credits_url} refused it ({r.status_code})")
+            elif r.status_code not in (200, 404):
+                problems.append(f"GPUHUB_CREDITS_URL: {url} answered {r.status_code}")
+            else:
+                print(f"ok: the Credits API ({settings.credits_url}) accepts the hub's token")
+        except httpx.HTTPError as e:
+            problems.append(f"GPUHUB_CREDITS_URL: {settings.credits_url}: {_reason(e)}")
+    if settings.backend == "docker":
+        try:
+            import docker
+
+            docker.from_env(timeout=TIMEOUT).ping()
+            print("ok: the Docker engine")
+        except Exception as e:  # noqa: BLE001 - docker-py raises several kinds
+            problems.append(f"the Docker engine does not answer: {_reason(e)}")
+    else:
+        problems += _slurm_ping(settings)
+    return problems
+
+
+def _slurm_ping(settings) -> list[str]:
+    import asyncio
+
+    from .slurm.config import submit_host
+
+    env = {"SLURM_CONF": settings.slurm_conf} if settings.slurm_conf else None
+    try:
+        out = asyncio.run(submit_host(settings).run(["scontrol", "ping"], env,
+                                                    timeout=TIMEOUT * 2))
+    except TimeoutError:
+        return [f"Slurm's controller does not answer (scontrol ping): no answer in "
+                f"{TIMEOUT * 2} s"]
+    except Exception as e:  # noqa: BLE001 - ssh and scontrol fail differently
+        return [f"Slurm's controller does not answer (scontrol ping): {_reason(e)}"]
+    if "UP" not in out:
+        return [f"Slurm's controller is not up: {out.strip()}"]
+    print(f"ok: Slurm's controller ({out.strip()})")
+    return []
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    return text if len(text) < 300 else text[:300] + "..."
