@@ -10,8 +10,6 @@ The core names a backend only by an import string, as JupyterHub names its spawn
 
 from __future__ import annotations
 
-from traitlets.utils.importstring import import_item
-
 #: ``GPUHUB_BACKEND`` -> its :class:`Backend`.
 BACKENDS = {
     "docker": "hub_ext.docker.hubconfig.DockerBackend",
@@ -33,6 +31,19 @@ class Backend:
         naming the ``GPUHUB_*`` variable of a setting that cannot work."""
         raise NotImplementedError
 
+    def check_files(self, settings) -> list[str]:
+        """Optional: for ``gpuhub config check``, what is wrong with the files only this
+        backend reads, one sentence each naming the ``GPUHUB_*`` variable; ``[]`` (the
+        default) when it reads none or all are good."""
+        return []
+
+    def reach(self, settings, timeout: float) -> list[str]:
+        """Optional: for ``gpuhub config check --reach``, whether what this backend drives
+        answers within ``timeout`` seconds (the Docker engine, Slurm's controller): one
+        sentence per part that does not, and an ``ok:`` line printed for each that does;
+        ``[]`` (the default) when there is nothing to ask."""
+        return []
+
     def read_accounting(self, settings, runs: list):
         """Optional: the backend's own record of ``runs`` (:class:`hub_ext.runs.Run`) for
         ``gpuhub usage``, an object with ``jobs`` ({run id: job}), ``note`` (a sentence or
@@ -43,7 +54,15 @@ class Backend:
 def backend(name: str) -> Backend:
     """The backend called ``name`` (``docker``, ``slurm``); raises ValueError naming
     ``GPUHUB_BACKEND`` for another."""
+    from traitlets.utils.importstring import import_item
+
     if name not in BACKENDS:
         raise ValueError(f"GPUHUB_BACKEND={name!r}: use " +
                          " or ".join(repr(n) for n in BACKENDS))
     return import_item(BACKENDS[name])()
+
+
+def reason(e: BaseException, limit: int = 300) -> str:
+    """An exception in at most ``limit`` characters, for a one-line report."""
+    text = str(e) or type(e).__name__
+    return text if len(text) < limit else text[:limit] + "..."

@@ -31,6 +31,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from .backends import backend, reason
 from .settings import BACKENDS, Reading, declared, read, settings_of, unknown_warning
 
 TIMEOUT = 5  # seconds, for each --reach question
@@ -79,9 +80,9 @@ def show(reading: Reading) -> int:
     """Print the settings grouped by what reads them; exit 1 when one is malformed."""
     rows = declared()
     width = max(len(r.name) for r in rows)
-    for backend, title in BACKENDS.items():
+    for part, title in BACKENDS.items():
         print(f"# {title}")
-        for r in (r for r in rows if r.backend == backend):
+        for r in (r for r in rows if r.backend == part):
             shown = r.shown(reading.values[r.name])
             if not shown and r.default_doc:
                 shown = f"({r.default_doc})"
@@ -127,7 +128,7 @@ def check_files(settings) -> list[str]:
         try:
             init_profiles(load_profiles(settings.profiles_file))
         except (OSError, ValueError, KeyError, TypeError) as e:
-            problems.append(f"GPUHUB_PROFILES={settings.profiles_file}: {_reason(e)}")
+            problems.append(f"GPUHUB_PROFILES={settings.profiles_file}: {reason(e)}")
     if settings.datasets_file:
         from .mounts import MemberMounts
 
@@ -135,22 +136,8 @@ def check_files(settings) -> list[str]:
             with open(settings.datasets_file) as f:
                 MemberMounts(datasets=json.load(f))
         except (OSError, ValueError, TraitError) as e:
-            problems.append(f"GPUHUB_DATASETS={settings.datasets_file}: {_reason(e)}")
-    if settings.uid_map_file:
-        from .docker.container import mapped_ids
-
-        try:
-            with open(settings.uid_map_file) as f:
-                mapping = json.load(f)
-            if not isinstance(mapping, dict):
-                raise ValueError("not a JSON object {user: {uid, gid}}")
-            for user, entry in mapping.items():
-                try:
-                    mapped_ids(entry)
-                except ValueError as e:
-                    raise ValueError(f"{user}: {e}") from None
-        except (OSError, ValueError) as e:
-            problems.append(f"GPUHUB_UID_MAP={settings.uid_map_file}: {_reason(e)}")
+            problems.append(f"GPUHUB_DATASETS={settings.datasets_file}: {reason(e)}")
+    problems += backend(settings.backend).check_files(settings)
     return problems
 
 
@@ -167,15 +154,15 @@ def check_hub_config(settings) -> list[str]:
         try:
             apply_config(c, replace(settings, state_dir=Path(tmp) / "state"))
         except Exception as e:  # noqa: BLE001 - what the hub would stop with
-            return [f"the hub's configuration: {_reason(e)}"]
+            return [f"the hub's configuration: {reason(e)}"]
         try:
             load_site_config(c, settings.config_dir)
         except Exception as e:  # noqa: BLE001
-            return [f"site additions in {settings.config_dir}: {_reason(e)}"]
+            return [f"site additions in {settings.config_dir}: {reason(e)}"]
         try:  # the authenticator checks its own settings when the hub makes it
             authenticator_class(c)(config=c)
         except Exception as e:  # noqa: BLE001
-            return [f"the hub's login: {_reason(e)}"]
+            return [f"the hub's login: {reason(e)}"]
     return []
 
 
@@ -202,7 +189,7 @@ def check_reach(settings) -> list[str]:
             provider_metadata(r.json(), settings.oidc_issuer)
             print(f"ok: the OIDC provider's discovery document ({url})")
         except (httpx.HTTPError, ValueError) as e:
-            problems.append(f"GPUHUB_OIDC_ISSUER: {url}: {_reason(e)}")
+            problems.append(f"GPUHUB_OIDC_ISSUER: {url}: {reason(e)}")
     if settings.credits and settings.credits_url:
         url = settings.credits_url.rstrip("/") + "/v1/accounts/gpuhub-config-check"
         try:
@@ -216,40 +203,6 @@ def check_reach(settings) -> list[str]:
             else:
                 print(f"ok: the Credits API ({settings.credits_url}) accepts the hub's token")
         except httpx.HTTPError as e:
-            problems.append(f"GPUHUB_CREDITS_URL: {settings.credits_url}: {_reason(e)}")
-    if settings.backend == "docker":
-        try:
-            import docker
-
-            docker.from_env(timeout=TIMEOUT).ping()
-            print("ok: the Docker engine")
-        except Exception as e:  # noqa: BLE001 - docker-py raises several kinds
-            problems.append(f"the Docker engine does not answer: {_reason(e)}")
-    else:
-        problems += _slurm_ping(settings)
+            problems.append(f"GPUHUB_CREDITS_URL: {settings.credits_url}: {reason(e)}")
+    problems += backend(settings.backend).reach(settings, TIMEOUT)
     return problems
-
-
-def _slurm_ping(settings) -> list[str]:
-    import asyncio
-
-    from .slurm.config import submit_host
-
-    env = {"SLURM_CONF": settings.slurm_conf} if settings.slurm_conf else None
-    try:
-        out = asyncio.run(submit_host(settings).run(["scontrol", "ping"], env,
-                                                    timeout=TIMEOUT * 2))
-    except TimeoutError:
-        return [f"Slurm's controller does not answer (scontrol ping): no answer in "
-                f"{TIMEOUT * 2} s"]
-    except Exception as e:  # noqa: BLE001 - ssh and scontrol fail differently
-        return [f"Slurm's controller does not answer (scontrol ping): {_reason(e)}"]
-    if "UP" not in out:
-        return [f"Slurm's controller is not up: {out.strip()}"]
-    print(f"ok: Slurm's controller ({out.strip()})")
-    return []
-
-
-def _reason(e: BaseException) -> str:
-    text = str(e) or type(e).__name__
-    return text if len(text) < 300 else text[:300] + "..."

@@ -22,7 +22,8 @@ SUBPACKAGES = ("hub_ext.credits", "hub_ext.line")
 #: Top-level modules the core's subpackages may import: leaves of the import graph.
 UTILITIES = {"hub_ext.metrics", "hub_ext.private_files", "hub_ext.dburl", "hub_ext.hooks",
              "hub_ext.notices", "hub_ext.periodic", "hub_ext.stopping", "hub_ext.services",
-             "hub_ext.hubdb", "hub_ext.runs", "hub_ext.server_key"}
+             "hub_ext.hubdb", "hub_ext.runs", "hub_ext.server_key", "hub_ext.settings",
+             "hub_ext.settings_rows", "hub_ext.limits"}
 
 
 def module_name(path: Path, root: Path = ROOT) -> tuple[str, str]:

@@ -9,13 +9,46 @@ the spawner applies itself, and the culler's NVML readings.
 
 from __future__ import annotations
 
-from ..backends import Backend
+import json
+
+from ..backends import Backend, reason
 
 SPAWNER_CLASS = "hub_ext.docker.spawner.GPUDockerSpawner"
 
 
 class DockerBackend(Backend):
     """Containers on the hub's own node, exclusive GPUs from its pool."""
+
+    def check_files(self, settings) -> list[str]:
+        """The uid map (``GPUHUB_UID_MAP``), each entry read as the containers are made."""
+        if not settings.uid_map_file:
+            return []
+        from .container import mapped_ids
+
+        try:
+            with open(settings.uid_map_file) as f:
+                mapping = json.load(f)
+            if not isinstance(mapping, dict):
+                raise ValueError("not a JSON object {user: {uid, gid}}")
+            for user, entry in mapping.items():
+                try:
+                    mapped_ids(entry)
+                except ValueError as e:
+                    raise ValueError(f"{user}: {e}") from None
+        except (OSError, ValueError) as e:
+            return [f"GPUHUB_UID_MAP={settings.uid_map_file}: {reason(e)}"]
+        return []
+
+    def reach(self, settings, timeout: float) -> list[str]:
+        """The Docker engine answers a ping."""
+        import docker
+
+        try:
+            docker.from_env(timeout=timeout).ping()
+        except Exception as e:  # noqa: BLE001 - docker-py raises several kinds
+            return [f"the Docker engine does not answer: {reason(e)}"]
+        print("ok: the Docker engine")
+        return []
 
     def apply_config(self, c, settings) -> None:
         """Raises ValueError naming ``GPUHUB_WORKSPACE`` (a host path without

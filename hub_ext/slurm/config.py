@@ -9,9 +9,10 @@ Slurm request, the images and workspaces on shared storage, the submit host).
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 
-from ..backends import Backend
+from ..backends import Backend, reason
 from .submit import DEFAULT_SSH, SubmitHost, check_host
 
 SPAWNER_CLASS = "hub_ext.slurm.spawner.GPUSlurmSpawner"
@@ -19,6 +20,23 @@ SPAWNER_CLASS = "hub_ext.slurm.spawner.GPUSlurmSpawner"
 
 class SlurmBackend(Backend):
     """Batch jobs on a Slurm cluster (batchspawner); the GPUs are Slurm's to hand out."""
+
+    def reach(self, settings, timeout: float) -> list[str]:
+        """Slurm's controller answers ``scontrol ping``, asked where the hub asks Slurm
+        (the submit host when there is one)."""
+        env = {"SLURM_CONF": settings.slurm_conf} if settings.slurm_conf else None
+        try:
+            out = asyncio.run(submit_host(settings).run(["scontrol", "ping"], env,
+                                                        timeout=timeout * 2))
+        except TimeoutError:
+            return [f"Slurm's controller does not answer (scontrol ping): no answer in "
+                    f"{timeout * 2} s"]
+        except Exception as e:  # noqa: BLE001 - ssh and scontrol fail differently
+            return [f"Slurm's controller does not answer (scontrol ping): {reason(e)}"]
+        if "UP" not in out:
+            return [f"Slurm's controller is not up: {out.strip()}"]
+        print(f"ok: Slurm's controller ({out.strip()})")
+        return []
 
     def apply_config(self, c, settings) -> None:
         """Raises ValueError naming ``GPUHUB_SLURM_SUBMIT_HOST`` or
