@@ -9,8 +9,8 @@ The initial grant needs an admin token of the Credits API: the managed reference
 ``credits-admin-token`` file in the state directory, or ``GPUHUB_CREDITS_ADMIN_TOKEN`` with
 an external ``GPUHUB_CREDITS_URL``.
 
-``GPUHUB_DEMO_LOGIN=1`` marks the README demo, whose local provider (oidc-provider-mock) lets
-anyone pick any identity: it only runs on a loopback address.
+``GPUHUB_DEMO_LOGIN=1`` marks the demo (docs/tutorial/first-hub.md), whose local provider
+(oidc-provider-mock) lets anyone pick any identity: it only runs on a loopback address.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@
                                     their sources; whether the hub would start with them
                                     (hub_ext.config_cli)
 
-``init`` and ``upgrade`` are in :mod:`hub_ext.deploy`; README.md "Production" uses them.
+``init`` and ``upgrade`` are in :mod:`hub_ext.deploy`; docs/tutorial/first-hub.md uses them.
 
 ``gpuhub gpus`` asks the running hub for its GPU board (``/hub/api/gpuhub/gpus``, the hub's
 own inventory: NVML or simulated; on the Slurm backend every node's GPUs with their jobs,
@@ -147,11 +147,12 @@ def init(args) -> int:
     except EnvFileExists:
         print(f"gpuhub init: {args.env_file} exists. Its secrets are in use once the hub ran "
               "(the crypt key, the database passwords); `gpuhub init --force` replaces it "
-              "with new ones (README.md \"Production\": changing a secret)", file=sys.stderr)
+              "with new ones (docs/howto/upgrades-backups.md, \"Change a secret\")",
+              file=sys.stderr)
         return 1
     print(f"gpuhub init: wrote {path} (mode 600) with fresh secrets. Fill in the login "
           "settings (GPUHUB_OIDC_*), put the TLS certificate and key in ./tls, then follow "
-          "README.md \"Production\".")
+          "docs/tutorial/first-hub.md.")
     return 0
 
 

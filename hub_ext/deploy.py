@@ -44,7 +44,7 @@ ENV_TEMPLATE = """\
 # GPU Cluster Hub: settings and secrets of this deployment, read by docker-compose.yml.
 # Written by `gpuhub init` on {date}.
 # Keep it private: mode 600, never committed (the hub refuses to start while others may
-# read it). Any setting of README.md "Settings" may be added; README.md "Production"
+# read it). Any setting of docs/reference/settings.md may be added; docs/reference/compose.md
 # explains each line below.
 
 COMPOSE_PROJECT_NAME=gpuhub
@@ -52,7 +52,7 @@ COMPOSE_PROJECT_NAME=gpuhub
 # "credits" when GPUHUB_CREDITS_URL points at the organisation's own Credits API.
 COMPOSE_PROFILES=credits
 
-# --- Login: the organisation's OpenID Connect provider (README.md "Login") -----------------
+# --- Login: the organisation's OpenID Connect provider (docs/howto/identity-provider.md) --
 GPUHUB_OIDC_ISSUER=
 GPUHUB_OIDC_CLIENT_ID=
 GPUHUB_OIDC_CLIENT_SECRET=
@@ -73,7 +73,7 @@ GPUHUB_PUBLISH=443
 # --- Docker: the socket's group, which the hub's user joins to start servers --------------
 {docker_gid_line}
 
-# --- Secrets: fresh and random; README.md "Production" says how to change one --------------
+# --- Secrets: fresh and random; docs/howto/upgrades-backups.md says how to change one -----
 {secrets}
 """
 
@@ -222,7 +222,7 @@ def upgrade(settings: Settings, log: logging.Logger) -> list[Step]:
     """Migrate the hub database, then the credits ledger (when this deployment has one).
 
     Raises whatever the migration raises (an unreachable database, a refused password);
-    the CLI prints it as one line.  Back up first (README.md "Production"): a migration
+    the CLI prints it as one line.  Back up first (docs/howto/upgrades-backups.md): a migration
     that fails half-way is rolled back only where the database has transactional DDL.
     """
     steps = []

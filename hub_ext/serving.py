@@ -88,7 +88,7 @@ def check_host_network(settings) -> None:
         "network can listen on every interface of this machine and take the proxy's, the "
         "hub's or the credits service's port, so host networking is a demo and test mode. "
         "Use a Docker bridge network (GPUHUB_DOCKER_NETWORK=gpuhub), or set "
-        "GPUHUB_HOST_NETWORK_ACK=1 to accept that risk (README: Production)"
+        "GPUHUB_HOST_NETWORK_ACK=1 to accept that risk (docs/explanation/security.md)"
     )
 
 
@@ -117,7 +117,7 @@ def apply_serving_config(c, settings) -> None:
         raise ValueError(
             f"GPUHUB_IP={settings.ip!r} would serve logins over plain HTTP. Set GPUHUB_SSL_CERT "
             "and GPUHUB_SSL_KEY (PEM files) to serve HTTPS, or GPUHUB_ALLOW_HTTP=1 when a TLS "
-            "reverse proxy in front of the hub is the only way in (README: Production)"
+            "reverse proxy in front of the hub is the only way in (docs/howto/tls-reverse-proxy.md)"
         )
     for path in split_list(settings.secret_files):
         check_secret_file(path, "GPUHUB_SECRET_FILES")

@@ -25,8 +25,8 @@ async def port_open(ip: str, port: int, timeout: float = 0.5) -> bool:
     waited for on the event loop (``loop.sock_connect``); a host name goes through
     ``asyncio.open_connection``.  The spawner checks each starting server every
     ``ready_poll_interval`` seconds: under a rush of 8 starts, asyncio's refused
-    connections took about a quarter of the hub's event loop (py-spy; README
-    "Benchmarks").
+    connections took about a quarter of the hub's event loop (py-spy;
+    docs/benchmarks.md).
     """
     try:
         family = socket.AF_INET6 if ipaddress.ip_address(ip).version == 6 else socket.AF_INET

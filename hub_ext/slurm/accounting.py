@@ -198,7 +198,7 @@ def read_accounting(settings, runs: Sequence) -> Accounting:
         records = asyncio.run(accounted_jobs(cluster, [r.job_id for r in runs if r.job_id]))
     except AccountingNotConfigured as e:
         return Accounting(None, f"Slurm accounting is not configured ({e}); the site needs "
-                          "slurmdbd (README, \"Scale out on Slurm\")",
+                          "slurmdbd (docs/howto/slurm.md)",
                           failed=settings.slurm_accounting == "on")
     except SlurmUnavailable as e:
         return Accounting(None, f"Slurm's accounting cannot be read ({sacct_said(e)})",

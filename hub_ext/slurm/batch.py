@@ -129,8 +129,8 @@ class SlurmBatchJob(LoggingConfigurable):
         help="""The container runtime's command line in the batch script, the notebook
         command appended.  Fields: {rootfs}, {image}, {workspace}, {workspace_mount},
         {dataset_binds}, {gpu_binds} (a bash array of bubblewrap --dev-bind arguments),
-        {batchspawner} (the wrapper package's folder), {path}.  README "Scale out on
-        Slurm" has Apptainer and Enroot templates.
+        {batchspawner} (the wrapper package's folder), {path}.  docs/howto/slurm.md ("What
+        the cluster needs") has Apptainer and Enroot templates.
 
             c.GPUSlurmSpawner.container_command = "apptainer exec --nv {image} "
         """,

@@ -29,7 +29,7 @@ UNAVAILABLE = ("down", "drained", "draining", "fail", "failing", "future", "main
 
 #: How the hub runs a command as a member on the submit host when it runs there as root
 #: (``c.GPUSlurmSpawner.exec_prefix``; a service account with sudo rights uses
-#: ``sudo -n -E -u {username} --``, README "Scale out on Slurm").
+#: ``sudo -n -E -u {username} --``, docs/howto/slurm.md "A submit host").
 MEMBER_PREFIX = "runuser -u {username} --"
 
 UNREACHABLE_MESSAGE = ("The cluster's scheduler is not answering, so no server can start "

@@ -41,8 +41,8 @@ class SubmitHostSpawner(LoggingConfigurable):
         help="""The host where the hub runs every Slurm command (sbatch, squeue, scancel,
         sinfo, scontrol) and writes the job's token file as the member, over OpenSSH
         (``submit_ssh_command``): ``login1`` or ``gpuhub@login1``.  Empty: on the hub's
-        own host.  The member switch there is ``exec_prefix``.  README "Scale out on
-        Slurm" says what the submit host needs.
+        own host.  The member switch there is ``exec_prefix``.  docs/howto/slurm.md ("A
+        submit host") says what the submit host needs.
 
             c.GPUSlurmSpawner.submit_host = "gpuhub@login1"
         """,

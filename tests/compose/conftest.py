@@ -89,7 +89,7 @@ class Stack:
         self.pg_port = int(self.ports["GPUHUB_TEST_POSTGRES_PORT"])
         self.saved_logs: list[str] = []
 
-    # -- set-up, as README.md "Production" says --------------------------------------------
+    # -- set-up, as docs/tutorial/first-hub.md says -----------------------------------------
 
     def init(self) -> None:
         """``gpuhub init``, then the site settings a test deployment adds to .env."""

@@ -182,7 +182,7 @@ async def test_down_and_up_keep_the_databases_and_the_workspaces(stack, hub, doc
 
 
 async def test_backup_and_restore_both_databases(stack, hub, tmp_path):
-    """README.md "Production": pg_dump both databases, lose the volume, pg_restore them."""
+    """docs/howto/upgrades-backups.md: pg_dump both databases, lose the volume, pg_restore them."""
     erin = await hub.login("erin")
     books = await ledger(stack, "erin")
     dumps = {}

@@ -9,8 +9,8 @@
 # \getenv, never on a command line, and this session neither logs its statements nor a
 # failing one (which would show a password in the server log).
 set -eu
-: "${GPUHUB_DB_PASSWORD:?is empty: run gpuhub init (README.md Production)}"
-: "${GPUHUB_CREDITS_DB_PASSWORD:?is empty: run gpuhub init (README.md Production)}"
+: "${GPUHUB_DB_PASSWORD:?is empty: run gpuhub init (docs/tutorial/first-hub.md)}"
+: "${GPUHUB_CREDITS_DB_PASSWORD:?is empty: run gpuhub init (docs/tutorial/first-hub.md)}"
 
 psql -v ON_ERROR_STOP=1 --username "${POSTGRES_USER:-postgres}" --no-password --no-psqlrc \
   --dbname postgres <<'SQL'
