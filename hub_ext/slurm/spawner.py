@@ -46,8 +46,12 @@ from ..spawner_core import SpawnerCore
 from .availability import SlurmAvailability
 from .batch import BATCH_SCRIPT, SlurmBatchJob
 from .cluster import MEMBER_PREFIX, SlurmCluster, SlurmUnavailable
+from .port_report import replace_batchspawner_handler
 from .spawner_line import SlurmLineSpawner
 from .spawner_submit import SubmitHostSpawner
+
+# batchspawner's own port handler assigns any key a member posts to her spawner
+replace_batchspawner_handler()
 
 
 class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SpawnPage, SlurmAvailability,
