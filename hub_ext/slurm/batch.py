@@ -12,10 +12,12 @@ gives shell-quoted.
 
 from __future__ import annotations
 
+import math
 import pwd
 import shlex
 from pathlib import Path
 
+from jupyterhub.traitlets import ByteSpecification
 from tornado import web
 from traitlets import Unicode
 from traitlets.config import LoggingConfigurable
@@ -23,7 +25,7 @@ from traitlets.config import LoggingConfigurable
 from .. import metrics
 from ..member_dirs import MemberDirRefused, member_dir
 
-__all__ = ["BATCH_SCRIPT", "BWRAP", "SlurmBatchJob"]
+__all__ = ["BATCH_SCRIPT", "BWRAP", "SlurmBatchJob", "slurm_request"]
 
 #: The member's notebook server inside the container: bubblewrap (Debian ``bubblewrap``,
 #: unprivileged user namespaces) on the image's unpacked root filesystem, as the member's
@@ -73,6 +75,20 @@ echo "gpuhub: job $SLURM_JOB_ID on $SLURMD_NODENAME, GPUs ${SLURM_JOB_GPUS:-none
 umask 077
 exec {{container}} {{cmd}}
 """
+
+
+def slurm_request(req_memory, req_nprocs, mem_limit, cpu_limit) -> tuple[str, str]:
+    """The job's ``--mem`` and ``--cpus-per-task`` (batchspawner's ``req_memory``,
+    ``req_nprocs``): the ``req_*`` values where set, else JupyterHub's ``mem_limit``
+    (bytes, or "2G"; rounded up to whole MiB: "2048M") and ``cpu_limit`` (CPUs, rounded up:
+    0.5 -> "1"); "" for none.  Raises TraitError for a memory size JupyterHub cannot
+    read."""
+    if not req_memory and mem_limit:
+        size = ByteSpecification().validate(None, mem_limit)
+        req_memory = f"{math.ceil(size / 2**20)}M"
+    if not req_nprocs and cpu_limit:
+        req_nprocs = str(math.ceil(float(cpu_limit)))
+    return str(req_memory or ""), str(req_nprocs or "")
 
 
 class SlurmBatchJob(LoggingConfigurable):
