@@ -188,3 +188,53 @@ async def test_a_cpu_job_gets_its_one_core_and_is_stopped_past_its_memory(
     assert run.stop_reason == "out_of_memory"
     assert run.stop_detail == ("out of memory: the server used more than its 400M "
                                "(Slurm: OUT_OF_MEMORY)")
+
+
+#: What a member looks for from her terminal: other workspaces, the hub's state, munge's
+#: key, other members' processes, Slurm's commands.
+LOOK_AROUND = ("echo SEEN:$(ls -d {others} 2>/dev/null | wc -l):"
+               "$(ps -eo user= | grep -vcx \"$(id -un)\\|$(id -u)\"):"
+               "$(command -v sbatch scancel srun | wc -l):END")
+
+
+async def test_what_held_a_member_sees_only_her_own_and_bad_requests_are_refused(
+        slurm_hub, slurm_cluster):
+    alice, bob = slurm_cluster.fresh_member("ghs-al"), slurm_cluster.fresh_member("ghs-bo")
+    hub = await slurm_hub(PROFILES, GPUHUB_CREDITS="off")
+    tokens = {name: await hub.create_user(name) for name in (alice, bob)}
+    for name in (alice, bob):
+        r = await hub.spawn(name, {"profile": "cpu"})
+        assert r.status_code in (201, 202), r.text
+    for name in (alice, bob):
+        await hub.wait_ready(name, timeout=180)
+
+    others = " ".join(str(p) for p in (
+        slurm_cluster.shared / "home" / bob, hub.state_dir, slurm_cluster.dir / "munge",
+        slurm_cluster.dir / "munge" / "munge.key"))
+    out = await terminal_run(hub, alice, tokens[alice], LOOK_AROUND.format(others=others),
+                             expect=":END", timeout=60)
+    assert re.findall(r"SEEN:(\d+):(\d+):(\d+):END", out)[-1] == ("0", "0", "0"), out
+
+    # bob's server answers her with 403, with her token or none
+    for headers in ({"Authorization": f"token {tokens[alice]}"}, {}):
+        r = await hub.client.get(f"/user/{bob}/api/status", headers=headers)
+        assert r.status_code == 403, (headers, r.status_code)
+
+    # forged options, an oversized body, server names with shell or #SBATCH text
+    for path, body in ((f"/users/{alice}/servers/x", {"profile": "gpu-x"}),
+                       (f"/users/{alice}/servers/x", {"profile": "cpu", "req_gres": "gpu:4"}),
+                       (f"/users/{alice}/servers/x", {"profile": "cpu", "pad": "x" * 20000}),
+                       (f"/users/{alice}/servers/a%0A%23SBATCH%20--uid=0", {}),
+                       (f"/users/{alice}/servers/a$(id)", {})):
+        r = await hub.api("POST", path, token=tokens[alice], json=body)
+        assert 400 <= r.status_code < 500, (path, r.status_code, r.text)
+    jobs = slurm_cluster.run("squeue", "-h", "-u", alice, "-o", "%j").stdout.split()
+    assert jobs == [f"gpuhub-{alice}-default"]
+
+    # a hub user with no account on the cluster (mallory) gets nothing
+    mallory = "mallory-" + alice.rsplit("-", 1)[1]
+    await hub.create_user(mallory)
+    r = await hub.spawn(mallory, {"profile": "cpu"})
+    assert r.status_code == 403 and "no account on the cluster" in r.text, r.text
+    assert not slurm_cluster.run("squeue", "-h", "-n", f"gpuhub-{mallory}-default",
+                                 check=False).stdout.strip()
