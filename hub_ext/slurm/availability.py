@@ -15,11 +15,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from traitlets import TraitError
 from traitlets.config import LoggingConfigurable
 
 from ..spawn_page import GPUsNow, facts_from_labels
-from .batch import slurm_request
 from .cluster import MEMBER_PREFIX, Node, SlurmCluster, SlurmUnavailable, parse_gres_request
 from .submit import DEFAULT_SSH, SubmitHost
 
@@ -105,13 +103,15 @@ class SlurmAvailability(LoggingConfigurable):
         unless it has a K/M/G/T suffix) and ``req_nprocs`` (``--cpus-per-task``), from
         JupyterHub's ``mem_limit``/``cpu_limit`` where those are not set
         (:func:`hub_ext.slurm.batch.slurm_request`)."""
+        from .batch import slurm_request
+
         def value(name):
             return overrides.get(name, self._configured.get(name))
 
         try:
             memory, cpus = slurm_request(value("req_memory"), value("req_nprocs"),
                                          value("mem_limit"), value("cpu_limit"))
-        except (TraitError, ValueError):  # a bad size: the start itself refuses it
+        except ValueError:  # a bad size: the start itself refuses it
             memory, cpus = str(value("req_memory") or ""), str(value("req_nprocs") or "")
         return (memory + "M" if memory.isdigit() else memory or None,
                 int(cpus) if cpus.isdigit() else None)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from jupyterhub.traitlets import ByteSpecification
 from tornado import web
-from traitlets import Unicode
+from traitlets import TraitError, Unicode
 from traitlets.config import LoggingConfigurable
 
 from .. import metrics
@@ -81,10 +81,13 @@ def slurm_request(req_memory, req_nprocs, mem_limit, cpu_limit) -> tuple[str, st
     """The job's ``--mem`` and ``--cpus-per-task`` (batchspawner's ``req_memory``,
     ``req_nprocs``): the ``req_*`` values where set, else JupyterHub's ``mem_limit``
     (bytes, or "2G"; rounded up to whole MiB: "2048M") and ``cpu_limit`` (CPUs, rounded up:
-    0.5 -> "1"); "" for none.  Raises TraitError for a memory size JupyterHub cannot
+    0.5 -> "1"); "" for none.  Raises ValueError for a memory size JupyterHub cannot
     read."""
     if not req_memory and mem_limit:
-        size = ByteSpecification().validate(None, mem_limit)
+        try:
+            size = ByteSpecification().validate(None, mem_limit)
+        except TraitError as e:
+            raise ValueError(f"mem_limit: {e}") from None
         req_memory = f"{math.ceil(size / 2**20)}M"
     if not req_nprocs and cpu_limit:
         req_nprocs = str(math.ceil(float(cpu_limit)))

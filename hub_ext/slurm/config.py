@@ -24,10 +24,6 @@ HOOKS = ("hub_ext.credits.hook.CreditsHook", "hub_ext.culling.Culler")
 
 
 def apply_slurm_config(c, settings) -> None:
-    from .port_report import replace_batchspawner_handler
-
-    # before JupyterHub reads its API handlers: the job's port report is the hub's own
-    replace_batchspawner_handler()
     c.JupyterHub.spawner_class = "hub_ext.slurm.spawner.GPUSlurmSpawner"
     docker, slurm = c.GPUDockerSpawner, c.GPUSlurmSpawner
     for name in SHARED:
