@@ -150,12 +150,14 @@ class SlurmBatchJob(LoggingConfigurable):
         help="""The container runtime's command line in the batch script, the notebook
         command appended.  Fields: {rootfs}, {image}, {workspace}, {workspace_mount},
         {dataset_binds}, {gpu_binds} (a bash array of bubblewrap --dev-bind arguments),
-        {batchspawner} (the folder of the ``batchspawner`` package itself, for its wrapper:
-        bind it at ``<dir>/batchspawner`` with ``PYTHONPATH=<dir>``, so that nothing but
-        it comes before the image's packages), {path}.  README "Scale out on
+        {batchspawner} (the wrapper package's folder), {path}.  README "Scale out on
         Slurm" has Apptainer and Enroot templates.
 
             c.GPUSlurmSpawner.container_command = "apptainer exec --nv {image} "
+
+        {batchspawner} is the ``batchspawner`` package folder itself: bind it at
+        ``<dir>/batchspawner`` with ``PYTHONPATH=<dir>``, so that nothing but it comes
+        before the image's packages.
         """,
     )
 
