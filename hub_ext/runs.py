@@ -19,7 +19,8 @@ None on the Docker backend).
 Stop reasons: ``stopped`` (by the member, an admin or the API), ``idle`` (no activity,
 jupyterhub-idle-culler), ``idle_gpu`` (GPUs idle), ``max_age``, ``credits`` (credits ran
 out and the grace period was over), ``gone`` (its container vanished and the hub cleared it),
-``node_down`` (Slurm backend: the node under it went down or failed).  ``stop_detail`` says
+``node_down`` (Slurm backend: the node under it went down or failed), ``out_of_memory``
+(Slurm backend: the job's cgroup killed it past its memory limit).  ``stop_detail`` says
 more where the backend knows it, e.g. "node node2 down: power failure" (Slurm's reason).
 """
 
@@ -54,7 +55,8 @@ __all__ = [
     "set_reason",
 ]
 
-STOP_REASONS = ("stopped", "idle", "idle_gpu", "max_age", "credits", "gone", "node_down")
+STOP_REASONS = ("stopped", "idle", "idle_gpu", "max_age", "credits", "gone", "node_down",
+                "out_of_memory")
 #: characters of ``stop_detail`` kept
 DETAIL_CHARS = 255
 

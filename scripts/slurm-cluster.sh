@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # A real Slurm cluster on this machine for the hub's tests and demo: munge, slurmctld and
 # NODES slurmd compute nodes (default 2), each node in a network namespace of its own, with
-# 2 stand-in GPUs per node (GresTypes=gpu, gres.conf, cgroup.conf ConstrainDevices=yes).
+# 2 stand-in GPUs per node (GresTypes=gpu, gres.conf), cgroup.conf constraining devices,
+# cores and RAM (ConstrainDevices, ConstrainCores, ConstrainRAMSpace; CR_Core_Memory).
 #
 #   scripts/slurm-cluster.sh start    # idempotent: leaves a healthy cluster alone
-#   scripts/slurm-cluster.sh stop     # stops the daemons, removes namespaces and bridge
+#   scripts/slurm-cluster.sh stop     # cancels every job, stops the daemons, kills what
+#                                     # is left in the nodes' namespaces (slurmstepd, the
+#                                     # jobs' bubblewrap and servers), removes namespaces
+#                                     # and bridge
 #   scripts/slurm-cluster.sh status   # exit 0 when every node is up (sinfo)
 #   scripts/slurm-cluster.sh env      # prints SLURM_CONF=... for the Slurm commands
 #   scripts/slurm-cluster.sh login-env
@@ -77,6 +81,10 @@ LOGIN_NS=${NS_PREFIX}login
 LOGIN_ADDR=$SUBNET.20
 SSHD=/usr/sbin/sshd
 GPUS_PER_NODE=2
+# each node claims the machine's own CPUs (cgroup.conf ConstrainCores pins jobs to them)
+NODE_CPUS=$(nproc)
+NODE_MEMORY=4096
+DEF_MEM_PER_CPU=1024
 export SLURM_CONF=$DIR/slurm.conf
 
 say() { printf 'slurm-cluster: %s\n' "$*" >&2; }
@@ -107,7 +115,7 @@ write_config() {
   local nodes="" list="" gres=""
   for i in $(seq 1 "$NODES"); do
     local n=$NODE_PREFIX$i
-    nodes+="NodeName=$n NodeAddr=$(node_addr "$i") NodeHostname=$n CPUs=4 RealMemory=4096 Gres=gpu:$GPUS_PER_NODE State=UNKNOWN"$'\n'
+    nodes+="NodeName=$n NodeAddr=$(node_addr "$i") NodeHostname=$n CPUs=$NODE_CPUS RealMemory=$NODE_MEMORY Gres=gpu:$GPUS_PER_NODE State=UNKNOWN"$'\n'
     list+="${list:+,}$n"
     mkdir -p "$DIR/dev/$n"
     for g in $(seq 0 $((GPUS_PER_NODE - 1))); do
@@ -142,6 +150,7 @@ AccountingStorageTRES=gres/gpu"
     "SLURMD_PORT=$SLURMD_PORT" "PROCTRACK=$proctrack" "TASK_PLUGIN=$task" \
     "SCHEDULER_PARAMETERS=$SCHED" "SLURMD_TIMEOUT=${GPUHUB_SLURMD_TIMEOUT:-30}" \
     "NODE_PREFIX=$NODE_PREFIX" "NODES=${nodes%$'\n'}" "NODE_LIST=$list" \
+    "NODE_CPUS=$NODE_CPUS" "DEF_MEM_PER_CPU=$DEF_MEM_PER_CPU" \
     "ACCOUNTING=$accounting"
   render deploy/slurm/cgroup.conf.in "$DIR/cgroup.conf" \
     "CGROUP_PLUGIN=$cgplugin" "CONSTRAIN_DEVICES=$constrain"
@@ -364,7 +373,35 @@ start_cluster() {
   exit 1
 }
 
+end_jobs() {  # every job cancelled while slurmctld runs, then whatever is left on the nodes
+  if pid_alive "$DIR/run/slurmctld.pid" && [ -n "$(squeue -h -o %i 2>/dev/null)" ]; then
+    scancel --full $(squeue -h -o %i 2>/dev/null) 2>/dev/null || true
+    for _ in $(seq 1 40); do [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.25; done
+  fi
+}
+
+kill_node_processes() {
+  # slurmstepd, bubblewrap and servers: all run in a node's network namespace, and (with
+  # proctrack/cgroup) in its jobs' cgroups, slurm_<node>/ (found there too once a namespace
+  # is gone: a cluster stopped by an older script)
+  local i pids
+  for i in $(seq 1 "$NODES"); do
+    pids=$(ip netns pids "$NS_PREFIX$NODE_PREFIX$i" 2>/dev/null || true)
+    if [ -d "/sys/fs/cgroup/freezer/slurm_$NODE_PREFIX$i" ]; then
+      pids+=" $(find "/sys/fs/cgroup/freezer/slurm_$NODE_PREFIX$i" -name cgroup.procs -exec cat {} + 2>/dev/null)"
+    fi
+    pids=$(tr -s ' \n' ' ' <<<"$pids")
+    if [ -n "${pids// /}" ]; then kill -9 $pids 2>/dev/null || true; fi
+  done
+  for i in $(seq 1 "$NODES"); do
+    for _ in $(seq 1 50); do
+      [ -z "$(ip netns pids "$NS_PREFIX$NODE_PREFIX$i" 2>/dev/null)" ] && break; sleep 0.1
+    done
+  done
+}
+
 stop() {
+  end_jobs
   login_stop
   ip link del "$VETH-hl" 2>/dev/null || true
   ip netns del "$LOGIN_NS" 2>/dev/null || true
@@ -378,6 +415,7 @@ stop() {
     fi
     rm -f "$pidf"
   done
+  kill_node_processes
   for i in $(seq 1 "$NODES"); do
     ip link del "$VETH-h$i" 2>/dev/null || true
     ip netns del "$NS_PREFIX$NODE_PREFIX$i" 2>/dev/null || true

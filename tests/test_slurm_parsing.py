@@ -300,3 +300,22 @@ async def test_an_images_labels_are_read_off_the_event_loop(tmp_path):
     thread.join()
     assert loop_was_free
     assert facts["python"] == "3.11"
+
+
+@pytest.mark.parametrize(("req", "limits", "expected"), [
+    pytest.param(("", ""), ("16G", 4), ("16384M", "4"), id="profile-limits"),
+    pytest.param(("", ""), (300 * 2**20 + 1, 0.5), ("301M", "1"), id="rounded-up"),
+    pytest.param(("4G", "3"), ("1G", 1), ("4G", "3"), id="req-wins"),
+    pytest.param(("", ""), (None, None), ("", ""), id="none"),
+])
+def test_the_profiles_limits_become_the_jobs_slurm_request(req, limits, expected):
+    from hub_ext.slurm.batch import slurm_request
+
+    assert slurm_request(*req, *limits) == expected
+
+
+def test_a_memory_limit_slurm_cannot_be_asked_for_is_refused_naming_it():
+    from hub_ext.slurm.batch import slurm_request
+
+    with pytest.raises(ValueError, match="^mem_limit: lots is not a valid memory"):
+        slurm_request("", "", "lots", 1)

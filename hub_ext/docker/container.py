@@ -24,6 +24,7 @@ from traitlets import Bool, Int, Unicode
 from traitlets.config import LoggingConfigurable
 
 from .. import metrics
+from ..member_dirs import MemberDirRefused, member_dir
 from ..profiles import LABEL_PREFIX
 
 #: Prefix of the labels on every server container (user, server, profile, devices, since,
@@ -179,9 +180,13 @@ class MemberContainer(LoggingConfigurable):
         workspace = container["workspace"]
         uid, gid = container["ids"] or (1000, 100)
         if workspace.startswith("/"):
-            if not os.path.isdir(workspace):
-                os.makedirs(workspace, mode=0o700)
-                os.chown(workspace, uid, gid)
+            if not os.path.lexists(workspace):
+                try:  # by descriptor: no chown follows a link (hub_ext.member_dirs)
+                    member_dir(workspace, uid, gid)
+                except MemberDirRefused as e:
+                    self.log.error("Workspace of %s not made: %s", self._log_name, e)
+                    raise web.HTTPError(500, "Your workspace could not be made. Ask an "
+                                             "admin to check the workspace settings.") from None
                 self.log.info("Created workspace %s for %s (uid %s)", workspace,
                               self._log_name, uid)
             return

@@ -98,10 +98,19 @@ class SlurmAvailability(SpawnPage):
 
     def limits_of(self, overrides: dict) -> tuple:
         """What the job asks Slurm for: ``req_memory`` (Slurm's ``--mem``, megabytes
-        unless it has a K/M/G/T suffix) and ``req_nprocs`` (``--cpus-per-task``);
-        JupyterHub's ``mem_limit``/``cpu_limit`` are not applied on this backend."""
-        memory = str(overrides.get("req_memory", self._configured.get("req_memory")) or "")
-        cpus = str(overrides.get("req_nprocs", self._configured.get("req_nprocs")) or "")
+        unless it has a K/M/G/T suffix) and ``req_nprocs`` (``--cpus-per-task``), from
+        JupyterHub's ``mem_limit``/``cpu_limit`` where those are not set
+        (:func:`hub_ext.slurm.batch.slurm_request`)."""
+        from .batch import slurm_request
+
+        def value(name):
+            return overrides.get(name, self._configured.get(name))
+
+        try:
+            memory, cpus = slurm_request(value("req_memory"), value("req_nprocs"),
+                                         value("mem_limit"), value("cpu_limit"))
+        except ValueError:  # a bad size: the start itself refuses it
+            memory, cpus = str(value("req_memory") or ""), str(value("req_nprocs") or "")
         return (memory + "M" if memory.isdigit() else memory or None,
                 int(cpus) if cpus.isdigit() else None)
 

@@ -12,18 +12,20 @@ gives shell-quoted.
 
 from __future__ import annotations
 
-import os
+import math
 import pwd
 import shlex
 from pathlib import Path
 
+from jupyterhub.traitlets import ByteSpecification
 from tornado import web
-from traitlets import Unicode
+from traitlets import TraitError, Unicode
 from traitlets.config import LoggingConfigurable
 
 from .. import metrics
+from ..member_dirs import MemberDirRefused, member_dir
 
-__all__ = ["BATCH_SCRIPT", "BWRAP", "SlurmBatchJob"]
+__all__ = ["BATCH_SCRIPT", "BWRAP", "SlurmBatchJob", "slurm_request"]
 
 #: The member's notebook server inside the container: bubblewrap (Debian ``bubblewrap``,
 #: unprivileged user namespaces) on the image's unpacked root filesystem, as the member's
@@ -32,7 +34,7 @@ BWRAP = (
     "bwrap --unshare-user --unshare-pid --unshare-ipc --die-with-parent"
     " --ro-bind {rootfs} / --proc /proc --dev /dev --tmpfs /tmp --tmpfs /home/jovyan"
     " --bind {workspace} {workspace_mount} {dataset_binds} {gpu_binds}"
-    " --ro-bind {batchspawner} /tmp/gpuhub-batchspawner"
+    " --ro-bind {batchspawner} /tmp/gpuhub-batchspawner/batchspawner"
     " --setenv PYTHONPATH /tmp/gpuhub-batchspawner --setenv HOME /home/jovyan"
     " --setenv PATH {path} --chdir /home/jovyan"
 )
@@ -69,8 +71,27 @@ if [ -f {{token_file}} ]; then
   export JUPYTERHUB_API_TOKEN JPY_API_TOKEN=$JUPYTERHUB_API_TOKEN
 fi
 echo "gpuhub: job $SLURM_JOB_ID on $SLURMD_NODENAME, GPUs ${SLURM_JOB_GPUS:-none}"
+# the member's files are hers alone (other cluster accounts share the nodes and storage)
+umask 077
 exec {{container}} {{cmd}}
 """
+
+
+def slurm_request(req_memory, req_nprocs, mem_limit, cpu_limit) -> tuple[str, str]:
+    """The job's ``--mem`` and ``--cpus-per-task`` (batchspawner's ``req_memory``,
+    ``req_nprocs``): the ``req_*`` values where set, else JupyterHub's ``mem_limit``
+    (bytes, or "2G"; rounded up to whole MiB: "2048M") and ``cpu_limit`` (CPUs, rounded up:
+    0.5 -> "1"); "" for none.  Raises ValueError for a memory size JupyterHub cannot
+    read."""
+    if not req_memory and mem_limit:
+        try:
+            size = ByteSpecification().validate(None, mem_limit)
+        except TraitError as e:
+            raise ValueError(f"mem_limit: {e}") from None
+        req_memory = f"{math.ceil(size / 2**20)}M"
+    if not req_nprocs and cpu_limit:
+        req_nprocs = str(math.ceil(float(cpu_limit)))
+    return str(req_memory or ""), str(req_nprocs or "")
 
 
 class SlurmBatchJob(LoggingConfigurable):
@@ -133,6 +154,10 @@ class SlurmBatchJob(LoggingConfigurable):
         the cluster needs") has Apptainer and Enroot templates.
 
             c.GPUSlurmSpawner.container_command = "apptainer exec --nv {image} "
+
+        {batchspawner} is the ``batchspawner`` package folder itself: bind it at
+        ``<dir>/batchspawner`` with ``PYTHONPATH=<dir>``, so that nothing but it comes
+        before the image's packages.
         """,
     )
 
@@ -178,22 +203,23 @@ class SlurmBatchJob(LoggingConfigurable):
                                      "mount the datasets. Ask an admin to unpack it again.")
 
     def prepare_workspace(self) -> str:
-        """Create the member's workspace (owned by them) and its log folder; returns it.
-        Raises HTTPError(500) when it exists but belongs to another uid."""
+        """Create the member's workspace and its log folder ``.gpuhub``, both owned by her
+        and private (mode 0700), without following a link she made
+        (:func:`hub_ext.member_dirs.member_dir`); returns the workspace.  Raises
+        HTTPError(500) when it belongs to another uid or holds a link where a folder
+        should be."""
         uid, gid = self.member_ids()
-        path = Path(self.workspace.format(username=self.user.name))
-        for d in (path, path / ".gpuhub"):
-            if not d.exists():
-                d.mkdir(parents=True)
-                os.chown(d, uid, gid)
-            elif d.stat().st_uid != uid:
-                # e.g. an account deleted and its uid given to someone else: the job could
-                # not even write its log there
-                self.log.error("Refusing spawn of %s: %s belongs to uid %d, not %d",
-                               self._log_name, d, d.stat().st_uid, uid)
-                raise web.HTTPError(500, "Your workspace folder belongs to another account. "
-                                         "Ask an admin to fix its owner.")
-        return str(path)
+        path = self.workspace.format(username=self.user.name)
+        try:
+            member_dir(path, uid, gid, private=(".gpuhub",))
+        except MemberDirRefused as e:
+            # e.g. an account deleted and its uid given to someone else: the job could
+            # not even write its log there
+            self.log.error("Refusing spawn of %s: %s (uid %d)", self._log_name, e, uid)
+            raise web.HTTPError(500, "Your workspace folder belongs to another account or "
+                                     "holds a link where a folder should be. Ask an admin "
+                                     "to fix it.") from None
+        return path
 
     def get_req_subvars(self):
         subvars = super().get_req_subvars()
@@ -220,7 +246,7 @@ class SlurmBatchJob(LoggingConfigurable):
                 workspace=shlex.quote(workspace),
                 workspace_mount=shlex.quote(self.workspace_mount),
                 dataset_binds=dataset_binds, gpu_binds='"${gpu_binds[@]}"',
-                batchspawner=shlex.quote(str(Path(batchspawner.__file__).parent.parent)),
+                batchspawner=shlex.quote(str(Path(batchspawner.__file__).parent)),
                 path=shlex.quote(self.container_path),
             ),
         )

@@ -43,10 +43,14 @@ from ..line.core import utcnow
 from ..periodic import shutting_down
 from ..spawner_core import SpawnerCore
 from .availability import SlurmAvailability
-from .batch import BATCH_SCRIPT, SlurmBatchJob
+from .batch import BATCH_SCRIPT, SlurmBatchJob, slurm_request
 from .cluster import MEMBER_PREFIX, SlurmCluster, SlurmUnavailable
+from .port_report import replace_batchspawner_handler
 from .spawner_line import SlurmLineSpawner
 from .spawner_submit import SubmitHostSpawner
+
+# batchspawner's own port handler assigns any key a member posts to her spawner
+replace_batchspawner_handler()
 
 
 class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SlurmAvailability,
@@ -97,7 +101,7 @@ class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SlurmAvailability,
     )
 
     _overridable = ("image", "gpus", "gpu_idle_timeout", "cull_idle_timeout", "cull_max_age",
-                    "req_gres", "req_partition", "req_account", "req_qos",
+                    "mem_limit", "cpu_limit", "req_gres", "req_partition", "req_account", "req_qos",
                     "req_runtime", "req_memory", "req_nprocs", "credits_per_hour",
                     "datasets", "default_url", "environment")
 
@@ -152,6 +156,10 @@ class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SlurmAvailability,
             await self.load_profile()
             if self.gpus and not self.req_gres:
                 self.req_gres = f"gpu:{self.gpus}"
+            # the profile's limits are the job's request, which the cluster's cgroups
+            # enforce (cgroup.conf ConstrainRAMSpace, ConstrainCores)
+            self.req_memory, self.req_nprocs = slurm_request(
+                self.req_memory, self.req_nprocs, self.mem_limit, self.cpu_limit)
             await self.check_hooks()  # a member who cannot pay is not queued at all
             workspace = self.prepare_workspace()
             self.check_mount_points(self.checked_datasets())
@@ -288,9 +296,10 @@ class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SlurmAvailability,
 
     async def poll(self):
         """batchspawner's poll.  A server whose job ended without the hub stopping it is
-        stopped here for the hooks (``after_stop``): its run record says ``gone``, or
-        ``node_down`` with ``stop_detail`` ("node node2 down: <Slurm's reason>") when its
-        node went down or failed (:class:`hub_ext.culling.Culler`)."""
+        stopped here for the hooks (``after_stop``): its run record says ``gone``,
+        ``out_of_memory`` when the job's cgroup killed it past its memory (Slurm's
+        OUT_OF_MEMORY), or ``node_down`` with ``stop_detail`` ("node node2 down: <Slurm's
+        reason>") when its node went down or failed (:class:`hub_ext.culling.Culler`)."""
         last = self.job_status  # "RUNNING node1": where the job ran at the last look
         status = await self.query_job_status()
         if status == JobStatus.PENDING and not self._spawn_pending:
@@ -318,7 +327,7 @@ class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SlurmAvailability,
 
     async def _why_ended(self, last: str) -> None:
         """``stop_reason``/``stop_detail`` from the ended job's state (``squeue -t all``
-        keeps it ``MinJobAge`` seconds: NODE_FAIL) and its node's state and reason in
+        keeps it ``MinJobAge`` seconds: NODE_FAIL, OUT_OF_MEMORY) and its node's state and reason in
         Slurm; ``last`` is the job's last status ("RUNNING node1").  Never raises."""
         node = last.partition(" ")[2].strip()
         state, found = "", []
@@ -329,6 +338,13 @@ class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SlurmAvailability,
         except SlurmUnavailable as e:
             self.log.warning("Cannot read why job %s of %s ended: %s", self.job_id,
                              self._log_name, e)
+        if state == "OUT_OF_MEMORY":
+            self.stop_reason = "out_of_memory"
+            self.stop_detail = (f"out of memory: the server used more than its "
+                                f"{self.req_memory or 'memory'} (Slurm: {state})")
+            self.log.warning("%s stopped: job %s ended as %s", self._log_name, self.job_id,
+                             state)
+            return
         if found and not found[0].available:
             self.stop_detail = f"node {node} {found[0].state}: {found[0].reason or state}"
         elif state == "NODE_FAIL":
