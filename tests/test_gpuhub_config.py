@@ -35,6 +35,8 @@ def site(tmp_path) -> dict[str, str]:
     (tmp_path / "datasets.json").write_text(json.dumps(
         {"imagenet": {"path": str(tmp_path / "data"), "groups": ["vision"]}}))
     (tmp_path / "uids.json").write_text(json.dumps({"alice": {"uid": 2001, "gid": 2001}}))
+    (tmp_path / "courses.json").write_text(json.dumps({"ml101": {
+        "group": "ml101", "instructors": ["ml101-instructors"], "account": "course-ml101"}}))
     return {
         "GPUHUB_STATE_DIR": str(tmp_path / "state"),
         "GPUHUB_GPUS": "simulated:2",
@@ -45,6 +47,7 @@ def site(tmp_path) -> dict[str, str]:
         "GPUHUB_PROFILES": str(tmp_path / "profiles.json"),
         "GPUHUB_DATASETS": str(tmp_path / "datasets.json"),
         "GPUHUB_UID_MAP": str(tmp_path / "uids.json"),
+        "GPUHUB_COURSES": str(tmp_path / "courses.json"),
     }
 
 
@@ -61,6 +64,9 @@ def _break(tmp_path: Path, what: str) -> dict[str, str]:
     if what == "profiles-slug":
         (tmp_path / "profiles.json").write_text(json.dumps([
             {"display_name": "CPU", "slug": "cpu"}, {"display_name": "Also", "slug": "cpu"}]))
+    if what == "courses":
+        (tmp_path / "courses.json").write_text(json.dumps({"ml101": {
+            "group": "ml101", "instructors": "ml101-instructors"}}))
     if what == "uid":
         (tmp_path / "uids.json").write_text(json.dumps({"bob": {"uid": 0}}))
     return {}
@@ -85,6 +91,8 @@ def _break(tmp_path: Path, what: str) -> dict[str, str]:
                  id="duplicate-profile-slug"),
     pytest.param({}, "datasets", "datasets.json: Expecting property name enclosed in double "
                  "quotes", id="malformed-datasets-json"),
+    pytest.param({}, "courses", "courses.json: course 'ml101': instructors: a non-empty "
+                 "list of group names", id="course-instructors-not-a-list"),
     pytest.param({}, "uid", "uids.json: bob: {'uid': 0} is not a valid non-root uid and gid",
                  id="root-in-uid-map"),
     pytest.param({"GPUHUB_OIDC_CLIENT_ID": ""}, None,
