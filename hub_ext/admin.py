@@ -122,7 +122,8 @@ def line_rows(handler) -> list[dict]:
 
 
 def _require_scope(handler) -> None:
-    if not handler.has_scope(GPUS_SCOPE):
+    """403 without the board's scope; a filtered one (``!group=``) passes (:func:`filtered`)."""
+    if GPUS_SCOPE not in handler.parsed_scopes:
         who = getattr(handler.current_user, "name", "?")
         handler.log.warning("%s may not see the GPU board (needs %s)", who, GPUS_SCOPE)
         raise web.HTTPError(403, "Only admins may see the GPU board.")

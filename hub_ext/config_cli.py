@@ -144,7 +144,7 @@ def check_files(settings) -> list[str]:
         try:
             load_courses(settings.courses_file)
         except (OSError, ValueError) as e:
-            problems.append(f"GPUHUB_COURSES={settings.courses_file}: {reason(e)}")
+            problems.append(f"GPUHUB_COURSES: {reason(e)}")  # the message names the file
     problems += backend(settings.backend).check_files(settings)
     return problems
 

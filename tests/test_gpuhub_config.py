@@ -64,9 +64,6 @@ def _break(tmp_path: Path, what: str) -> dict[str, str]:
     if what == "profiles-slug":
         (tmp_path / "profiles.json").write_text(json.dumps([
             {"display_name": "CPU", "slug": "cpu"}, {"display_name": "Also", "slug": "cpu"}]))
-    if what == "courses":
-        (tmp_path / "courses.json").write_text(json.dumps({"ml101": {
-            "group": "ml101", "instructors": "ml101-instructors"}}))
     if what == "uid":
         (tmp_path / "uids.json").write_text(json.dumps({"bob": {"uid": 0}}))
     return {}
@@ -91,8 +88,6 @@ def _break(tmp_path: Path, what: str) -> dict[str, str]:
                  id="duplicate-profile-slug"),
     pytest.param({}, "datasets", "datasets.json: Expecting property name enclosed in double "
                  "quotes", id="malformed-datasets-json"),
-    pytest.param({}, "courses", "courses.json: course 'ml101': instructors: a non-empty "
-                 "list of group names", id="course-instructors-not-a-list"),
     pytest.param({}, "uid", "uids.json: bob: {'uid': 0} is not a valid non-root uid and gid",
                  id="root-in-uid-map"),
     pytest.param({"GPUHUB_OIDC_CLIENT_ID": ""}, None,
@@ -111,6 +106,15 @@ def test_check_names_what_is_wrong_and_exits_1(tmp_path, site, env, broken, word
     assert words in r.stdout, r.stdout + r.stderr
     assert "hunter2" not in r.stdout + r.stderr
     assert "problem(s)" in r.stdout.splitlines()[-1]
+
+
+def test_check_names_the_course_and_its_field(tmp_path, site):
+    (tmp_path / "courses.json").write_text(json.dumps({"ml101": {
+        "group": "ml101", "instructors": "ml101-instructors"}}))
+    r = gpuhub_config("check", cwd=tmp_path, **site)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (f"error: GPUHUB_COURSES: {tmp_path / 'courses.json'}: course 'ml101': "
+            "instructors: a non-empty list of group names") in r.stdout, r.stdout + r.stderr
 
 
 def test_check_runs_the_site_additions(tmp_path, site):
