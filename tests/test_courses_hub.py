@@ -2,10 +2,12 @@
 
 Real JupyterHub and proxy with the project's configuration, real Docker servers on two
 simulated GPUs, the OIDC provider with the groups (alice in ``ml101``, bob in ``ml102``,
-carol in ``ml101-instructors`` only), the reference Credits API with the course accounts.
+carol in ``ml101-instructors`` only), the reference Credits API with the course accounts
+(behind :class:`LedgerFaults`, which loses one answer).
 One hub for every check: carol logs in, lists ML101, sees alice's server on her board
 (bob's GPU as held, nobody named), stops alice's server, reserves GPUs for ML101, grants
-course credits to alice; every request she forges against ML102 is refused.
+course credits to alice (once, though an answer was lost and she sent it again); every
+request she forges against ML102 is refused.
 """
 
 from __future__ import annotations
@@ -16,10 +18,18 @@ from decimal import Decimal
 
 import pytest
 
+from tests.fixtures.credits_faults import LedgerFaults
 from tests.fixtures.hub import eventually
 from tests.fixtures.oidc import MEMBERS
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
+
+
+@pytest.fixture
+def faults(credits_service):
+    double = LedgerFaults(credits_service.url)
+    yield double
+    double.close()
 
 
 @pytest.fixture
@@ -29,7 +39,7 @@ async def admin_ledger(credits_service):
 
 
 async def test_an_instructor_runs_her_course_and_nothing_else(
-        hub_factory, credits_service, admin_ledger, tmp_path):
+        hub_factory, credits_service, admin_ledger, faults, tmp_path):
     tag = uuid.uuid4().hex[:6]
     alice, bob, carol = f"alice-{tag}", f"bob-{tag}", f"carol-{tag}"
     ml101_account, ml102_account = f"course-ml101-{tag}", f"course-ml102-{tag}"
@@ -43,8 +53,10 @@ async def test_an_instructor_runs_her_course_and_nothing_else(
     for account in (ml101_account, ml102_account):
         await admin_ledger.grant(account, "20.00", key=f"test-{account}")
     await admin_ledger.grant(bob, "10.00", key=f"test-{bob}")
-    hub = await hub_factory(GPUHUB_COURSES=str(courses),
-                            GPUHUB_CREDITS_URL=credits_service.url,
+    hub = await hub_factory(extra_config="c.CreditsClient.timeout = 1\n"
+                                         "c.CreditsClient.max_attempts = 2\n",
+                            GPUHUB_COURSES=str(courses),
+                            GPUHUB_CREDITS_URL=faults.url,
                             GPUHUB_CREDITS_TOKEN=credits_service.hub_token,
                             GPUHUB_CREDITS_ADMIN_TOKEN=credits_service.admin_token)
     alice_web = await hub.login(alice, groups=[MEMBERS, "ml101"])
@@ -65,10 +77,22 @@ async def test_an_instructor_runs_her_course_and_nothing_else(
     assert r.status_code == 201 and r.json()["replayed"], r.text
     assert (await admin_ledger.balance(alice)).balance == Decimal("5.00")
     assert (await admin_ledger.balance(ml101_account)).balance == Decimal("15.00")
+    # the Credits API takes the debit but its answer is lost: 503, then the same request
+    # again moves the credits once
+    lost = {"user": alice, "amount": "2", "request_id": f"lab2-{tag}"}
+    faults.set("answer_lost")
+    r = await as_carol("POST", "/gpuhub/courses/ml101/grants", json=lost)
+    assert r.status_code == 503 and f"request_id 'lab2-{tag}'" in r.json()["message"], r.text
+    faults.set("forward")
+    assert (await admin_ledger.balance(ml101_account)).balance == Decimal("13.00")
+    r = await as_carol("POST", "/gpuhub/courses/ml101/grants", json=lost)
+    assert r.status_code == 201, r.text
+    assert (await admin_ledger.balance(ml101_account)).balance == Decimal("13.00")
+    assert (await admin_ledger.balance(alice)).balance == Decimal("7.00")
     r = await as_carol("POST", "/gpuhub/courses/ml101/grants",
                        json={"user": alice, "amount": "100"})
     assert r.status_code == 402, r.text
-    assert "ML101's account has 15.00 credits; it cannot pay 100.00" in r.json()["message"]
+    assert "ML101's account has 13.00 credits; it cannot pay 100.00" in r.json()["message"]
 
     # -- both members start a GPU server: one GPU each ------------------------------------
     for name, web in ((alice, alice_web), (bob, bob_web)):
