@@ -1,7 +1,7 @@
 """A course's instructor in a real browser: carol (ML101, not an admin) opens the GPU board
 from the navigation bar, sees her student's GPU with a Stop button and another course's GPU
-as held by nobody named, stops her student's server, and finds her course on JupyterHub's
-admin page.
+as held by nobody named, stops her student's server, may reserve for her course only, and
+finds her course on JupyterHub's admin page.
 
 Real Chromium (Playwright), JupyterHub and its proxy, the OIDC provider with the groups,
 real Docker servers on two simulated GPUs.  Screenshots go to ``artifacts/browser/<test>/``.
@@ -56,6 +56,11 @@ async def test_an_instructor_sees_her_course_on_the_board_and_stops_a_students_s
     await alice_row.locator("button.gpuhub-stop").click()
     await eventually(lambda: hub.stopped("alice"), 60, "alice's server stopped")
     assert await hub.running("bob")
+
+    # her reservations page offers her course's group only
+    await page.get_by_role("link", name="Reservations").click()
+    group = page.locator("form.gpuhub-reservation-form").get_by_label("Group", exact=True)
+    assert await group.locator("option").all_inner_texts() == ["ml101"]
 
     await page.goto(f"{hub.url}/hub/admin")
     await page.get_by_text("alice").first.wait_for(timeout=15_000)
