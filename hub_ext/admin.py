@@ -17,9 +17,11 @@
 Both need the custom scope ``custom:gpuhub:gpus:read`` (JupyterHub 3+ custom scopes);
 :func:`apply_admin_config` defines it and a role ``gpuhub-gpu-admins`` that gives it to the
 admin groups (``GPUHUB_ADMIN_GROUPS``), since JupyterHub's own ``admin`` role cannot be
-changed.  Anyone else gets 403.  Utilization is NVML's last sample; "last busy" is the
-last culler pass that saw the device at or above ``c.Culler.busy_utilization`` (in this
-hub process: a restart forgets it).
+changed.  A filtered scope (a course's instructors: ``!group=<course group>``,
+:mod:`hub_ext.courses.hubconfig`) sees its members' rows whole and the others' devices as
+held, without who holds them (:func:`filtered`).  Anyone else gets 403.
+Utilization is NVML's last sample; "last busy" is the last culler pass that saw the
+device at or above ``c.Culler.busy_utilization`` (in this hub process: a restart forgets it).
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ import json
 from datetime import UTC, datetime
 from urllib.parse import quote
 
+from jupyterhub import orm
 from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.handlers.base import BaseHandler
+from jupyterhub.scopes import Scope
 from tornado import web
 
 __all__ = ["CLI_SERVICE", "CLI_TOKEN_FILE", "GPUS_SCOPE", "ROLE_NAME", "apply_admin_config",
@@ -75,6 +79,33 @@ async def board_model(handler) -> dict:
     model.setdefault("pending", [])
     model["checked_at"] = iso(datetime.now(UTC))
     model["line"] = line_rows(handler)
+    return filtered(model, handler)
+
+
+def filtered(model: dict, handler) -> dict:
+    """The board as a filtered ``custom:gpuhub:gpus:read`` (a course's instructors:
+    ``!group=ml101``) may see it: a device held by someone outside the filter stays on the
+    board as held (its state, utilization and memory: the instructor sees how many GPUs
+    are taken and by how much) without its owner, server, processes or Stop; the line and
+    Slurm's pending jobs keep only the filter's members.  Unfiltered: unchanged."""
+    if handler.parsed_scopes.get(GPUS_SCOPE) is Scope.ALL:
+        return model
+    may_see = handler.get_scope_filter(GPUS_SCOPE)
+    seen: dict[str, bool] = {}
+
+    def visible(name: str | None) -> bool:
+        if name not in seen:
+            user = orm.User.find(handler.db, name) if name else None
+            seen[name] = user is not None and bool(may_see(user, kind="user"))
+        return seen[name]
+
+    for device in model["devices"]:
+        owner = device.get("owner")
+        if owner and not visible(owner.get("user")):
+            device["owner"] = None
+            device["processes"] = []
+    model["line"] = [p for p in model["line"] if visible(p.get("user"))]
+    model["pending"] = [j for j in model["pending"] if visible(j.get("user"))]
     return model
 
 
@@ -91,7 +122,8 @@ def line_rows(handler) -> list[dict]:
 
 
 def _require_scope(handler) -> None:
-    if not handler.has_scope(GPUS_SCOPE):
+    """403 without the board's scope; a filtered one (``!group=``) passes (:func:`filtered`)."""
+    if GPUS_SCOPE not in handler.parsed_scopes:
         who = getattr(handler.current_user, "name", "?")
         handler.log.warning("%s may not see the GPU board (needs %s)", who, GPUS_SCOPE)
         raise web.HTTPError(403, "Only admins may see the GPU board.")

@@ -162,6 +162,9 @@ def apply_config(c, settings: Settings) -> None:
     from .auth_config import apply_auth_config
 
     apply_auth_config(c, settings)
+    from .courses.hubconfig import apply_courses_config
+
+    apply_courses_config(c, settings)  # after the board's roles and the login
 
     from .serving import apply_serving_config
 

@@ -117,7 +117,8 @@ def check(reading: Reading, reach: bool = False) -> int:
 
 
 def check_files(settings) -> list[str]:
-    """The profile list, datasets and uid map the settings name, read as the hub reads them."""
+    """The profile list, datasets, courses and uid map the settings name, read as the
+    hub reads them."""
     from traitlets import TraitError
 
     from .config import load_profiles
@@ -137,6 +138,13 @@ def check_files(settings) -> list[str]:
                 MemberMounts(datasets=json.load(f))
         except (OSError, ValueError, TraitError) as e:
             problems.append(f"GPUHUB_DATASETS={settings.datasets_file}: {reason(e)}")
+    if settings.courses_file:
+        from .courses import load_courses
+
+        try:
+            load_courses(settings.courses_file)
+        except (OSError, ValueError) as e:
+            problems.append(f"GPUHUB_COURSES: {reason(e)}")  # the message names the file
     problems += backend(settings.backend).check_files(settings)
     return problems
 

@@ -20,6 +20,7 @@ from jupyterhub.apihandlers.base import APIHandler
 from tornado import web
 
 from .admin import handlers as admin_handlers
+from .courses.handlers import handlers as course_handlers
 from .line.handlers import handlers as line_handlers
 from .reservations.handlers import handlers as reservation_handlers
 
@@ -49,4 +50,4 @@ class AvailabilityHandler(APIHandler):
 
 
 handlers = [(r"/api/gpuhub/availability", AvailabilityHandler), *admin_handlers,
-            *line_handlers, *reservation_handlers]
+            *line_handlers, *reservation_handlers, *course_handlers]

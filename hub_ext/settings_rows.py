@@ -118,6 +118,9 @@ ROWS: tuple[Setting, ...] = (
     Setting("GPUHUB_DATASETS", "datasets_file", File("JSON file"), "", "core",
             "{name: {path, groups}} or {name: path}: mounted read-only at /datasets/<name> "
             "for those groups (none listed: everyone); a missing path refuses the spawn"),
+    Setting("GPUHUB_COURSES", "courses_file", File("JSON file"), "", "core",
+            "{slug: {display_name, group, instructors, account}}: each course's instructors "
+            "(identity-provider groups) get a role limited to its group"),
     Setting("GPUHUB_MAX_GPUS_PER_USER", "max_gpus_per_user", COUNT, 0, "core",
             "GPUs one member may hold (0: no limit)"),
     Setting("GPUHUB_NAMED_SERVER_LIMIT", "named_server_limit", COUNT, NAMED_SERVER_LIMIT,

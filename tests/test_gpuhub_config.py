@@ -35,6 +35,8 @@ def site(tmp_path) -> dict[str, str]:
     (tmp_path / "datasets.json").write_text(json.dumps(
         {"imagenet": {"path": str(tmp_path / "data"), "groups": ["vision"]}}))
     (tmp_path / "uids.json").write_text(json.dumps({"alice": {"uid": 2001, "gid": 2001}}))
+    (tmp_path / "courses.json").write_text(json.dumps({"ml101": {
+        "group": "ml101", "instructors": ["ml101-instructors"], "account": "course-ml101"}}))
     return {
         "GPUHUB_STATE_DIR": str(tmp_path / "state"),
         "GPUHUB_GPUS": "simulated:2",
@@ -45,6 +47,7 @@ def site(tmp_path) -> dict[str, str]:
         "GPUHUB_PROFILES": str(tmp_path / "profiles.json"),
         "GPUHUB_DATASETS": str(tmp_path / "datasets.json"),
         "GPUHUB_UID_MAP": str(tmp_path / "uids.json"),
+        "GPUHUB_COURSES": str(tmp_path / "courses.json"),
     }
 
 
@@ -103,6 +106,15 @@ def test_check_names_what_is_wrong_and_exits_1(tmp_path, site, env, broken, word
     assert words in r.stdout, r.stdout + r.stderr
     assert "hunter2" not in r.stdout + r.stderr
     assert "problem(s)" in r.stdout.splitlines()[-1]
+
+
+def test_check_names_the_course_and_its_field(tmp_path, site):
+    (tmp_path / "courses.json").write_text(json.dumps({"ml101": {
+        "group": "ml101", "instructors": "ml101-instructors"}}))
+    r = gpuhub_config("check", cwd=tmp_path, **site)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (f"error: GPUHUB_COURSES: {tmp_path / 'courses.json'}: course 'ml101': "
+            "instructors: a non-empty list of group names") in r.stdout, r.stdout + r.stderr
 
 
 def test_check_runs_the_site_additions(tmp_path, site):
