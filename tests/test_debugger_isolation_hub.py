@@ -142,28 +142,20 @@ def attack_command(port: int, seconds: float = 20) -> str:
     return f"python -c \"$(echo {script} | base64 -d)\" {port} {seconds}"
 
 
-@pytest.mark.docker
-@pytest.mark.hub
-@pytest.mark.xfail(strict=True, reason=(
+HOLE = pytest.mark.xfail(strict=True, reason=(
     "security review: a kernel whose member turned JupyterLab's debugger on and off "
     "keeps debugpy's adapter on a loopback TCP port with no client token; another member "
     "on the same loopback (Docker host networking, a Slurm node) attaches and runs code "
     "in it as her"))
-async def test_another_member_cannot_attach_to_a_kernels_debugger(hub_factory, tmp_path):
-    profiles = tmp_path / "profiles.json"
-    profiles.write_text(json.dumps(CPU_ONLY))
-    # GPUHUB_DOCKER_NETWORK=host, the demo's
-    hub = await hub_factory(GPUHUB_CREDITS="off", GPUHUB_PROFILES=str(profiles))
-    tokens = {name: await hub.create_user(name) for name in ("alice", "bob")}
-    for name in tokens:
-        r = await hub.spawn(name, {"profile": "cpu"})
-        assert r.status_code in (201, 202), r.text
-    for name in tokens:
-        await hub.wait_ready(name)
 
-    headers = {"Authorization": f"token {tokens['bob']}"}
-    kernel = await start_kernel(hub.client, "/user/bob", headers)
-    ws_base = hub.url.replace("http://", "ws://", 1) + "/user/bob"
+
+async def alice_evaluates_in_bobs_kernel(hub, alice: str, bob: str, tokens: dict) -> tuple:
+    """bob turns his kernel's debugger on and off and runs a 30 s cell; alice's terminal
+    attaches to his debugpy port.  Returns (the step alice reached, what her evaluate of
+    bob's ``$JUPYTERHUB_USER`` answered: its repr, or "" when she got nothing)."""
+    headers = {"Authorization": f"token {tokens[bob]}"}
+    kernel = await start_kernel(hub.client, f"/user/{bob}", headers)
+    ws_base = hub.url.replace("http://", "ws://", 1) + f"/user/{bob}"
     # bob turns the debugger on, then off (JupyterLab's toggle)
     replies = await debug_requests(ws_base, headers, kernel, [
         ("initialize", {"clientID": "jupyterlab", "adapterID": "python",
@@ -180,9 +172,50 @@ async def test_another_member_cannot_attach_to_a_kernels_debugger(hub_factory, t
         ws_base, headers, kernel,
         "import time\nfor _ in range(120):\n    time.sleep(0.25)\nprint('done')\n"))
     await asyncio.sleep(1)
-    out = await terminal_run(hub, "alice", tokens["alice"], attack_command(port),
+    out = await terminal_run(hub, alice, tokens[alice], attack_command(port),
                              expect=":END", timeout=60)
     step, got = DAP_RE.findall(out)[-1]
     assert "done" in await bobs_cell  # bob's own notebook still works
+    return step, got
+
+
+@pytest.mark.docker
+@pytest.mark.hub
+@HOLE
+async def test_another_member_cannot_attach_to_a_kernels_debugger(hub_factory, tmp_path):
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text(json.dumps(CPU_ONLY))
+    # GPUHUB_DOCKER_NETWORK=host, the demo's
+    hub = await hub_factory(GPUHUB_CREDITS="off", GPUHUB_PROFILES=str(profiles))
+    tokens = {name: await hub.create_user(name) for name in ("alice", "bob")}
+    for name in tokens:
+        r = await hub.spawn(name, {"profile": "cpu"})
+        assert r.status_code in (201, 202), r.text
+    for name in tokens:
+        await hub.wait_ready(name)
+    step, got = await alice_evaluates_in_bobs_kernel(hub, "alice", "bob", tokens)
     # alice must not run code in bob's kernel (evaluate answers the value's repr)
     assert got.strip("'") != "bob", f"alice evaluated code in bob's kernel ({step}: {got})"
+
+
+@pytest.mark.slurm
+@pytest.mark.hub
+@pytest.mark.docker
+@HOLE
+async def test_another_member_on_the_node_cannot_attach_to_a_kernels_debugger(
+        slurm_hub, slurm_cluster):
+    alice, bob = "ghs-d1", "ghs-d2"
+    for name in (alice, bob):
+        slurm_cluster.member(name)
+    # both jobs on node1: one network namespace, one loopback
+    hub = await slurm_hub(CPU_ONLY,
+                          extra_config='c.GPUSlurmSpawner.req_options = "--nodelist=node1"\n',
+                          GPUHUB_CREDITS="off")
+    tokens = {name: await hub.create_user(name) for name in (alice, bob)}
+    for name in tokens:
+        r = await hub.spawn(name, {"profile": "cpu"})
+        assert r.status_code in (201, 202), r.text
+    for name in tokens:
+        await hub.wait_ready(name, timeout=180)
+    step, got = await alice_evaluates_in_bobs_kernel(hub, alice, bob, tokens)
+    assert got.strip("'") != bob, f"{alice} evaluated code in {bob}'s kernel ({step}: {got})"
