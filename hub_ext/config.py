@@ -114,6 +114,7 @@ class Settings:
     GPUHUB_GPU_IDLE_TIMEOUT      seconds a server's GPUs may idle at 0%; 0: never 1800
     GPUHUB_CULL_MAX_AGE          seconds a server may run at most; 0: no limit    0
     GPUHUB_CULL_WARNING          seconds before the maximum age to warn members  900
+    GPUHUB_RESERVATION_WARNING   seconds before a reservation to warn members    900
     GPUHUB_LINE_MAX_WAIT         seconds a place in line is kept at most         3600
     GPUHUB_LINE_FAIR_SHARE_DAYS  fewer GPU-hours in so many days go ahead; 0 off 0
     GPUHUB_LINE_BACKFILL_AGE     seconds a big request lets smaller ones pass;   900
@@ -197,6 +198,7 @@ class Settings:
     gpu_idle_timeout: int = 1800
     cull_max_age: int = 0
     cull_warning: int = 900
+    reservation_warning: int = 900
     line_max_wait: int = 3600
     line_fair_share_days: int = 0
     line_backfill_age: int = 900
@@ -282,6 +284,7 @@ class Settings:
         s.gpu_idle_timeout = _int("GPUHUB_GPU_IDLE_TIMEOUT", s.gpu_idle_timeout)
         s.cull_max_age = _int("GPUHUB_CULL_MAX_AGE", s.cull_max_age)
         s.cull_warning = _int("GPUHUB_CULL_WARNING", s.cull_warning)
+        s.reservation_warning = _int("GPUHUB_RESERVATION_WARNING", s.reservation_warning)
         s.line_max_wait = _int("GPUHUB_LINE_MAX_WAIT", s.line_max_wait)
         s.line_fair_share_days = _int("GPUHUB_LINE_FAIR_SHARE_DAYS", s.line_fair_share_days)
         s.line_backfill_age = _int("GPUHUB_LINE_BACKFILL_AGE", s.line_backfill_age)

@@ -19,8 +19,10 @@ None on the Docker backend).
 Stop reasons: ``stopped`` (by the member, an admin or the API), ``idle`` (no activity,
 jupyterhub-idle-culler), ``idle_gpu`` (GPUs idle), ``max_age``, ``credits`` (credits ran
 out and the grace period was over), ``gone`` (its container vanished and the hub cleared it),
-``node_down`` (Slurm backend: the node under it went down or failed).  ``stop_detail`` says
-more where the backend knows it, e.g. "node node2 down: power failure" (Slurm's reason).
+``node_down`` (Slurm backend: the node under it went down or failed), ``reservation``
+(it held a GPU that a reservation's window needed, :mod:`hub_ext.reservations.enforce`).
+``stop_detail`` says more where the backend knows it, e.g. "node node2 down: power
+failure" (Slurm's reason), or the reservation it made way for.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ __all__ = [
     "set_reason",
 ]
 
-STOP_REASONS = ("stopped", "idle", "idle_gpu", "max_age", "credits", "gone", "node_down")
+STOP_REASONS = ("stopped", "idle", "idle_gpu", "max_age", "credits", "gone", "node_down",
+                "reservation")
 #: characters of ``stop_detail`` kept
 DETAIL_CHARS = 255
 

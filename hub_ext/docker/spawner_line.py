@@ -34,12 +34,16 @@ from traitlets.config import LoggingConfigurable
 
 from .. import metrics
 from ..choice import wants_wait
+from ..culling_rules import duration
 from ..line import LineLeft, LineRefused
 from ..line.core import utcnow
 from ..line.resume import ensure_keeper
 from ..notices import notices
+from ..reservations.enforce import Reservations
+from ..reservations.policy import starts_text
 from .pool import AllocationRefused
 from .pool_line import attach_line
+from .pool_reservations import attach_reservations
 
 #: notices topic of the line's messages on the home page
 TOPIC = "line"
@@ -63,6 +67,9 @@ class LineSpawner(LoggingConfigurable):
         line = attach_line(self.pool, self.db_session())
         if self.hub is not None and self.hub.api_url:
             ensure_keeper(line, self.hub.api_url)
+        if self.db_session() is not None:
+            settings = getattr(self.user, "settings", None) or {}
+            attach_reservations(self.pool, line, self.db_session(), settings.get("users"))
         return line
 
     def run_pre_spawn_hook(self):
@@ -184,6 +191,19 @@ class LineSpawner(LoggingConfigurable):
         notices().post(key.user, key.server, TOPIC, f"Your turn in line came: {server} "
                        f"({place.profile_name}) started after {self.line_wait / 60:.0f} min.")
         return True
+
+    def tell_next_window(self, mig: str | None) -> None:
+        """Tell the member, on the progress page, how long the server may run before a
+        reservation of a group they are not in may stop it (within 12 h)."""
+        if not Reservations.initialized():
+            return
+        rules = Reservations.instance()
+        window = rules.next_stop(self.user.name, mig or "gpu")
+        if window is not None:
+            left = (window.start - rules.now()).total_seconds()
+            self.emit(25, f"{starts_text(window)}: this server may run until then (about "
+                          f"{duration(left)} from now) and is stopped at the start if the "
+                          "reservation needs its GPU.")
 
     async def _check_may_queue(self, line, count: int) -> None:
         """The per-member GPU limit, counting the GPUs of the member's places too.  (That
