@@ -28,6 +28,11 @@ class PoolReservations(ReservationBackend):
         return [(a.owner, kinds.get(a.uuids[0]) or "gpu", len(a.uuids), a.since)
                 for a in self.pool.allocations.values() if a.uuids and a.known]
 
+    async def read(self) -> None:
+        """The pool's inventory, read at most ``refresh_interval`` ago (raises
+        InventoryError when it was never read)."""
+        await self.pool.devices()
+
     def free_units(self, units: str) -> int:
         return self.pool.free_count(None if units == "gpu" else units)
 

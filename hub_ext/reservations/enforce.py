@@ -64,7 +64,7 @@ NOTICE_AHEAD = timedelta(hours=12)
 
 class ReservationBackend:
     """What the enforcement asks of a backend.  :meth:`holdings` and :meth:`free_units`
-    are required; :meth:`changed` is optional (default: nothing)."""
+    are required; :meth:`read` and :meth:`changed` are optional (default: nothing)."""
 
     def holdings(self) -> list[tuple]:
         """(ServerKey, units, count, since) per server holding units: ``units`` "gpu" or a
@@ -75,6 +75,11 @@ class ReservationBackend:
     def free_units(self, units: str) -> int:
         """Units of this kind free now, without waiting."""
         raise NotImplementedError
+
+    async def read(self) -> None:
+        """Optional: bring the free units up to date before a pass (may wait on a worker
+        thread, never on the event loop); raise to skip the pass (the units cannot be
+        read: nobody is stopped on a guess).  Default: nothing to read."""
 
     def changed(self) -> None:
         """Optional: a window began or ended; hand what it freed to the line now."""
@@ -202,6 +207,11 @@ class Reservations(SingletonConfigurable):
     async def check_once(self) -> None:
         """One pass (see the module docstring)."""
         if self.db is None or self.backend is None:
+            return
+        try:
+            await self.backend.read()
+        except Exception as e:  # noqa: BLE001 - the next pass tries again
+            self.log.warning("Reservations pass skipped: the GPUs cannot be read: %s", e)
             return
         now = self.now()
         self._read(now)
