@@ -77,8 +77,9 @@ async def spawn_ready(hub, user):
 async def test_a_reservation_stops_a_non_member_at_its_start_and_serves_its_group_first(
         gpu_hub, movable_clock, ledger_admin, credits_username, docker_client):
     clock = movable_clock
+    # the line's own checks are rare: a grant at the window's end comes from the end itself
     hub = await gpu_hub(node(), PROFILES, clock.hub_config("Reservations")
-                        + "c.Reservations.check_interval = 0.2\n")
+                        + "c.Reservations.check_interval = 0.2\nc.Line.update_interval = 30\n")
     amy, dan, eve, bob = (f"{credits_username}-{n}" for n in ("amy", "dan", "eve", "bob"))
     await hub.login(bob, groups=[MEMBERS, "ml101"])  # makes the group ml101
     browsers = {name: await hub.login(name) for name in (amy, dan, eve)}
@@ -134,10 +135,16 @@ async def test_a_reservation_stops_a_non_member_at_its_start_and_serves_its_grou
         assert await _in_line(hub, browsers[eve])
         # the window ends: the GPU goes to the head of the line at once
         clock.at(END + 1)
+        await eventually(lambda: _not(_in_line(hub, browsers[eve])), timeout=3,
+                         what="eve's turn at the window's end")
         await hub.wait_ready(eve)
     finally:
         waiting.cancel()
         await asyncio.gather(waiting, return_exceptions=True)
+
+
+async def _not(awaitable) -> bool:
+    return not await awaitable
 
 
 async def _equals(awaitable, expected) -> bool:
