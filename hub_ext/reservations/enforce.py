@@ -188,6 +188,16 @@ class Reservations(SingletonConfigurable):
         closed, closing = closed_units(found, self.groups_of(user), units, self._holdings())
         return closed, reason(closing)
 
+    def held_back(self) -> list[str]:
+        """Per open window, for the GPU board: "1 GPU reserved for ML101 until 16:00 UTC
+        (1 held by its members)"."""
+        holdings = self._holdings()
+        out = []
+        for w in self.open:
+            inside = sum(h.count for h in holdings if h.units == w.units and w.group in h.groups)
+            out.append(f"{reason([(w, w.gpus)])} ({inside} held by its members)")
+        return out
+
     def member_first(self, user: str, units: str) -> bool:
         """``user`` belongs to a group whose window of kind ``units`` is open: their place
         in line goes ahead of the others."""
