@@ -125,7 +125,7 @@ async def test_a_reservation_stops_a_non_member_at_its_start_and_serves_its_grou
     assert reason in spawn_page.text
     model = await spawn_ready(hub, bob)
     assert model["ready"]
-    board = (await hub.api("GET", "/gpuhub/gpus")).json()
+    board = (await hub.api("GET", "/gpuhub/gpus", token=cli)).json()
     assert board["reserved"] == [f"{reason} (1 held by its members)"], board
 
     # eve waits in line; bob's stop frees the reserved GPU, which stays the group's

@@ -57,10 +57,8 @@ def board(devices: list[Device], holder, last_busy: dict[str, datetime], server_
 
 
 async def board_model(handler) -> dict:
-    """The board of this hub's node: inventory kind, error, summary, the reservations'
-    open windows in words (``reserved``) and device rows."""
+    """The board of this hub's node: inventory kind, error, summary and device rows."""
     from ..culling import Culler
-    from ..reservations.enforce import Reservations
 
     pool = GPUPool.instance()
     culler = Culler.instance(config=handler.settings.get("config"))
@@ -71,9 +69,7 @@ async def board_model(handler) -> dict:
         handler.log.warning("GPU inventory unavailable for the GPU board: %s", e)
         devices = []
     summary = pool.summary(devices)
-    rules = Reservations.instance() if Reservations.initialized() else None
     return {
-        "reserved": rules.held_back() if rules is not None else [],
         "inventory": summary.kind,
         "error": pool.last_error,
         "summary": {key: getattr(summary, key)
