@@ -123,15 +123,15 @@ async def test_a_reservation_stops_a_non_member_at_its_start_and_serves_its_grou
     assert r.status_code == 409 and reason in r.json()["message"], r.text
     spawn_page = await browsers[eve].get("/hub/spawn")
     assert reason in spawn_page.text
-    model = await spawn_ready(hub, bob)
-    assert model["ready"]
-    board = (await hub.api("GET", "/gpuhub/gpus", token=cli)).json()
-    assert board["reserved"] == [f"{reason} (1 held by its members)"], board
-
-    # eve waits in line; bob's stop frees the reserved GPU, which stays the group's
+    # eve waits in line for it; bob, in ml101, passes her and starts on it at once
     waiting = asyncio.create_task(hub.spawn(eve, {"profile": "gpu", "wait": True}))
     try:
         await eventually(lambda: _in_line(hub, browsers[eve]), what="eve in line")
+        model = await spawn_ready(hub, bob)
+        assert model["ready"]
+        board = (await hub.api("GET", "/gpuhub/gpus", token=cli)).json()
+        assert board["reserved"] == [f"{reason} (1 held by its members)"], board
+        # bob's stop frees the reserved GPU, which stays the group's
         await hub.stop_server(bob)
         await asyncio.sleep(1.5)  # several passes and line checks
         assert await _in_line(hub, browsers[eve])

@@ -47,6 +47,9 @@ from .pool_reservations import attach_reservations
 
 #: notices topic of the line's messages on the home page
 TOPIC = "line"
+#: the pool's refusals a member may wait out in line: none free, or the free ones reserved
+#: for a group they are not in (their turn comes when the window ends)
+WAITABLE = ("no_gpu_free", "reserved")
 
 
 class LineSpawner(LoggingConfigurable):
@@ -114,7 +117,7 @@ class LineSpawner(LoggingConfigurable):
         key, units = self.server_key, mig or "gpu"
         if key in line.places:
             return  # a place started again after a hub restart
-        ahead = line.waiting(units)
+        ahead = self._ahead(line, units)
         if ahead:
             if not self.wait_requested:
                 raise self._line_refusal(ahead, what)
@@ -124,9 +127,19 @@ class LineSpawner(LoggingConfigurable):
         if refused is None:
             self.gpu_claim = (count, units)
             self.pool.claims[key] = self
-        elif refused.reason != "no_gpu_free" or not self.wait_requested:
+        elif refused.reason not in WAITABLE or not self.wait_requested:
             metrics.ALLOCATIONS_REFUSED.labels(reason=refused.reason).inc()  # as take() does
             raise self._refuse_gpus(refused.reason, refused.message)
+
+    def _ahead(self, line, units: str) -> int:
+        """Places waiting for ``units`` that this start may not pass: all of them, or, for a
+        member of a group whose reservation is open, only the other members' (the group
+        goes first: :meth:`hub_ext.line.LineBackend.first`)."""
+        if not (Reservations.initialized()
+                and Reservations.instance().member_first(self.user.name, units)):
+            return line.waiting(units)
+        return sum(1 for p in line.places.values()
+                   if p.units == units and line.backend.first(p))
 
     def _claimed_units(self, units: str, line) -> int:
         """Units of kind ``units`` claimed by other starts (see :meth:`check_gpus_now`);
@@ -157,7 +170,7 @@ class LineSpawner(LoggingConfigurable):
         line = self.line()
         key, units = self.server_key, mig or "gpu"
         requeued = key in line.places  # a spawn started again after a hub restart
-        ahead = line.waiting(units) - (1 if requeued else 0)
+        ahead = self._ahead(line, units) - (1 if requeued else 0)
         self.emit(10, f"Reserving {what}")
         if not requeued and not ahead:
             try:
@@ -165,7 +178,7 @@ class LineSpawner(LoggingConfigurable):
                     key, count, mig_profile=mig, profile=self.profile_slug)
                 return False
             except AllocationRefused as e:
-                if e.reason != "no_gpu_free" or not self.wait_requested:
+                if e.reason not in WAITABLE or not self.wait_requested:
                     raise self._refuse_gpus(e.reason, e.message) from e
         elif not requeued and not self.wait_requested:
             raise self._line_refusal(ahead, what)
