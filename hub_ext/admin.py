@@ -72,13 +72,18 @@ def stop_path(base_url: str, user: str, server: str = "") -> str:
 async def board_model(handler) -> dict:
     """The board, as the page and the API show it: the backend's part (its spawner class's
     ``gpu_board(handler)``: ``inventory``, ``error``, ``summary``, ``devices``, and on a
-    cluster ``nodes`` and ``pending``), when it was read, and the hub's line."""
+    cluster ``nodes`` and ``pending``), when it was read, the hub's line, and the
+    reservations' open windows in words (``reserved``)."""
+    from .reservations.enforce import Reservations
+
     backend = handler.settings["spawner_class"]
     model = await backend.gpu_board(handler)
     model.setdefault("nodes", [])
     model.setdefault("pending", [])
     model["checked_at"] = iso(datetime.now(UTC))
     model["line"] = line_rows(handler)
+    model["reserved"] = (Reservations.instance().held_back() if Reservations.initialized()
+                         else [])
     return filtered(model, handler)
 
 

@@ -20,8 +20,10 @@ Stop reasons: ``stopped`` (by the member, an admin or the API), ``idle`` (no act
 jupyterhub-idle-culler), ``idle_gpu`` (GPUs idle), ``max_age``, ``credits`` (credits ran
 out and the grace period was over), ``gone`` (its container vanished and the hub cleared it),
 ``node_down`` (Slurm backend: the node under it went down or failed), ``out_of_memory``
-(Slurm backend: the job's cgroup killed it past its memory limit).  ``stop_detail`` says
-more where the backend knows it, e.g. "node node2 down: power failure" (Slurm's reason).
+(Slurm backend: the job's cgroup killed it past its memory limit), ``reservation`` (it held
+a GPU that a reservation's window needed, :mod:`hub_ext.reservations.enforce`).
+``stop_detail`` says more where the backend knows it, e.g. "node node2 down: power
+failure" (Slurm's reason), or the reservation it made way for.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ __all__ = [
 ]
 
 STOP_REASONS = ("stopped", "idle", "idle_gpu", "max_age", "credits", "gone", "node_down",
-                "out_of_memory")
+                "out_of_memory", "reservation")
 #: characters of ``stop_detail`` kept
 DETAIL_CHARS = 255
 

@@ -140,6 +140,8 @@ ROWS: tuple[Setting, ...] = (
             "a server may run at most (0: no limit)"),
     Setting("GPUHUB_CULL_WARNING", "cull_warning", SECONDS, 900, "core",
             "before the maximum age to warn members"),
+    Setting("GPUHUB_RESERVATION_WARNING", "reservation_warning", SECONDS, 900, "core",
+            "before a reservation's window to warn the servers it will stop"),
     Setting("GPUHUB_CULL_PROFILES", None, JSONText(), "", "core",
             "the profile list for the idle culler's arbiter; the hub sets it for the service"),
     Setting("GPUHUB_LINE_MAX_WAIT", "line_max_wait", SECONDS, 3600, "core",

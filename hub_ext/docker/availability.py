@@ -41,13 +41,19 @@ class PoolAvailability(SpawnPage):
             return PoolSnapshot([], readable=False)
 
     def gpus_now(self, snapshot: PoolSnapshot, overrides: dict) -> GPUsNow:
-        """The profile's whole GPUs or MIG slices (``gpus``), free and in all on this
-        node, the pool's refusal sentence when too few are free, and the line's length."""
+        """The profile's whole GPUs or MIG slices (``gpus``), free (less those reserved for
+        a group this member is not in) and in all on this node, the pool's refusal
+        sentence when too few are free, and the line's length."""
         count, mig = gpu_request(overrides.get("gpus", self._configured["gpus"]))
         summary = self.pool.summary(snapshot.devices, mig_profile=mig)
         refusal = (self.pool.refusal_message(snapshot.devices, count, mig)
                    if count and summary.free < count else "")
-        return GPUsNow(count=count, kind=mig or "", mig=bool(mig), free=summary.free,
+        # units reserved for a group this member is not in count as taken, with the reason
+        closed, why = self.pool.closed_to(self.user.name, mig) if count else (0, "")
+        free = max(0, summary.free - closed)
+        if count and not refusal and free < count:
+            refusal = self.pool.reserved_message(count, mig, free, why)
+        return GPUsNow(count=count, kind=mig or "", mig=bool(mig), free=free,
                        total=summary.total, simulated=summary.kind == "simulated",
                        refusal=refusal, can_wait=bool(summary.total),
                        waiting=self.line().waiting(mig or "gpu") if count else 0)

@@ -80,8 +80,8 @@ class AllocationRefused(Exception):
     """A spawn cannot have the GPUs it asks for.
 
     ``reason`` is a short machine label (``no_gpu_free``, ``user_limit``,
-    ``no_such_slice``, ``inventory_error``) used for metrics; ``message`` is a sentence
-    for the member, never a traceback.
+    ``no_such_slice``, ``inventory_error``, ``reserved``) used for metrics; ``message``
+    is a sentence for the member, never a traceback.
     """
 
     def __init__(self, reason: str, message: str):
@@ -191,6 +191,10 @@ class GPUPool(SingletonConfigurable):
         #: starts admitted by the hub's early refusal that have not reserved yet: owner ->
         #: its spawner, whose ``gpu_claim`` says what it claims (hub_ext.docker.spawner_line)
         self.claims: dict[ServerKey, object] = {}
+        #: units closed to a member by the reservations' open windows: a function of
+        #: (user, units) returning (count, the sentence why), or None
+        #: (:meth:`hub_ext.reservations.enforce.Reservations.closed_to`)
+        self.closure = None
 
     def _make_inventory(self) -> Inventory:
         if self.inventory_class == "simulated":
@@ -351,10 +355,31 @@ class GPUPool(SingletonConfigurable):
                     f"You already hold {held_by_user} GPU(s) and each member may hold "
                     f"{self.max_gpus_per_user}. Stop one of your other servers first.",
                 )
-        if len(self._free_units(devices, mig_profile)) - claimed < count:
+        free = len(self._free_units(devices, mig_profile)) - claimed
+        if free < count:
             return AllocationRefused("no_gpu_free", self.refusal_message(
                 devices, count, mig_profile, claimed))
+        closed, why = self.closed_to(owner.user, mig_profile)
+        if free - closed < count:
+            return AllocationRefused("reserved", self.reserved_message(
+                count, mig_profile, max(0, free - closed), why))
         return None
+
+    def closed_to(self, user: str, mig_profile: str | None = None) -> tuple[int, str]:
+        """Units of this kind closed to ``user`` by the reservations (see ``closure``)
+        and the sentence why; (0, "") when none."""
+        if self.closure is None:
+            return 0, ""
+        return self.closure(user, mig_profile or "gpu")
+
+    @staticmethod
+    def reserved_message(count: int, mig_profile: str | None, left: int, why: str) -> str:
+        """The sentence a member reads when the free units are reserved for a group
+        they are not in (``why``: "1 GPU reserved for ML101 until 16:00 UTC")."""
+        what = f"{mig_profile} GPU slices" if mig_profile else "GPUs"
+        return (f"No GPU free for you: {why}. This profile needs {count} {what} and "
+                f"{left} {'is' if left == 1 else 'are'} open to you. Try the CPU profile "
+                "or come back after the reservation.")
 
     def refusal_message(self, devices: list[Device], count: int,
                         mig_profile: str | None = None, claimed: int = 0) -> str:

@@ -30,6 +30,8 @@ class PoolGrants(LineBackend):
         self.pool, self.line = pool, line
         #: ServerKey -> culling limits (dict of seconds) of a running server, or None
         self.server_limits = server_limits or (lambda key: None)
+        #: the hub's :class:`hub_ext.reservations.enforce.Reservations`, once attached
+        self.reservations = None
 
     def free_units(self, units: str) -> int:
         return self.pool.free_count(_mig(units))
@@ -43,13 +45,28 @@ class PoolGrants(LineBackend):
             return None
 
     def fits(self, place: Place) -> bool:
-        """The per-member limit (``GPUPool.max_gpus_per_user``) leaves room for it."""
+        """The per-member limit (``GPUPool.max_gpus_per_user``) leaves room for it, and
+        the units not reserved for a group the member is not in, now or within the
+        reservations' warning time, are enough (:mod:`hub_ext.reservations.enforce`)."""
+        if not self._open_to(place):
+            return False
         limit = self.pool.max_gpus_per_user
         if not limit:
             return True
         own = self.pool.allocations.get(ServerKey(*place.key))
         held = self.pool.held_by(place.key[0]) - (len(own.uuids) if own else 0)
         return held + place.count <= limit
+
+    def _open_to(self, place: Place) -> bool:
+        if self.reservations is None:
+            return True
+        closed, _ = self.reservations.closed_to(place.key[0], place.units, soon=True)
+        return self.free_units(place.units) - closed >= place.count
+
+    def first(self, place: Place) -> bool:
+        """A member of a group whose reservation is open goes ahead of the others."""
+        return self.reservations is not None and self.reservations.member_first(
+            place.key[0], place.units)
 
     def ungrant(self, place: Place, grant) -> None:
         """The start was cancelled before it took its grant: the units go back."""

@@ -250,6 +250,7 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
                 if not waited:
                     self.emit(20, f"Reserved {what} for you alone: "
                                   f"{', '.join(self.allocation.uuids)}")
+                self.tell_next_window(mig)
             async with self.timed_rest(waited):
                 return await self._start_container(container)
         finally:

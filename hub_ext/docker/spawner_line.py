@@ -34,15 +34,22 @@ from traitlets.config import LoggingConfigurable
 
 from .. import metrics
 from ..choice import wants_wait
+from ..culling_rules import duration
 from ..line import LineLeft, LineRefused
 from ..line.core import utcnow
 from ..line.resume import ensure_keeper
 from ..notices import notices
+from ..reservations.enforce import Reservations
+from ..reservations.policy import starts_text
 from .pool import AllocationRefused
 from .pool_line import attach_line
+from .pool_reservations import attach_reservations
 
 #: notices topic of the line's messages on the home page
 TOPIC = "line"
+#: the pool's refusals a member may wait out in line: none free, or the free ones reserved
+#: for a group they are not in (their turn comes when the window ends)
+WAITABLE = ("no_gpu_free", "reserved")
 
 
 class LineSpawner(LoggingConfigurable):
@@ -63,6 +70,9 @@ class LineSpawner(LoggingConfigurable):
         line = attach_line(self.pool, self.db_session())
         if self.hub is not None and self.hub.api_url:
             ensure_keeper(line, self.hub.api_url)
+        if self.db_session() is not None:
+            settings = getattr(self.user, "settings", None) or {}
+            attach_reservations(self.pool, line, self.db_session(), settings.get("users"))
         return line
 
     def run_pre_spawn_hook(self):
@@ -107,7 +117,7 @@ class LineSpawner(LoggingConfigurable):
         key, units = self.server_key, mig or "gpu"
         if key in line.places:
             return  # a place started again after a hub restart
-        ahead = line.waiting(units)
+        ahead = self._ahead(line, units)
         if ahead:
             if not self.wait_requested:
                 raise self._line_refusal(ahead, what)
@@ -117,9 +127,19 @@ class LineSpawner(LoggingConfigurable):
         if refused is None:
             self.gpu_claim = (count, units)
             self.pool.claims[key] = self
-        elif refused.reason != "no_gpu_free" or not self.wait_requested:
+        elif refused.reason not in WAITABLE or not self.wait_requested:
             metrics.ALLOCATIONS_REFUSED.labels(reason=refused.reason).inc()  # as take() does
             raise self._refuse_gpus(refused.reason, refused.message)
+
+    def _ahead(self, line, units: str) -> int:
+        """Places waiting for ``units`` that this start may not pass: all of them, or, for a
+        member of a group whose reservation is open, only the other members' (the group
+        goes first: :meth:`hub_ext.line.LineBackend.first`)."""
+        if not (Reservations.initialized()
+                and Reservations.instance().member_first(self.user.name, units)):
+            return line.waiting(units)
+        return sum(1 for p in line.places.values()
+                   if p.units == units and line.backend.first(p))
 
     def _claimed_units(self, units: str, line) -> int:
         """Units of kind ``units`` claimed by other starts (see :meth:`check_gpus_now`);
@@ -150,7 +170,7 @@ class LineSpawner(LoggingConfigurable):
         line = self.line()
         key, units = self.server_key, mig or "gpu"
         requeued = key in line.places  # a spawn started again after a hub restart
-        ahead = line.waiting(units) - (1 if requeued else 0)
+        ahead = self._ahead(line, units) - (1 if requeued else 0)
         self.emit(10, f"Reserving {what}")
         if not requeued and not ahead:
             try:
@@ -158,7 +178,7 @@ class LineSpawner(LoggingConfigurable):
                     key, count, mig_profile=mig, profile=self.profile_slug)
                 return False
             except AllocationRefused as e:
-                if e.reason != "no_gpu_free" or not self.wait_requested:
+                if e.reason not in WAITABLE or not self.wait_requested:
                     raise self._refuse_gpus(e.reason, e.message) from e
         elif not requeued and not self.wait_requested:
             raise self._line_refusal(ahead, what)
@@ -184,6 +204,19 @@ class LineSpawner(LoggingConfigurable):
         notices().post(key.user, key.server, TOPIC, f"Your turn in line came: {server} "
                        f"({place.profile_name}) started after {self.line_wait / 60:.0f} min.")
         return True
+
+    def tell_next_window(self, mig: str | None) -> None:
+        """Tell the member, on the progress page, how long the server may run before a
+        reservation of a group they are not in may stop it (within 12 h)."""
+        if not Reservations.initialized():
+            return
+        rules = Reservations.instance()
+        window = rules.next_stop(self.user.name, mig or "gpu")
+        if window is not None:
+            left = (window.start - rules.now()).total_seconds()
+            self.emit(25, f"{starts_text(window)}: this server may run until then (about "
+                          f"{duration(left)} from now) and is stopped at the start if the "
+                          "reservation needs its GPU.")
 
     async def _check_may_queue(self, line, count: int) -> None:
         """The per-member GPU limit, counting the GPUs of the member's places too.  (That

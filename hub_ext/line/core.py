@@ -157,11 +157,13 @@ class Line(SingletonConfigurable):
     def ordered(self, units: str | None = None) -> list[Place]:
         """The places (of one kind of unit, or all), in the line's order: the backend's
         scheduler's order where it keeps one (``standing``), places it does not know
-        yet after those."""
+        yet after those; within that, the places the backend puts ``first`` (members of
+        a group whose reservation is open) ahead."""
         fair = bool(self.fair_share_days)
         places = [p for p in self.places.values() if units is None or p.units == units]
         places.sort(key=lambda p: sort_key(p.front, p.share_hours, p.rank, fair))
-        if self.backend is not None:  # a stable sort: unchanged where none is known
+        if self.backend is not None:  # stable sorts: unchanged where none is known
+            places.sort(key=lambda p: not self.backend.first(p))
             places.sort(key=lambda p: (self.backend.standing(p) or (float("inf"),))[0])
         return places
 

@@ -77,6 +77,11 @@ class LineBackend:
         """Optional: give back ``grant``, made for ``place`` whose start was cancelled
         before it took the grant.  Default: nothing to give back."""
 
+    def first(self, place: Place) -> bool:
+        """Optional: ``place`` goes ahead of the places for which it is False (a member
+        of a group whose reserved GPUs are open now).  Default: False for every place."""
+        return False
+
     def standing(self, place: Place) -> tuple[int, float | None] | None:
         """Optional, for a backend whose own scheduler keeps the order (Slurm): the
         place's position (1 = next) and wait in seconds (None: unknown) in that

@@ -5,10 +5,12 @@
 - :mod:`.capacity`: how many GPUs the hub has, from its backend;
 - :mod:`.handlers`: the REST endpoints and the admin page ``/hub/reservations``;
 - :mod:`.hubconfig`: the custom scope and who holds it;
-- :mod:`.cli`: ``gpuhub reservations list|create|edit|delete``.
+- :mod:`.cli`: ``gpuhub reservations list|create|edit|delete``;
+- :mod:`.policy`: the pure rules of enforcement (units closed to a member, whom a window
+  stops, the sentences);
+- :mod:`.enforce`: the hub's pass that warns and stops, and the closure the pool and the
+  line consult (the Docker backend's part: :mod:`hub_ext.docker.pool_reservations`).
 
-This first part of issue 24 keeps reservations as checked records: nobody's GPU is held
-for the group yet (the pool, the line and Slurm do not read them), no warning or stop
-comes before a window, no course budget is charged.  The docs' "Reserve GPUs for a
-course" says the same.
+Enforced on the Docker backend; Slurm's own reservations and the course budget are not
+here yet.  The docs' "Reserve GPUs for a course" tells the story.
 """

@@ -21,8 +21,10 @@ CLI_DESCRIPTION = ("gpuhub gpus and gpuhub reservations on the hub's machine: re
 
 def apply_reservations_config(c, settings) -> None:
     """Define ``custom:gpuhub:reservations:admin`` and add it to the roles
-    ``gpuhub-gpu-admins`` and ``gpuhub-cli``.  Raises ValueError when
-    :func:`hub_ext.admin.apply_admin_config` has not made them yet."""
+    ``gpuhub-gpu-admins`` and ``gpuhub-cli``; set ``c.Reservations.warning`` from
+    ``GPUHUB_RESERVATION_WARNING``.  Raises ValueError when
+    :func:`hub_ext.admin.apply_admin_config` has not made the roles yet, or for a negative
+    warning."""
     custom = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
     custom[RESERVATIONS_SCOPE] = {
         "description": "Manage GPU reservations: list, create, edit and delete a group's "
@@ -45,3 +47,7 @@ def apply_reservations_config(c, settings) -> None:
         raise ValueError(f"roles {', '.join(sorted(missing))} missing: call "
                          "apply_admin_config before apply_reservations_config")
     c.JupyterHub.load_roles = roles
+    if settings.reservation_warning < 0:
+        raise ValueError(f"GPUHUB_RESERVATION_WARNING={settings.reservation_warning}: give "
+                         "the seconds before a reservation to warn members (0 or more)")
+    c.Reservations.warning = float(settings.reservation_warning)
