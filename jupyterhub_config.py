@@ -1,11 +1,11 @@
 # GPU Cluster Hub: every setting comes from GPUHUB_* environment variables
-# (hub_ext/settings_rows.py; docs: reference/settings).  Site additions go in
+# (hub_ext/settings/rows.py; docs: reference/settings).  Site additions go in
 # jupyterhub_config.d/*.py (GPUHUB_CONFIG_DIR), loaded after this; never edit this file.
 import sys
 
 from hub_ext.config import Settings, apply_config
 from hub_ext.settings import SettingError
-from hub_ext.site_config import load_site_config
+from hub_ext.ops.site_config import load_site_config
 
 try:
     settings = Settings.from_env()

@@ -7,7 +7,7 @@ jupyterhub-idle-culler as its services, the credits meter, a simulated node of t
 the built-in profiles, 10 credits for each member at first login, ``cleanup_servers=False``)
 and is started the way a script starts the demo in the background (``scripts/demo.sh &``):
 with SIGINT ignored, which its services inherit unless their guard gives it back
-(hub_ext/service_guard.py).  ``--sigint-default`` starts it as from a terminal instead.
+(hub_ext/ops/service_guard.py).  ``--sigint-default`` starts it as from a terminal instead.
 Two members log in and each runs a PyTorch server (one simulated GPU each, metered); the
 servers stay running across the restarts.  Each run sends SIGTERM, times until the
 process is gone, and starts the hub again.  Prints the machine's load, the median, and for
@@ -48,10 +48,10 @@ DEMO_ENV = {"GPUHUB_INITIAL_CREDITS": "10", "GPUHUB_GPUS": "simulated:2",
             "GPUHUB_DOCKER_NETWORK": "host", "GPUHUB_PROFILES": ""}
 
 #: The hub's log lines that begin a phase of its shutdown, in order (jupyterhub/app.py
-#: cleanup(), jupyterhub/services/service.py stop(), hub_ext/periodic.py).
+#: cleanup(), jupyterhub/services/service.py stop(), hub_ext/common/periodic.py).
 PHASES = [
     ("Received signal", "signal received"),
-    ("Stopping the hub's", "periodic passes (hub_ext/periodic.py)"),
+    ("Stopping the hub's", "periodic passes (hub_ext/common/periodic.py)"),
     ("Stopping service credits", "credits service: SIGINT until gone"),
     ("Stopping service idle-culler", "idle culler: SIGINT until gone"),
     ("Leaving single-user servers", "servers left running"),

@@ -4,7 +4,7 @@ its spawner.
 The core names a backend only by an import string, as JupyterHub names its spawner
 (``c.JupyterHub.spawner_class``): no core module imports ``hub_ext.docker`` or
 ``hub_ext.slurm`` (``tests/test_layout.py``).  The spawner's own seams are
-:class:`hub_ext.spawner_core.SpawnerCore`, :class:`hub_ext.spawn_page.SpawnPage` and
+:class:`hub_ext.spawn.core.SpawnerCore`, :class:`hub_ext.spawn.page.SpawnPage` and
 :class:`hub_ext.line.LineBackend`.
 """
 
@@ -45,7 +45,7 @@ class Backend:
         return []
 
     def read_accounting(self, settings, runs: list):
-        """Optional: the backend's own record of ``runs`` (:class:`hub_ext.runs.Run`) for
+        """Optional: the backend's own record of ``runs`` (:class:`hub_ext.common.runs.Run`) for
         ``gpuhub usage``, an object with ``jobs`` ({run id: job}), ``note`` (a sentence or
         ``""``) and ``failed`` (bool); None (the default) when it keeps none."""
         return None

@@ -3,7 +3,7 @@
     gpuhub gpus [--json]            devices, owners, utilization, health (like nvidia-smi)
     gpuhub usage --since DATE [--by user|group] [--csv] [--jobs]   GPU-hours, credits,
                                     servers; on Slurm beside Slurm's accounting
-                                    (hub_ext.usage, hub_ext.slurm.accounting)
+                                    (hub_ext.ops.usage, hub_ext.slurm.accounting)
     gpuhub credits grant|balance|history ...   the credit ledger (hub_ext.credits.cli)
     gpuhub reservations list|create|edit|delete ...   GPUs reserved for a group
                                     (hub_ext.reservations.cli)
@@ -13,13 +13,13 @@
                                     their sources; whether the hub would start with them
                                     (hub_ext.config_cli)
 
-``init`` and ``upgrade`` are in :mod:`hub_ext.deploy`; docs/tutorial/first-hub.md uses them.
+``init`` and ``upgrade`` are in :mod:`hub_ext.ops.deploy`; docs/tutorial/first-hub.md uses them.
 
 ``gpuhub gpus`` asks the running hub for its GPU board (``/hub/api/gpuhub/gpus``, the hub's
 own inventory: NVML or simulated; on the Slurm backend every node's GPUs with their jobs,
 the nodes that take no jobs and the pending jobs) with a token the hub keeps in its state dir
 (``gpuhub-cli-token``, mode 0600, scopes ``custom:gpuhub:gpus:read`` and the reservations',
-see :mod:`hub_ext.admin`, :mod:`hub_ext.reservations.hubconfig`); with no hub answering
+see :mod:`hub_ext.ops.board`, :mod:`hub_ext.reservations.hubconfig`); with no hub answering
 it says so in one line and exits 1.
 """
 
@@ -44,11 +44,11 @@ def hub_api_url(settings: Settings) -> str:
 
 
 def board_from_hub(settings: Settings) -> dict:
-    """The running hub's GPU board (``GET /hub/api/gpuhub/gpus``, :mod:`hub_ext.admin`), with
+    """The running hub's GPU board (``GET /hub/api/gpuhub/gpus``, :mod:`hub_ext.ops.board`), with
     the CLI's token from the state dir.  Raises :class:`HubUnreachable` with one sentence."""
     import httpx
 
-    from .admin import CLI_TOKEN_FILE
+    from .ops.board import CLI_TOKEN_FILE
 
     token_path = Path(settings.state_dir) / CLI_TOKEN_FILE
     url = hub_api_url(settings) + "/gpuhub/gpus"
@@ -140,7 +140,7 @@ def print_cluster(board: dict) -> None:
 
 def init(args) -> int:
     """Write a new .env (mode 0600) with fresh secrets; exit 1 when one exists."""
-    from .deploy import EnvFileExists, write_env
+    from .ops.deploy import EnvFileExists, write_env
 
     try:
         path = write_env(Path(args.env_file), force=args.force, socket=args.docker_socket)
@@ -160,7 +160,7 @@ def upgrade(args) -> int:
     """Migrate both databases; exit 1 (with the cause, never a password) when one fails."""
     import logging
 
-    from .deploy import upgrade as run_upgrade
+    from .ops.deploy import upgrade as run_upgrade
 
     logging.basicConfig(level=logging.INFO, format="gpuhub upgrade: %(message)s")
     log = logging.getLogger("gpuhub.upgrade")
@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=init)
     p = sub.add_parser("upgrade", help="migrate the hub database and the credits ledger")
     p.set_defaults(func=upgrade)
-    from .usage import add_arguments, usage
+    from .ops.usage import add_arguments, usage
 
     p = sub.add_parser("usage", help="GPU-hours, credits and servers per user or group")
     add_arguments(p)

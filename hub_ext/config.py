@@ -3,7 +3,7 @@
 ``jupyterhub_config.py`` is a few lines that call this; tests call it on a fresh
 ``traitlets.config.Config`` and check the result, no hub needed (the pattern of
 the-littlest-jupyterhub).  Every environment variable is declared once, in
-:mod:`hub_ext.settings_rows`; :class:`Settings` and its parsing come from there.
+:mod:`hub_ext.settings.rows`; :class:`Settings` and its parsing come from there.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .dburl import with_password
+from .common.dburl import with_password
 from .settings import Settings
 
 __all__ = ["DEFAULT_PROFILES", "Settings", "apply_config", "hub_db_url", "load_profiles",
@@ -20,7 +20,8 @@ __all__ = ["DEFAULT_PROFILES", "Settings", "apply_config", "hub_db_url", "load_p
 REPO = Path(__file__).resolve().parent.parent
 
 #: The profiles a fresh install offers; sites replace them with GPUHUB_PROFILES.  The hub
-#: adds a memory and CPU limit from the node to each (:func:`hub_ext.limits.limited_profiles`).
+#: adds a memory and CPU limit from the node to each
+#: (:func:`hub_ext.common.limits.limited_profiles`).
 DEFAULT_PROFILES = [
     {
         "display_name": "CPU only",
@@ -77,14 +78,14 @@ def apply_config(c, settings: Settings) -> None:
     """Fill the JupyterHub config object ``c`` from ``settings``.
 
     The state directory is made mode 0700 and a SQLite hub database mode 0600
-    (:mod:`hub_ext.private_files`); managed services are guarded to die with the hub
-    (:mod:`hub_ext.service_guard`), and the hub that loads this configuration stops its
-    periodic passes before its services when it shuts down (:mod:`hub_ext.periodic`).
+    (:mod:`hub_ext.common.private_files`); managed services are guarded to die with the hub
+    (:mod:`hub_ext.ops.service_guard`), and the hub that loads this configuration stops its
+    periodic passes before its services when it shuts down (:mod:`hub_ext.common.periodic`).
     Raises ValueError for a setting that cannot work
     (e.g. the demo login on a non-loopback address, plain HTTP off loopback without
-    ``GPUHUB_ALLOW_HTTP=1``, a secret file that others may read: :mod:`hub_ext.serving`).
+    ``GPUHUB_ALLOW_HTTP=1``, a secret file that others may read: :mod:`hub_ext.ops.serving`).
     """
-    from .private_files import private_dir, private_sqlite
+    from .common.private_files import private_dir, private_sqlite
 
     state = private_dir(settings.state_dir)
 
@@ -98,19 +99,19 @@ def apply_config(c, settings: Settings) -> None:
     # servers (and the GPUs they hold) outlive a hub restart or upgrade; the hub finds
     # them again from its database, spawner state and container labels
     c.JupyterHub.cleanup_servers = False
-    from .logs import logging_config
+    from .common.logs import logging_config
 
     # JupyterHub logs some request bodies whole: no line longer than a few thousand
     # characters, whatever a request carried
     c.JupyterHub.logging_config = logging_config(
         c.JupyterHub.logging_config if "logging_config" in c.JupyterHub else None)
-    from .templates import template_dir
+    from .common.templates import template_dir
 
     c.JupyterHub.template_paths = [str(template_dir())]
-    from .handlers import handlers
+    from .ops.handlers import handlers
 
     c.JupyterHub.extra_handlers = handlers
-    from .notices import home_notices
+    from .common.notices import home_notices
 
     template_vars = dict(c.JupyterHub.template_vars) if "template_vars" in c.JupyterHub else {}
     template_vars["gpuhub_notices"] = home_notices
@@ -122,7 +123,7 @@ def apply_config(c, settings: Settings) -> None:
     # What both backends' spawners read, set once on the core's sections: every spawner
     # is a SpawnerCore, and traitlets gives an instance the sections of each Configurable
     # class in its MRO (the nearest class winning), as TLJH sets c.Spawner.*
-    from .limits import Node, apply_limits_config, limited_profiles, node_gpu_count
+    from .common.limits import Node, apply_limits_config, limited_profiles, node_gpu_count
 
     node = Node.probe(node_gpu_count(settings.gpus))
     profiles = load_profiles(settings.profiles_file)
@@ -144,7 +145,7 @@ def apply_config(c, settings: Settings) -> None:
 
     apply_credits_config(c, settings)
 
-    from .culling_config import apply_culling_config
+    from .culling.hubconfig import apply_culling_config
 
     apply_culling_config(c, settings, profiles)
 
@@ -152,31 +153,31 @@ def apply_config(c, settings: Settings) -> None:
 
     apply_line_config(c, settings)
 
-    from .admin import apply_admin_config
+    from .ops.board import apply_admin_config
 
     apply_admin_config(c, settings)
     from .reservations.hubconfig import apply_reservations_config
 
     apply_reservations_config(c, settings)
 
-    from .auth_config import apply_auth_config
+    from .login.hubconfig import apply_auth_config
 
     apply_auth_config(c, settings)
     from .courses.hubconfig import apply_courses_config
 
     apply_courses_config(c, settings)  # after the board's roles and the login
 
-    from .serving import apply_serving_config
+    from .ops.serving import apply_serving_config
 
     apply_serving_config(c, settings)
 
-    from .service_guard import guard_services
+    from .ops.service_guard import guard_services
 
     guard_services(c, state)
     from jupyterhub.app import JupyterHub
 
     if JupyterHub.initialized():  # the hub loading this configuration, not a config check
-        from .periodic import stop_passes_first
+        from .common.periodic import stop_passes_first
 
         stop_passes_first(JupyterHub.instance())
 

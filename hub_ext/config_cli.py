@@ -10,9 +10,9 @@ are not seen.  Secrets are masked; no error repeats one.
 
 ``check`` gives the errors the hub would give, from the hub's own code: the settings'
 parsing, :func:`hub_ext.config.apply_config` on a fresh ``Config`` (its state in a
-temporary folder), the site additions (:mod:`hub_ext.site_config`), the authenticator made
+temporary folder), the site additions (:mod:`hub_ext.ops.site_config`), the authenticator made
 from that configuration (it refuses a login without issuer or client id), and the files the
-settings name: the profile list (:func:`hub_ext.profiles.init_profiles`, as the spawn page
+settings name: the profile list (:func:`hub_ext.spawn.profiles.init_profiles`, as the spawn page
 does), the datasets (the spawner's own ``datasets`` validation), the uid map (each entry
 as a spawn reads it).  A ``GPUHUB_*`` variable that no setting declares is an error here
 (the hub only warns).  ``--reach`` also asks, with short time-outs, whatever the settings
@@ -122,7 +122,7 @@ def check_files(settings) -> list[str]:
     from traitlets import TraitError
 
     from .config import load_profiles
-    from .profiles import init_profiles
+    from .spawn.profiles import init_profiles
 
     problems = []
     if settings.profiles_file:
@@ -131,7 +131,7 @@ def check_files(settings) -> list[str]:
         except (OSError, ValueError, KeyError, TypeError) as e:
             problems.append(f"GPUHUB_PROFILES={settings.profiles_file}: {reason(e)}")
     if settings.datasets_file:
-        from .mounts import MemberMounts
+        from .spawn.mounts import MemberMounts
 
         try:
             with open(settings.datasets_file) as f:
@@ -155,7 +155,7 @@ def check_hub_config(settings) -> list[str]:
     from traitlets.config import Config
 
     from .config import apply_config
-    from .site_config import load_site_config
+    from .ops.site_config import load_site_config
 
     c = Config()
     with tempfile.TemporaryDirectory(prefix="gpuhub-check-") as tmp:
@@ -188,7 +188,7 @@ def check_reach(settings) -> list[str]:
 
     problems = []
     if settings.oidc_issuer:
-        from .oidc import discovery_url, provider_metadata
+        from .login.oidc import discovery_url, provider_metadata
 
         url = discovery_url(settings.oidc_issuer)
         try:

@@ -90,11 +90,11 @@ export GPUHUB_INITIAL_CREDITS="${GPUHUB_INITIAL_CREDITS:-10}"
 user() { printf '{"sub":"%s","preferred_username":"%s","email":"%s@example.org","groups":%s}' \
   "$1" "$1" "$1" "$2"; }
 # a fresh secret per run: the provider asks for it before it hands out an identity, so a
-# member's container on the host network cannot sign in as admin (hub_ext/demo_provider.py)
+# member's container on the host network cannot sign in as admin (hub_ext/login/demo_provider.py)
 (umask 077; .venv/bin/python -c "import secrets; print(secrets.token_urlsafe(12))" \
   > "$state/demo-login-secret")
 demo_secret="$(cat "$state/demo-login-secret")"
-.venv/bin/python -m hub_ext.demo_provider --host 127.0.0.1 --port "$oidc_port" \
+.venv/bin/python -m hub_ext.login.demo_provider --host 127.0.0.1 --port "$oidc_port" \
   --secret-file "$state/demo-login-secret" \
   --user-claims "$(user admin '["hub-admins","gpu-members"]')" \
   --user-claims "$(user alice '["gpu-members"]')" \

@@ -22,10 +22,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jupyterhub.utils import random_port
 
-from hub_ext import oidc
 from hub_ext.credits.client import CreditsClient
 from hub_ext.credits.errors import AccountNotFound
 from hub_ext.credits.hubconfig import ADMIN_TOKEN_FILE
+from hub_ext.login import oidc
 from tests.fixtures.hub import eventually
 from tests.fixtures.oidc import (
     ADMIN_CONTACT,

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from hub_ext.admin import CLI_TOKEN_FILE
+from hub_ext.ops.board import CLI_TOKEN_FILE
 
 
 def gpuhub(hub, *args: str) -> subprocess.CompletedProcess:

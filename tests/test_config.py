@@ -8,13 +8,13 @@ import sys
 import pytest
 from traitlets.config import Config
 
-from hub_ext.admin import GPUS_SCOPE, LINE_ADMIN_SCOPE
+from hub_ext.common.notices import home_notices
 from hub_ext.config import Settings, apply_config
 from hub_ext.credits.hubconfig import HOOK as CREDITS_HOOK
-from hub_ext.culler_arbiter import CONFIG_TEXT, ENV
-from hub_ext.culling import log_request
-from hub_ext.culling_config import HOOK, cull_every
-from hub_ext.notices import home_notices
+from hub_ext.culling.arbiter import CONFIG_TEXT, ENV
+from hub_ext.culling.culler import log_request
+from hub_ext.culling.hubconfig import HOOK, cull_every
+from hub_ext.ops.board import GPUS_SCOPE, LINE_ADMIN_SCOPE
 from hub_ext.reservations.handlers import RESERVATIONS_SCOPE
 
 
@@ -64,7 +64,7 @@ def test_defaults_are_production_shaped(tmp_path, monkeypatch):
     assert c.GPUDockerSpawner.network_name == "gpuhub"  # a bridge network
     assert "host_network" not in c.GPUDockerSpawner
     assert c.JupyterHub.db_url == f"sqlite:///{tmp_path / 'jupyterhub.sqlite'}"
-    assert c.JupyterHub.authenticator_class == "hub_ext.auth.CreditAuthenticator"
+    assert c.JupyterHub.authenticator_class == "hub_ext.login.authenticator.CreditAuthenticator"
     # servers and their GPUs outlive a hub restart (JupyterHub's default stops them all)
     assert c.JupyterHub.cleanup_servers is False
 
@@ -89,7 +89,7 @@ def test_unknown_gpu_source_is_an_error(tmp_path, monkeypatch):
 
 def test_demo_login_only_on_loopback(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_DEMO_LOGIN="1")
-    assert c.JupyterHub.authenticator_class == "hub_ext.auth.CreditAuthenticator"
+    assert c.JupyterHub.authenticator_class == "hub_ext.login.authenticator.CreditAuthenticator"
     assert "not for production" in c.CreditAuthenticator.login_service
     with pytest.raises(ValueError, match="only runs on loopback"):
         configure(tmp_path, monkeypatch, GPUHUB_DEMO_LOGIN="1", GPUHUB_IP="0.0.0.0")
@@ -124,7 +124,7 @@ def test_oidc_settings_reach_the_authenticator(tmp_path, monkeypatch):
     assert a.admin_contact == "hub-admins@example.org"
     assert a.credits_enabled is True
 
-    from hub_ext.auth import CreditAuthenticator
+    from hub_ext.login.authenticator import CreditAuthenticator
 
     authenticator = CreditAuthenticator(config=c)
     assert authenticator.manage_groups and authenticator.enable_auth_state
@@ -134,7 +134,7 @@ def test_oidc_settings_reach_the_authenticator(tmp_path, monkeypatch):
 
 
 def test_authenticator_refuses_to_start_without_issuer_or_client(tmp_path, monkeypatch):
-    from hub_ext.auth import CreditAuthenticator
+    from hub_ext.login.authenticator import CreditAuthenticator
 
     c = configure(tmp_path, monkeypatch)
     with pytest.raises(ValueError, match="GPUHUB_OIDC_ISSUER"):
@@ -164,7 +164,7 @@ def test_initial_grant_with_an_external_api_needs_its_admin_token(tmp_path, monk
 
 @pytest.mark.parametrize("amount", ["ten", "1.234", "-5", "1e3"])
 def test_malformed_initial_credits_name_the_trait(tmp_path, monkeypatch, amount):
-    from hub_ext.auth import CreditAuthenticator
+    from hub_ext.login.authenticator import CreditAuthenticator
 
     c = configure(tmp_path, monkeypatch, **OIDC, GPUHUB_INITIAL_CREDITS=amount)
     with pytest.raises(ValueError, match="initial_credits must be an amount"):
@@ -372,5 +372,5 @@ def test_a_hook_that_is_no_hook_is_refused_naming_the_setting(tmp_path, monkeypa
     c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND="slurm")
     c.SpawnerCore.before_container_hooks = [CREDITS_HOOK, object()]
     with pytest.raises(ValueError, match=r"before_container_hooks: <object .*> is not a "
-                                         r"hub_ext\.hooks\.Hook"):
+                                         r"hub_ext\.spawn\.hooks\.Hook"):
         slurm_spawner(c)

@@ -25,10 +25,10 @@ from jupyterhub.utils import random_port
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
+from hub_ext.common.runs import ServerRun
 from hub_ext.credits.client import CreditsClient
 from hub_ext.credits.hook import UNREACHABLE
 from hub_ext.credits.hubconfig import ADMIN_TOKEN_FILE, HUB_TOKEN_FILE
-from hub_ext.runs import ServerRun
 from tests.fixtures.credits_faults import LedgerFaults, MovableClock
 from tests.fixtures.hub import eventually, terminal_run
 from tests.fixtures.oidc import ADMINS
@@ -450,7 +450,7 @@ STALL_AFTER_DEBIT = """
 import asyncio
 from traitlets.config import SingletonConfigurable
 
-from hub_ext.hooks import Hook
+from hub_ext.spawn.hooks import Hook
 
 class StallAfterDebit(Hook, SingletonConfigurable):
     name = "stall"

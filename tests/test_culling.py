@@ -20,14 +20,14 @@ from prometheus_client import REGISTRY
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from hub_ext.culler_arbiter import CONFIG_TEXT, ENV, ProfileIdleLimits
-from hub_ext.culling import Culler
-from hub_ext.culling_rules import Limits, assess, cull_message, duration
+from hub_ext.common.notices import notices
+from hub_ext.common.runs import ServerRun
+from hub_ext.culling.arbiter import CONFIG_TEXT, ENV, ProfileIdleLimits
+from hub_ext.culling.culler import Culler
+from hub_ext.culling.rules import Limits, assess, cull_message, duration
 from hub_ext.docker.inventory import SimulatedInventory
 from hub_ext.docker.pool import GPUPool, ServerKey, gpu_units_of
-from hub_ext.notices import notices
-from hub_ext.runs import ServerRun
-from hub_ext.stopping import stop_server
+from hub_ext.spawn.stopping import stop_server
 
 T0 = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 GPU0, GPU1 = "GPU-a0", "GPU-a1"

@@ -1,4 +1,4 @@
-"""The demo provider's guard (hub_ext/demo_provider.py): an identity only for the person
+"""The demo provider's guard (hub_ext/login/demo_provider.py): an identity only for the person
 with the run's secret; the hub's back-channel calls stay open."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from hub_ext.demo_provider import SecretGuard, read_secret
+from hub_ext.login.demo_provider import SecretGuard, read_secret
 
 SECRET = "s3cret-of-this-run"
 

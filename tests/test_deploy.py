@@ -1,4 +1,4 @@
-"""``gpuhub init`` and ``gpuhub upgrade`` (hub_ext/deploy.py): a private .env with fresh
+"""``gpuhub init`` and ``gpuhub upgrade`` (hub_ext/ops/deploy.py): a private .env with fresh
 secrets that is never overwritten by accident, and migrations of both databases on real
 SQLite files and a real PostgreSQL."""
 
@@ -17,7 +17,7 @@ from alembic import command
 from alembic.config import Config
 from jupyterhub import dbutil, orm
 
-from hub_ext.deploy import SECRETS, upgrade, write_env
+from hub_ext.ops.deploy import SECRETS, upgrade, write_env
 from tests.fixtures.credits import REPO_ROOT
 from tests.test_config import settings_from
 

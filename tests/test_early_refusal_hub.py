@@ -1,4 +1,4 @@
-"""The early refusal (hub_ext/spawn_gate.py, ``EarlyRefusal``) in a real hub: a member's
+"""The early refusal (hub_ext/spawn/gate.py, ``EarlyRefusal``) in a real hub: a member's
 own browser session starting their own server, which the spawner refuses now, is answered
 from ``prepare()`` with what JupyterHub's own path answers; every other request gets
 JupyterHub's own answer.

@@ -1,5 +1,5 @@
 """The command line every server starts with asks for kernels on Unix sockets
-(``kernel_transport``, hub_ext/spawner_core.py), whatever the image; the real servers are
+(``kernel_transport``, hub_ext/spawn/core.py), whatever the image; the real servers are
 tests/test_kernel_isolation_hub.py."""
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent / "hub_ext"
 BACKENDS = ("hub_ext.docker", "hub_ext.slurm")
 SUBPACKAGES = ("hub_ext.credits", "hub_ext.line")
 #: Top-level modules the core's subpackages may import: leaves of the import graph.
-UTILITIES = {"hub_ext.metrics", "hub_ext.private_files", "hub_ext.dburl", "hub_ext.hooks",
-             "hub_ext.notices", "hub_ext.periodic", "hub_ext.stopping", "hub_ext.services",
-             "hub_ext.hubdb", "hub_ext.runs", "hub_ext.server_key", "hub_ext.settings",
-             "hub_ext.settings_rows", "hub_ext.limits"}
+UTILITIES = {"hub_ext.common.metrics", "hub_ext.common.private_files", "hub_ext.common.dburl", "hub_ext.spawn.hooks",
+             "hub_ext.common.notices", "hub_ext.common.periodic", "hub_ext.spawn.stopping", "hub_ext.common.services",
+             "hub_ext.common.db", "hub_ext.common.runs", "hub_ext.common.server_key", "hub_ext.settings",
+             "hub_ext.settings.rows", "hub_ext.common.limits"}
 
 
 def module_name(path: Path, root: Path = ROOT) -> tuple[str, str]:
@@ -109,7 +109,7 @@ def test_the_check_sees_each_kind_of_upward_import(tmp_path):
     assert layer_breaches(fake) == [
         "hub_ext.config:2 -> hub_ext.docker.pool",
         "hub_ext.credits.hook:2 -> hub_ext.config",
-        "hub_ext.metrics:1 -> hub_ext.config",
+        "hub_ext.common.metrics:1 -> hub_ext.config",
         "hub_ext.slurm.spawner:1 -> hub_ext.docker.pool",
     ]
 

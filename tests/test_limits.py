@@ -1,4 +1,4 @@
-"""One member cannot exhaust the node (hub_ext/limits.py): every built-in profile has a
+"""One member cannot exhaust the node (hub_ext/common/limits.py): every built-in profile has a
 memory and CPU limit derived from the node, shown on its card, and JupyterHub's server
 limits are set, each a GPUHUB_* setting."""
 
@@ -8,8 +8,15 @@ import json
 
 import pytest
 
+from hub_ext.common.limits import (
+    GIB,
+    Node,
+    limited_profiles,
+    limits_text,
+    memory_text,
+    node_gpu_count,
+)
 from hub_ext.config import DEFAULT_PROFILES
-from hub_ext.limits import GIB, Node, limited_profiles, limits_text, memory_text, node_gpu_count
 from tests.test_config import configure, spawner_reads
 
 FOUR_GPU_NODE = Node(memory_bytes=160 * GIB, cpus=32.0, gpus=4)

@@ -153,7 +153,7 @@ async def test_removal_and_expiry_end_the_wait_with_a_sentence(line):
 
 
 def test_the_wait_button_picks_its_profile_and_asks_to_wait():
-    from hub_ext.choice import ProfileChoice
+    from hub_ext.spawn.choice import ProfileChoice
 
     form = {"profile": ["cpu"], "gpuhub_wait": ["pytorch"], "pytorch--gpus": ["2"]}
     assert ProfileChoice().options_from_form(form) == {"profile": "pytorch", "wait": True,
@@ -303,15 +303,15 @@ def test_line_token_file_is_narrowed_and_an_empty_one_refused(tmp_path):
 def test_only_the_admin_role_may_change_the_line_not_the_cli_token(tmp_path):
     from traitlets.config import Config
 
-    from hub_ext.admin import (
+    from hub_ext.config import Settings
+    from hub_ext.line.handlers import LINE_ADMIN_SCOPE as HANDLERS_SCOPE
+    from hub_ext.ops.board import (
         CLI_SERVICE,
         GPUS_SCOPE,
         LINE_ADMIN_SCOPE,
         ROLE_NAME,
         apply_admin_config,
     )
-    from hub_ext.config import Settings
-    from hub_ext.line.handlers import LINE_ADMIN_SCOPE as HANDLERS_SCOPE
 
     c = Config()
     apply_admin_config(c, Settings(state_dir=tmp_path))

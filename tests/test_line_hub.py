@@ -18,8 +18,8 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
-from hub_ext.admin import CLI_TOKEN_FILE
-from hub_ext.runs import ServerRun
+from hub_ext.common.runs import ServerRun
+from hub_ext.ops.board import CLI_TOKEN_FILE
 from tests.fixtures.hub import eventually
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]

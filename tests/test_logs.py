@@ -6,7 +6,7 @@ import io
 import logging
 import logging.config
 
-from hub_ext.logs import logging_config
+from hub_ext.common.logs import logging_config
 
 
 def hub_like_logger(name: str, most: int) -> tuple[logging.Logger, io.StringIO]:

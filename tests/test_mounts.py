@@ -1,4 +1,4 @@
-"""The datasets setting both backends read (hub_ext.mounts.MemberMounts)."""
+"""The datasets setting both backends read (hub_ext.spawn.mounts.MemberMounts)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from traitlets import TraitError
 
-from hub_ext.mounts import MemberMounts
+from hub_ext.spawn.mounts import MemberMounts
 
 
 def mounts(datasets: dict, groups=(), admin=False) -> MemberMounts:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from hub_ext.notices import HomeNotices, home_notices, notices
+from hub_ext.common.notices import HomeNotices, home_notices, notices
 
 
 def test_messages_are_kept_per_server_and_topic():

@@ -1,4 +1,4 @@
-"""The hub's periodic passes stop at the start of its shutdown (hub_ext/periodic.py)."""
+"""The hub's periodic passes stop at the start of its shutdown (hub_ext/common/periodic.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from hub_ext import periodic
+from hub_ext.common import periodic
 
 log = logging.getLogger("test")
 

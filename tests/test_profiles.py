@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hub_ext.profiles import (
+from hub_ext.spawn.profiles import (
     ProfileError,
     apply_overrides,
     gpu_request,

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from hub_ext.common.server_key import ServerKey
 from hub_ext.docker.inventory import SimulatedInventory
 from hub_ext.docker.pool import AllocationRefused, GPUPool
 from hub_ext.docker.pool_line import PoolGrants
@@ -20,7 +21,6 @@ from hub_ext.docker.pool_reservations import PoolReservations
 from hub_ext.line import Line
 from hub_ext.reservations.enforce import Reservations
 from hub_ext.reservations.policy import Window
-from hub_ext.server_key import ServerKey
 
 NOW = datetime.now(UTC)
 

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hub_ext.admin import CLI_TOKEN_FILE
+from hub_ext.ops.board import CLI_TOKEN_FILE
 from tests.fixtures.oidc import ADMINS
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]

@@ -1,7 +1,7 @@
 """The hub's managed services (the reference credits service, jupyterhub-idle-culler) live
 and die with it: a hub killed with SIGKILL leaves none behind, and the next hub starts each
-at the first try (hub_ext/service_guard.py); a hub stopped with SIGTERM first stops its
-own periodic passes (hub_ext/periodic.py), then each service at the first signal
+at the first try (hub_ext/ops/service_guard.py); a hub stopped with SIGTERM first stops its
+own periodic passes (hub_ext/common/periodic.py), then each service at the first signal
 JupyterHub sends, whatever signals the hub was started with ignoring."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import httpx
 import pytest
 from jupyterhub.utils import random_port
 
-from hub_ext import service_guard
 from hub_ext.credits.client import CreditsClient
 from hub_ext.credits.errors import CreditsError
 from hub_ext.credits.hubconfig import ADMIN_TOKEN_FILE, HUB_TOKEN_FILE, api_url
+from hub_ext.ops import service_guard
 from tests.fixtures.hub import eventually
 from tests.test_credits_hub import FAST, PROFILES, ledger
 
@@ -101,7 +101,7 @@ def test_a_service_gets_sigterm_when_its_parent_dies(tmp_path):
     parent = subprocess.Popen(
         [sys.executable, "-c",
          "import os, subprocess, sys, time\n"
-         "from hub_ext.service_guard import guarded\n"
+         "from hub_ext.ops.service_guard import guarded\n"
          f"p = subprocess.Popen(guarded({SLEEPER!r}, 'sleeper', {str(tmp_path)!r}, "
          "os.getpid()), start_new_session=True)\n"
          "print(p.pid, flush=True)\n"
@@ -163,7 +163,7 @@ def test_every_managed_service_is_guarded_and_only_once(tmp_path):
     service_guard.guard_services(c, tmp_path, hub_pid=42)
     service_guard.guard_services(c, tmp_path, hub_pid=42)
     [a, tok] = c.JupyterHub.services
-    assert a["command"] == [sys.executable, "-m", "hub_ext.service_guard", "--hub-pid", "42",
+    assert a["command"] == [sys.executable, "-m", "hub_ext.ops.service_guard", "--hub-pid", "42",
                             "--pid-file", str(tmp_path / "services" / "a.pid"), "--", "x",
                             "--y"]
     assert tok == {"name": "tok"}

@@ -1,4 +1,4 @@
-"""How the hub faces the network (hub_ext/serving.py), through apply_config: HTTPS from a
+"""How the hub faces the network (hub_ext/ops/serving.py), through apply_config: HTTPS from a
 certificate, plain HTTP only on loopback or when said explicitly, secret files kept private,
 the hub API where the servers can reach it."""
 

@@ -1,4 +1,4 @@
-"""Every setting declared once (hub_ext/settings.py, hub_ext/settings_rows.py): the hub's
+"""Every setting declared once (hub_ext/settings.py, hub_ext/settings/rows.py): the hub's
 start, its site additions, the credits CLI and the reference page all follow the rows."""
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from jupyterhub.utils import random_port
 
-from hub_ext import settings_rows
 from hub_ext.settings import (
     NOT_SETTINGS,
     SettingError,
@@ -25,6 +24,7 @@ from hub_ext.settings import (
     from_env,
     setting,
 )
+from hub_ext.settings import rows as settings_rows
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -151,7 +151,7 @@ def test_every_variable_the_code_names_is_declared():
 
 
 def test_every_secret_gpuhub_init_writes_is_a_declared_secret():
-    from hub_ext.deploy import SECRETS
+    from hub_ext.ops.deploy import SECRETS
 
     assert {n for n in SECRETS if not setting(n).secret} == set()
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from sphinx.cmd.build import build_main
 
-from hub_ext import settings_rows
 from hub_ext.settings import declared, setting
+from hub_ext.settings import rows as settings_rows
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "reference" / "settings.md"

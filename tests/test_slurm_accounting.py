@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from hub_ext.ops.usage import UsageRow, _print, _print_jobs, summarise
 from hub_ext.slurm.accounting import (
     AccountedJob,
     Accounting,
@@ -25,7 +26,6 @@ from hub_ext.slurm.accounting import (
     read_accounting,
 )
 from hub_ext.slurm.cluster import SlurmUnavailable
-from hub_ext.usage import UsageRow, _print, _print_jobs, summarise
 from tests.fixtures.hub import _need
 
 T0 = datetime(2026, 3, 2, 9, 0, 0)  # naive UTC, as the run records keep it

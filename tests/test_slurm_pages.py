@@ -175,11 +175,11 @@ async def test_the_board_shows_nodes_jobs_and_the_queue_and_stop_cancels_the_job
 
 
 def hub_runs(hub) -> list:
-    """The hub's run records (hub_ext.runs), read from its SQLite database."""
+    """The hub's run records (hub_ext.common.runs), read from its SQLite database."""
     from sqlalchemy import create_engine
     from sqlalchemy.orm import Session
 
-    from hub_ext.runs import runs_overlapping
+    from hub_ext.common.runs import runs_overlapping
 
     engine = create_engine(f"sqlite:///{hub.state_dir / 'jupyterhub.sqlite'}")
     try:

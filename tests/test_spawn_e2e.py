@@ -245,7 +245,7 @@ SLOW_UNDO = """
 import asyncio
 from traitlets.config import SingletonConfigurable
 
-from hub_ext.hooks import Hook
+from hub_ext.spawn.hooks import Hook
 
 class SlowUndo(Hook, SingletonConfigurable):
     name = "slow-undo"

@@ -1,4 +1,4 @@
-"""The spawn gate (hub_ext/spawn_gate.py) in a real hub: a start the hub knows it cannot
+"""The spawn gate (hub_ext/spawn/gate.py) in a real hub: a start the hub knows it cannot
 make is refused before JupyterHub's ``User.spawn`` creates anything for it.
 
 What shows that JupyterHub's spawn never ran for a refused start: ``User.spawn`` creates

@@ -1,5 +1,5 @@
 """The state directory is the hub's alone: mode 0700, its SQLite databases (the hub's and
-the credits ledger, with their -wal/-shm files) mode 0600 (hub_ext/private_files.py)."""
+the credits ledger, with their -wal/-shm files) mode 0600 (hub_ext/common/private_files.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
+from hub_ext.common.private_files import private_dir, private_sqlite
 from hub_ext.credits.db import make_engine, upgrade
-from hub_ext.private_files import private_dir, private_sqlite
 from tests.fixtures.hub import eventually
 from tests.test_config import configure
 

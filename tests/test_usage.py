@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
-from hub_ext import runs
+from hub_ext.common import runs
 from hub_ext.credits.client import Transaction
-from hub_ext.usage import UsageRow, _print, credits_by_run, gpu_seconds, summarise
+from hub_ext.ops.usage import UsageRow, _print, credits_by_run, gpu_seconds, summarise
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -1,5 +1,5 @@
 """``{gpuhub-metrics}``: the Prometheus metrics reference, read from the metric objects of
-:mod:`hub_ext.metrics` (name as exported, type, labels, help, histogram buckets), so the page
+:mod:`hub_ext.common.metrics` (name as exported, type, labels, help, histogram buckets), so the page
 cannot drift from the code.
 
 prometheus_client exports a Counter ``x`` as ``x_total``, a Histogram ``x`` as ``x_bucket``,
@@ -36,7 +36,7 @@ def metrics(module) -> list[dict]:
 
 
 class MetricsDirective(Directive):
-    """A table of every metric of the module named in the argument (``hub_ext.metrics``)."""
+    """A table of every metric of the module named in the argument (``hub_ext.common.metrics``)."""
 
     required_arguments = 1
     has_content = False

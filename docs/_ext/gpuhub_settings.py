@@ -1,5 +1,5 @@
 """``{gpuhub-settings}``: the settings reference, generated from the one declaration in
-:mod:`hub_ext.settings_rows` (variable, type, default, what reads it, help, secret), so the
+:mod:`hub_ext.settings.rows` (variable, type, default, what reads it, help, secret), so the
 page cannot drift from what the hub parses.
 
 One section per part of the hub that reads the settings (:data:`hub_ext.settings.BACKENDS`),

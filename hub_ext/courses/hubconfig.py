@@ -86,7 +86,7 @@ def _admin_token(settings) -> str:
         return settings.credits_admin_token
     from pathlib import Path
 
+    from ..common.services import token_file
     from ..credits.hubconfig import ADMIN_TOKEN_FILE
-    from ..services import token_file
 
     return token_file(Path(settings.state_dir) / ADMIN_TOKEN_FILE)

@@ -16,7 +16,7 @@ from decimal import Decimal
 
 from tornado import web
 
-from .. import metrics
+from ..common import metrics
 from .account import MemberAccount
 from .errors import AccountNotFound, CreditsError
 from .metering import CENT, as_decimal, interval_amount

@@ -24,7 +24,7 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
-from ..private_files import private_dir, private_sqlite
+from ..common.private_files import private_dir, private_sqlite
 
 __all__ = ["READ_ONLY", "alembic_config", "make_engine", "upgrade"]
 
@@ -37,7 +37,7 @@ READ_ONLY = "credits_read_only"
 def make_engine(db_url: str, *, pool_size: int = 8) -> Engine:
     """An engine for ``db_url`` set up for the ledger's locking (see the module docstring).
 
-    A SQLite file is created mode 0600 (:mod:`hub_ext.private_files`).  Raises
+    A SQLite file is created mode 0600 (:mod:`hub_ext.common.private_files`).  Raises
     :class:`ValueError` for an in-memory SQLite URL: the service's worker threads
     would each see a different, empty database.
     """

@@ -1,6 +1,6 @@
 """CreditsHook: pay for a server before it starts, then for every interval it runs.
 
-Used as a spawner hook (:attr:`hub_ext.spawner_core.SpawnerCore.before_container_hooks`,
+Used as a spawner hook (:attr:`hub_ext.spawn.core.SpawnerCore.before_container_hooks`,
 either backend)::
 
     c.SpawnerCore.before_container_hooks = ["hub_ext.credits.hook.CreditsHook"]
@@ -24,8 +24,8 @@ restart.
 
 - A metering debit refused for lack of credits starts a grace period
   (``c.CreditsHook.grace_period``); then the server is stopped the way JupyterHub's own
-  stop handler does it (:func:`hub_ext.stopping.stop_server`) and the member reads why on
-  the hub's home page (:mod:`hub_ext.notices`, topic ``credits``).
+  stop handler does it (:func:`hub_ext.spawn.stopping.stop_server`) and the member reads why on
+  the hub's home page (:mod:`hub_ext.common.notices`, topic ``credits``).
 - When the API cannot be reached, servers keep running; the debit is retried at the next
   tick with the same key.
 - On stop (:meth:`after_stop`) the unused part of the current interval is refunded pro rata.
@@ -50,9 +50,9 @@ from tornado import web
 from traitlets import Bool, Callable, Float, Instance, default, validate
 from traitlets.config import SingletonConfigurable
 
-from .. import metrics
-from ..hooks import PENDING, Hook
-from ..notices import notices
+from ..common import metrics
+from ..common.notices import notices
+from ..spawn.hooks import PENDING, Hook
 from .account import remember_balance
 from .affordability import UNREACHABLE, Affordability, too_little
 from .client import CreditsClient
@@ -74,7 +74,7 @@ def utcnow() -> datetime:
 class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
     """Debits credits for servers: the first interval at spawn, then each interval it runs.
 
-    All spawner-facing methods take the spawner (a :class:`hub_ext.spawner_core.SpawnerCore`
+    All spawner-facing methods take the spawner (a :class:`hub_ext.spawn.core.SpawnerCore`
     of either backend, or anything with ``user``, ``name``, ``credits_per_hour``, ``profile_slug``,
     ``hook_state`` and ``emit``).  ``before_reserve`` and ``before_container`` raise
     ``tornado.web.HTTPError``;

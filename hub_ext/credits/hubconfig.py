@@ -11,7 +11,7 @@ Three ways, from :class:`hub_ext.config.Settings`:
 - ``GPUHUB_CREDITS=off``: no hook, no service; every profile is free.
 
 Either way :class:`hub_ext.credits.hook.CreditsHook` runs before each container and the
-home page shows its messages (:mod:`hub_ext.notices`, wired by ``apply_config``); the hub
+home page shows its messages (:mod:`hub_ext.common.notices`, wired by ``apply_config``); the hub
 that loads this configuration hands the settlements a previous hub left unsettled (a
 refund owed when the Credits API could not be reached) to the meter when it starts
 (:func:`hub_ext.credits.unsettled.settle_at_start`).
@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..services import token_file
+from ..common.services import token_file
 
 HOOK = "hub_ext.credits.hook.CreditsHook"
 SERVICE_NAME = "credits"

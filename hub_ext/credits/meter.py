@@ -4,7 +4,7 @@
 hub process meters (:class:`MeteredRun`), makes the Credits API calls that charge each
 interval as it begins and settle a run that stopped (the unused part of the current
 interval refunded pro rata; a start that failed refunded whole), and runs the meter: one
-periodic pass (``c.CreditsHook.meter_period`` seconds, :func:`hub_ext.periodic.every`) that
+periodic pass (``c.CreditsHook.meter_period`` seconds, :func:`hub_ext.common.periodic.every`) that
 charges due intervals, retries what the API could not take, refunds lost spawn debits
 (:mod:`hub_ext.credits.voids`) and stops a server whose member ran out of credits after
 ``c.CreditsHook.grace_period``.  Everything owed is written to the hub database before it
@@ -21,10 +21,10 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from ..hooks import PENDING
-from ..notices import notices
-from ..periodic import ensure_task, every
-from ..stopping import stop_server
+from ..common.notices import notices
+from ..common.periodic import ensure_task, every
+from ..spawn.hooks import PENDING
+from ..spawn.stopping import stop_server
 from .account import remember_balance
 from .affordability import _money
 from .errors import AccountNotFound, CreditsError, InsufficientCredits

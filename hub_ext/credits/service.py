@@ -49,7 +49,7 @@ from urllib.parse import urlsplit
 from tornado import httpserver, netutil, web
 from tornado.log import access_log, enable_pretty_logging
 
-from ..dburl import with_password
+from ..common.dburl import with_password
 from ..settings import value
 from .amounts import AMOUNT_PATTERN, POSITIVE_AMOUNT_PATTERN, format_cents, to_cents
 from .contract import MAX_ID, MAX_TEXT, metadata_problem, username_problem

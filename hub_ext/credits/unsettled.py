@@ -17,7 +17,7 @@ with the first transaction instead of a second one.  The row is deleted once set
 
 One row per server run (primary key ``server_id``, the meter's id of the run), kept in the
 hub's own database (``c.JupyterHub.db_url``, SQLite or PostgreSQL) beside the run records
-(:mod:`hub_ext.runs`) and the line (:mod:`hub_ext.line.store`); the table is created on
+(:mod:`hub_ext.common.runs`) and the line (:mod:`hub_ext.line.store`); the table is created on
 first use, JupyterHub's own tables and migrations are not touched.  Times are naive UTC,
 JupyterHub's convention.  At hub start :func:`settle_at_start` hands the rows to the meter.
 """
@@ -31,8 +31,8 @@ from datetime import UTC, datetime
 from sqlalchemy import JSON, Boolean, DateTime, String, delete, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, object_session
 
-from ..hubdb import ensure_tables
-from ..runs import naive_utc
+from ..common.db import ensure_tables
+from ..common.runs import naive_utc
 from .metering import MeterRecord
 
 __all__ = ["KINDS", "Owed", "UnsettledRow", "UnsettledStore", "ensure_table",
@@ -171,7 +171,7 @@ def settle_at_start(app, hook_class) -> None:
     hook) only for servers that run; a hub whose servers all stopped would never look at
     the rows.  ``app.start`` (called once ``initialize``, the database included, is done:
     ``JupyterHub.launch_instance_async``) is wrapped to do it first, the way
-    :func:`hub_ext.periodic.stop_passes_first` wraps ``cleanup``.  Wrapping twice is a
+    :func:`hub_ext.common.periodic.stop_passes_first` wraps ``cleanup``.  Wrapping twice is a
     no-op.
     """
     start = app.start

@@ -1,7 +1,7 @@
 """The Docker backend: each server is a container on the hub's own Docker engine.
 
 - :mod:`.spawner`: GPUDockerSpawner, DockerSpawner with the shared core
-  (:mod:`hub_ext.spawner_core`) and :mod:`.spawner_line` (a start's GPUs, at once or after
+  (:mod:`hub_ext.spawn.core`) and :mod:`.spawner_line` (a start's GPUs, at once or after
   a wait in line) and :mod:`.server_limits` (JupyterHub's two server limits, places in line
   not counted);
 - :mod:`.container`: the member's container (workspace, datasets, uid, limits, labels);

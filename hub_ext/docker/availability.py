@@ -1,6 +1,6 @@
-"""The Docker backend's answers to the spawn page (:mod:`hub_ext.spawn_page`): free GPUs
+"""The Docker backend's answers to the spawn page (:mod:`hub_ext.spawn.page`): free GPUs
 from the node's GPU pool (:class:`hub_ext.docker.pool.GPUPool`), and what an image holds
-from its labels (Docker ``inspect``); and to the GPU board (:mod:`hub_ext.admin`).
+from its labels (Docker ``inspect``); and to the GPU board (:mod:`hub_ext.ops.board`).
 
 A mixin of :class:`hub_ext.docker.spawner.GPUDockerSpawner`: it reads ``self.pool``,
 ``self.line()`` and ``self.docker()``.
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from docker.errors import APIError, NotFound
 
-from ..profiles import gpu_request
-from ..spawn_page import GPUsNow, SpawnPage, facts_from_labels
+from ..spawn.page import GPUsNow, SpawnPage, facts_from_labels
+from ..spawn.profiles import gpu_request
 from .inventory import Device
 from .pool import GPUPool
 

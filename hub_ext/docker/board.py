@@ -1,4 +1,4 @@
-"""The Docker backend's rows of the GPU board (:mod:`hub_ext.admin`): one per allocatable
+"""The Docker backend's rows of the GPU board (:mod:`hub_ext.ops.board`): one per allocatable
 unit of the node's GPU pool (a whole GPU, or a MIG device), with NVML's utilization and
 memory, the culler's "last busy", and the server holding it."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from ..admin import iso, stop_path
+from ..ops.board import iso, stop_path
 from .inventory import Device, allocatable_units
 from .pool import GPUPool, unit_state
 
@@ -58,7 +58,7 @@ def board(devices: list[Device], holder, last_busy: dict[str, datetime], server_
 
 async def board_model(handler) -> dict:
     """The board of this hub's node: inventory kind, error, summary and device rows."""
-    from ..culling import Culler
+    from ..culling.culler import Culler
 
     pool = GPUPool.instance()
     culler = Culler.instance(config=handler.settings.get("config"))

@@ -23,9 +23,9 @@ from tornado import web
 from traitlets import Bool, Int, Unicode
 from traitlets.config import LoggingConfigurable
 
-from .. import metrics
-from ..member_dirs import MemberDirRefused, member_dir
-from ..profiles import LABEL_PREFIX
+from ..common import metrics
+from ..spawn.member_dirs import MemberDirRefused, member_dir
+from ..spawn.profiles import LABEL_PREFIX
 
 #: Prefix of the labels on every server container (user, server, profile, devices, since,
 #: port, hook-state); :mod:`hub_ext.docker.reconcile` and ``gpuhub gpus`` read them.
@@ -154,7 +154,7 @@ class MemberContainer(LoggingConfigurable):
         Raises ``HTTPError`` with a plain sentence for a missing dataset path or a missing
         uid mapping; creates nothing.
         """
-        datasets = self.checked_datasets()  # hub_ext.mounts.MemberMounts
+        datasets = self.checked_datasets()  # hub_ext.spawn.mounts.MemberMounts
         return {"ids": await self.member_ids(), "datasets": datasets,
                 "workspace": self.member_workspace()}
 
@@ -181,7 +181,7 @@ class MemberContainer(LoggingConfigurable):
         uid, gid = container["ids"] or (1000, 100)
         if workspace.startswith("/"):
             if not os.path.lexists(workspace):
-                try:  # by descriptor: no chown follows a link (hub_ext.member_dirs)
+                try:  # by descriptor: no chown follows a link (hub_ext.spawn.member_dirs)
                     member_dir(workspace, uid, gid)
                 except MemberDirRefused as e:
                     self.log.error("Workspace of %s not made: %s", self._log_name, e)

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from traitlets import Float, Int, Unicode, default, validate
 from traitlets.config import SingletonConfigurable
 
-from .. import metrics
-from ..server_key import ServerKey
+from ..common import metrics
+from ..common.server_key import ServerKey
 from .inventory import Device, Inventory, InventoryError, SimulatedInventory, allocatable_units
 
 
@@ -338,7 +338,7 @@ class GPUPool(SingletonConfigurable):
                 mig_profile: str | None = None, claimed: int = 0) -> AllocationRefused | None:
         """The refusal :meth:`take` would raise for this request now, or None; records
         nothing and never yields.  ``claimed``: units of this kind promised to starts that
-        have not reserved yet (:mod:`hub_ext.spawn_gate`), counted as held.
+        have not reserved yet (:mod:`hub_ext.spawn.gate`), counted as held.
 
         The hub's early refusal (``GPUDockerSpawner.check_spawn``) asks it before JupyterHub
         creates anything for a start; the reservation itself (:meth:`allocate`) stays the

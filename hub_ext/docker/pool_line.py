@@ -91,7 +91,7 @@ def attach_line(pool: GPUPool, db) -> Line:
     """The hub's line, attached to ``db`` and granting from ``pool`` (once per process)."""
     line = Line.instance(config=pool.config)
     if not isinstance(line.backend, PoolGrants):
-        from ..culling import Culler
+        from ..culling.culler import Culler
 
         def limits(key):
             if not Culler.initialized():

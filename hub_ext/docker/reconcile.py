@@ -20,8 +20,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..periodic import ensure_task, every
-from ..profiles import LABEL_PREFIX
+from ..common.periodic import ensure_task, every
+from ..spawn.profiles import LABEL_PREFIX
 from .pool import GPUPool, ServerKey
 
 LIVE_STATES = {"created", "running", "restarting", "paused"}

@@ -21,7 +21,7 @@ from tornado import web
 from traitlets import Int
 from traitlets.config import LoggingConfigurable
 
-from .. import metrics
+from ..common import metrics
 
 
 class ServerLimits(LoggingConfigurable):

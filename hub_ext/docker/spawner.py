@@ -3,7 +3,7 @@
 A start runs in this order (each step yields a ``progress()`` event):
 
 1. load the profile from ``user_options`` (untrusted: a bad one is HTTP 400 naming the
-   valid choices, an oversized one HTTP 413; :mod:`hub_ext.choice`) and apply its
+   valid choices, an oversized one HTTP 413; :mod:`hub_ext.spawn.choice`) and apply its
    overrides;
 2. ask the hooks whether the start may go on at all (:meth:`GPUDockerSpawner.check_hooks`:
    the credits hook refuses a balance below the first interval with HTTP 402), before
@@ -29,15 +29,15 @@ restart rebuilds it (:mod:`hub_ext.docker.reconcile`).
 
 What every backend shares (the member's choice of profile, the pre-start hooks and their
 undo, progress events, hook state, and their traits: ``credits_per_hour``, the culling
-timeouts, ``before_container_hooks``) is :class:`hub_ext.spawner_core.SpawnerCore`, mixed
+timeouts, ``before_container_hooks``) is :class:`hub_ext.spawn.core.SpawnerCore`, mixed
 in; ``c.SpawnerCore.<trait>`` sets them for both backends, ``c.GPUDockerSpawner.<trait>``
 for this one alone (the hub's own settings: :mod:`hub_ext.docker.hubconfig`).
 
 Four parts live in modules of their own, mixed into the class (their traits are set as
-``c.GPUDockerSpawner.<trait>`` all the same): the member's choice (:mod:`hub_ext.choice`:
+``c.GPUDockerSpawner.<trait>`` all the same): the member's choice (:mod:`hub_ext.spawn.choice`:
 the profile list, ``user_options`` validated and kept small, the form's fields), the
 container a member lives in (:mod:`hub_ext.docker.container`: workspace, datasets, uid, limits,
-labels, the device request), the spawn page (:mod:`hub_ext.spawn_page`: the profile
+labels, the device request), the spawn page (:mod:`hub_ext.spawn.page`: the profile
 cards, fed from the pool by :mod:`hub_ext.docker.availability`) and the reservation of the
 GPUs, at once or after a wait in line (:mod:`hub_ext.docker.spawner_line`).
 """
@@ -63,9 +63,9 @@ from traitlets import (
     default,
 )
 
-from ..notices import notices
-from ..profiles import LABEL_PREFIX, gpu_request
-from ..spawner_core import STATE_VERSION, SpawnerCore
+from ..common.notices import notices
+from ..spawn.core import STATE_VERSION, SpawnerCore
+from ..spawn.profiles import LABEL_PREFIX, gpu_request
 from .availability import PoolAvailability
 from .container import MemberContainer
 from .inventory import InventoryError
@@ -195,7 +195,7 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
         the profile (400, 413), the hooks (402: the balance), the hub's server limits (429)
         and the GPUs (409: none free, or members already in line, and no wait asked).
 
-        Asked by :mod:`hub_ext.spawn_gate` before JupyterHub's ``User.spawn`` creates the
+        Asked by :mod:`hub_ext.spawn.gate` before JupyterHub's ``User.spawn`` creates the
         server's API token, OAuth client and database rows, which a refused start would
         only delete again.  ``options``: the request's ``user_options`` (None: the stored
         ones, as ``User.spawn`` reads them).  Advisory: :meth:`start` checks all of it

@@ -32,15 +32,15 @@ from datetime import UTC, datetime, timedelta
 from tornado import web
 from traitlets.config import LoggingConfigurable
 
-from .. import metrics
-from ..choice import wants_wait
-from ..culling_rules import duration
+from ..common import metrics
+from ..common.notices import notices
+from ..culling.rules import duration
 from ..line import LineLeft, LineRefused
 from ..line.core import utcnow
 from ..line.resume import ensure_keeper
-from ..notices import notices
 from ..reservations.enforce import Reservations
 from ..reservations.policy import starts_text
+from ..spawn.choice import wants_wait
 from .pool import AllocationRefused
 from .pool_line import attach_line
 from .pool_reservations import attach_reservations
@@ -60,7 +60,7 @@ class LineSpawner(LoggingConfigurable):
     #: until its reservation is made or refused (None: no claim)
     gpu_claim = None
     #: True while the spawn gate hands this admitted start to JupyterHub, which may yield
-    #: (``refresh_pre_spawn``) before it marks the spawn pending (hub_ext.spawn_gate)
+    #: (``refresh_pre_spawn``) before it marks the spawn pending (hub_ext.spawn.gate)
     handing_over = False
     #: seconds this start waited in line (None: it did not): the run record says so
     line_wait = None
@@ -105,7 +105,7 @@ class LineSpawner(LoggingConfigurable):
         """The GPU refusal :meth:`reserve_gpus` would give at once, from the inventory read
         ``devices``, without reserving or yielding; admitted, the start's units count as
         claimed (``gpu_claim``, ``pool.claims``) until its reservation is made or refused.
-        The early refusal of :mod:`hub_ext.spawn_gate` asks it; raises ``HTTPError(409)``.
+        The early refusal of :mod:`hub_ext.spawn.gate` asks it; raises ``HTTPError(409)``.
 
         Claimed units are those of other starts this check admitted that are still being
         handed to JupyterHub or pending, and hold no GPU and no place in line: a rush of
@@ -233,8 +233,8 @@ class LineSpawner(LoggingConfigurable):
         """GPU-hours of this member in the last ``c.Line.fair_share_days`` (0 when off)."""
         if not line.fair_share_days or self.db_session() is None:
             return 0.0
-        from .. import runs
-        from ..usage import gpu_seconds
+        from ..common import runs
+        from ..ops.usage import gpu_seconds
 
         now = datetime.now(UTC)
         since = now - timedelta(days=line.fair_share_days)

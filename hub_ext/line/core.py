@@ -22,8 +22,8 @@ from sqlalchemy.exc import IntegrityError
 from traitlets import Float, Unicode, default, validate
 from traitlets.config import SingletonConfigurable
 
-from .. import metrics
-from ..periodic import shutting_down
+from ..common import metrics
+from ..common.periodic import shutting_down
 from . import store
 from .order import (
     NO_ESTIMATE,

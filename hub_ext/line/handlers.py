@@ -26,8 +26,8 @@ from .core import Line
 
 __all__ = ["handlers", "home_places"]
 
-GPUS_SCOPE = "custom:gpuhub:gpus:read"  # hub_ext.admin.GPUS_SCOPE (no import: no cycle)
-#: hub_ext.admin.LINE_ADMIN_SCOPE: a write scope apart from the board's read scope, which
+GPUS_SCOPE = "custom:gpuhub:gpus:read"  # hub_ext.ops.board.GPUS_SCOPE (no import: no cycle)
+#: hub_ext.ops.board.LINE_ADMIN_SCOPE: a write scope apart from the board's read scope, which
 #: the gpuhub-cli token holds too
 LINE_ADMIN_SCOPE = "custom:gpuhub:line:admin"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..services import add_service, token_file
+from ..common.services import add_service, token_file
 
 __all__ = ["LINE_SERVICE", "apply_line_config", "line_token"]
 
@@ -16,7 +16,7 @@ SCOPES = ("servers", "read:users:name")
 
 def line_token(state_dir: Path) -> str:
     """The line service's API token, kept in ``<state dir>/gpuhub-line-token`` so that it
-    is the same across restarts (:func:`hub_ext.services.token_file`: made mode 0600,
+    is the same across restarts (:func:`hub_ext.common.services.token_file`: made mode 0600,
     a looser mode narrowed, an empty file refused with ValueError)."""
     return token_file(Path(state_dir) / "gpuhub-line-token")
 

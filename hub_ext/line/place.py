@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..server_key import ServerKey
+from ..common.server_key import ServerKey
 from . import store
 from .order import NO_ESTIMATE
 

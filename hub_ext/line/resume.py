@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
 
-from ..periodic import ensure_task, every
+from ..common.periodic import ensure_task, every
 from .core import Line, utcnow
 
 __all__ = ["ensure_keeper", "resume_places"]

@@ -1,7 +1,7 @@
 """The line's rows in the hub database: one per waiting server, in table ``gpuhub_line``.
 
 Kept in the hub's own database (``c.JupyterHub.db_url``), beside the run records
-(:mod:`hub_ext.runs`), so that the line survives a hub restart, ``kill -9`` included, with
+(:mod:`hub_ext.common.runs`), so that the line survives a hub restart, ``kill -9`` included, with
 the same order.  Two unique constraints keep the rules in the database itself: one place
 per server (``username, server_name``) and one place per member per profile
 (``username, profile``).  The table is created on first use; JupyterHub's own tables and
@@ -35,7 +35,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from ..hubdb import ensure_tables
+from ..common.db import ensure_tables
 
 __all__ = ["LineRow", "Writer", "delete_row", "ensure_table", "insert_row", "load_rows",
            "move_row"]

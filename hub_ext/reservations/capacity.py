@@ -1,7 +1,7 @@
 """How many GPUs (or MIG slices of a profile) the hub has, for the reservation rules.
 
 Backend-neutral: it asks the hub's spawner class through the seams every backend already
-provides (:mod:`hub_ext.spawn_page`): ``availability(config, log)["total"]`` for whole GPUs
+provides (:mod:`hub_ext.spawn.page`): ``availability(config, log)["total"]`` for whole GPUs
 (the Docker backend: every whole-GPU unit of the node's pool, held, free, used outside the
 hub or unhealthy; Slurm: every GPU of every node), and the GPU board's device rows
 (``gpu_board(handler)["devices"]``, their ``mig_profile``) for MIG slices.  A device

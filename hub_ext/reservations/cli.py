@@ -33,7 +33,7 @@ def hub_request(settings: Settings, method: str, path: str, body: dict | None = 
     refused) or :class:`Refused` (the hub's 4xx/5xx message)."""
     import httpx
 
-    from ..admin import CLI_TOKEN_FILE
+    from ..ops.board import CLI_TOKEN_FILE
 
     token_path = Path(settings.state_dir) / CLI_TOKEN_FILE
     url = hub_api_url(settings) + path

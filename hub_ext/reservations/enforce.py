@@ -14,11 +14,11 @@ warning time, a pass (:meth:`Reservations.check_once`):
 
 - reads the reservations (``gpuhub_reservations``) and the windows open now or starting
   within the warning time, and the members of their groups (JupyterHub's groups);
-- stops, with reason ``reservation`` (the run record, :mod:`hub_ext.runs`), the servers
+- stops, with reason ``reservation`` (the run record, :mod:`hub_ext.common.runs`), the servers
   the open windows need (:func:`hub_ext.reservations.policy.to_stop`), through the hub's
-  normal stop (:func:`hub_ext.stopping.stop_server`: the credits hook refunds the unused
+  normal stop (:func:`hub_ext.spawn.stopping.stop_server`: the credits hook refunds the unused
   part of the paid interval);
-- warns on the home page (:mod:`hub_ext.notices`, topic ``reservation``) the servers a
+- warns on the home page (:mod:`hub_ext.common.notices`, topic ``reservation``) the servers a
   window starting within ``c.Reservations.warning`` seconds will need;
 - when the open windows changed (one began or ended), asks the backend to hand the units
   to the line at once (:meth:`ReservationBackend.changed`).
@@ -35,11 +35,11 @@ from datetime import datetime, timedelta
 from traitlets import Callable, Float, default, validate
 from traitlets.config import SingletonConfigurable
 
-from ..culling import utcnow
-from ..culling_rules import duration
-from ..notices import notices
-from ..periodic import ensure_task, every
-from ..stopping import stop_server
+from ..common.notices import notices
+from ..common.periodic import ensure_task, every
+from ..culling.culler import utcnow
+from ..culling.rules import duration
+from ..spawn.stopping import stop_server
 from . import store
 from .policy import (
     Holding,
@@ -114,7 +114,7 @@ class Reservations(SingletonConfigurable):
         help="""The clock: a function returning the current time as an aware UTC datetime.
         Tests replace it to move time.
 
-            c.Reservations.utcnow = hub_ext.culling.utcnow
+            c.Reservations.utcnow = hub_ext.culling.culler.utcnow
         """,
     )
 

@@ -1,7 +1,7 @@
 """The reservations' part of the hub's configuration: their custom scope, given to the
 admin groups' role (``gpuhub-gpu-admins``) and to the ``gpuhub-cli`` token.
 
-Called by :func:`hub_ext.config.apply_config` after :func:`hub_ext.admin.apply_admin_config`
+Called by :func:`hub_ext.config.apply_config` after :func:`hub_ext.ops.board.apply_admin_config`
 (which makes those two roles).  A course's instructors get the same scope filtered to their
 group in a role of their own, e.g. ``{"name": "ml101-instructors", "groups":
 ["ml101-instructors"], "scopes": ["custom:gpuhub:reservations:admin!group=ml101"]}``
@@ -10,7 +10,7 @@ group in a role of their own, e.g. ``{"name": "ml101-instructors", "groups":
 
 from __future__ import annotations
 
-from ..admin import CLI_SERVICE, ROLE_NAME
+from ..ops.board import CLI_SERVICE, ROLE_NAME
 from .handlers import RESERVATIONS_SCOPE
 
 __all__ = ["apply_reservations_config"]
@@ -23,7 +23,7 @@ def apply_reservations_config(c, settings) -> None:
     """Define ``custom:gpuhub:reservations:admin`` and add it to the roles
     ``gpuhub-gpu-admins`` and ``gpuhub-cli``; set ``c.Reservations.warning`` from
     ``GPUHUB_RESERVATION_WARNING``.  Raises ValueError when
-    :func:`hub_ext.admin.apply_admin_config` has not made the roles yet, or for a negative
+    :func:`hub_ext.ops.board.apply_admin_config` has not made the roles yet, or for a negative
     warning."""
     custom = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
     custom[RESERVATIONS_SCOPE] = {

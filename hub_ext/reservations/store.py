@@ -1,7 +1,7 @@
 """Reservations in the hub database: table ``gpuhub_reservations``, one row per reservation.
 
 Kept in the hub's own database (``c.JupyterHub.db_url``), beside the run records
-(:mod:`hub_ext.runs`) and the line (:mod:`hub_ext.line.store`), so a backup of the hub keeps
+(:mod:`hub_ext.common.runs`) and the line (:mod:`hub_ext.line.store`), so a backup of the hub keeps
 them and a PostgreSQL hub keeps them in PostgreSQL.  The table is created on first use;
 JupyterHub's own tables and migrations are not touched.  Times are naive UTC in the table
 (JupyterHub's convention); :func:`to_spec` and :func:`to_model` give them back aware.
@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from sqlalchemy import JSON, DateTime, Integer, String, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from ..hubdb import ensure_tables
+from ..common.db import ensure_tables
 from .rules import NOTE_CHARS, RRULE_CHARS, Spec
 
 __all__ = ["ReservationRow", "all_specs", "delete", "ensure_table", "get", "insert", "iso",

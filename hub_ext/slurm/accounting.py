@@ -4,7 +4,7 @@ A site that runs slurmdbd (slurm.conf ``AccountingStorageType=accounting_storage
 and keeps GPUs in its job records (``AccountingStorageTRES=gres/gpu``) can say, for every job
 the hub submitted, who ran it, when it started and ended, how long it ran and how many GPUs
 it was given.  ``gpuhub usage`` shows that beside the hub's own figures; the hub's run
-records (:mod:`hub_ext.runs`) stay the primary source, and a run is joined to its job by the
+records (:mod:`hub_ext.common.runs`) stay the primary source, and a run is joined to its job by the
 job id the run record keeps (``job_id``).
 
 The command (Slurm 22.05, ``man sacct``)::

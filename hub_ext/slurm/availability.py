@@ -1,4 +1,4 @@
-"""The Slurm backend's answers to the spawn page (:mod:`hub_ext.spawn_page`): free GPUs per
+"""The Slurm backend's answers to the spawn page (:mod:`hub_ext.spawn.page`): free GPUs per
 profile from ``sinfo`` (its partition and GRES type), and what an image holds from the
 labels saved beside its unpacked filesystem.
 
@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..spawn_page import GPUsNow, SpawnPage, facts_from_labels
+from ..spawn.page import GPUsNow, SpawnPage, facts_from_labels
 from .cluster import MEMBER_PREFIX, Node, SlurmCluster, SlurmUnavailable, parse_gres_request
 from .submit import DEFAULT_SSH, SubmitHost
 

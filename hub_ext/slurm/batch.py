@@ -22,8 +22,8 @@ from tornado import web
 from traitlets import TraitError, Unicode
 from traitlets.config import LoggingConfigurable
 
-from .. import metrics
-from ..member_dirs import MemberDirRefused, member_dir
+from ..common import metrics
+from ..spawn.member_dirs import MemberDirRefused, member_dir
 
 __all__ = ["BATCH_SCRIPT", "BWRAP", "SlurmBatchJob", "slurm_request"]
 
@@ -99,7 +99,7 @@ class SlurmBatchJob(LoggingConfigurable):
 
     Needs from the spawner it is mixed into: ``user``, ``_log_name``, ``job_name``,
     ``token_file()``, ``member_datasets()`` and ``workspace_mount``
-    (:class:`hub_ext.mounts.MemberMounts`), and batchspawner's ``get_req_subvars`` after
+    (:class:`hub_ext.spawn.mounts.MemberMounts`), and batchspawner's ``get_req_subvars`` after
     it in the method order."""
 
     image = Unicode(
@@ -205,7 +205,7 @@ class SlurmBatchJob(LoggingConfigurable):
     def prepare_workspace(self) -> str:
         """Create the member's workspace and its log folder ``.gpuhub``, both owned by her
         and private (mode 0700), without following a link she made
-        (:func:`hub_ext.member_dirs.member_dir`); returns the workspace.  Raises
+        (:func:`hub_ext.spawn.member_dirs.member_dir`); returns the workspace.  Raises
         HTTPError(500) when it belongs to another uid or holds a link where a folder
         should be."""
         uid, gid = self.member_ids()

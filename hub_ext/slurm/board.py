@@ -1,4 +1,4 @@
-"""The Slurm backend's part of the GPU board (:mod:`hub_ext.admin`): every node and its GPUs,
+"""The Slurm backend's part of the GPU board (:mod:`hub_ext.ops.board`): every node and its GPUs,
 the job and member holding each, the nodes that take no jobs (drained, down: with Slurm's
 reason) and the pending jobs in Slurm's order.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..admin import stop_path
+from ..ops.board import stop_path
 from .cluster import JobGPUs, Node, QueuedJob, SlurmCluster, SlurmUnavailable
 
 

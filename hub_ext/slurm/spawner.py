@@ -3,7 +3,7 @@
 A start runs in this order (each step yields a ``progress()`` event):
 
 1. load the profile from ``user_options`` (the same code as the Docker backend:
-   :class:`hub_ext.spawner_core.SpawnerCore`); a profile sets the Slurm request through
+   :class:`hub_ext.spawn.core.SpawnerCore`); a profile sets the Slurm request through
    batchspawner's ``req_*`` traits (``req_gres``, ``req_partition``, ``req_runtime``, ...);
 2. ask slurmctld (``sinfo``): when it does not answer, refuse at once in plain words;
 3. submit the batch job as the member's own Unix account (``exec_prefix``: runuser), on
@@ -38,10 +38,10 @@ from batchspawner import JobStatus, SlurmSpawner
 from tornado import web
 from traitlets import Dict, Float, Int, Unicode, Union, default
 
-from .. import metrics
+from ..common import metrics
+from ..common.periodic import shutting_down
 from ..line.core import utcnow
-from ..periodic import shutting_down
-from ..spawner_core import SpawnerCore
+from ..spawn.core import SpawnerCore
 from .availability import SlurmAvailability
 from .batch import BATCH_SCRIPT, SlurmBatchJob, slurm_request
 from .cluster import MEMBER_PREFIX, SlurmCluster, SlurmUnavailable
@@ -56,7 +56,7 @@ replace_batchspawner_handler()
 class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SlurmAvailability,
                       SlurmBatchJob, SpawnerCore, SlurmSpawner):
     """A SlurmSpawner with profiles, credits, progress and the line of the Docker backend,
-    and its spawn page (:mod:`hub_ext.spawn_page`, free GPUs from Slurm:
+    and its spawn page (:mod:`hub_ext.spawn.page`, free GPUs from Slurm:
     :mod:`hub_ext.slurm.availability`)."""
 
     slurm_env = Dict(
@@ -299,7 +299,7 @@ class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SlurmAvailability,
         stopped here for the hooks (``after_stop``): its run record says ``gone``,
         ``out_of_memory`` when the job's cgroup killed it past its memory (Slurm's
         OUT_OF_MEMORY), or ``node_down`` with ``stop_detail`` ("node node2 down: <Slurm's
-        reason>") when its node went down or failed (:class:`hub_ext.culling.Culler`)."""
+        reason>") when its node went down or failed (:class:`hub_ext.culling.culler.Culler`)."""
         last = self.job_status  # "RUNNING node1": where the job ran at the last look
         status = await self.query_job_status()
         if status == JobStatus.PENDING and not self._spawn_pending:

@@ -21,7 +21,7 @@ import asyncio
 from tornado import web
 from traitlets.config import LoggingConfigurable
 
-from .. import metrics
+from ..common import metrics
 from ..line import LineRefused
 from ..line.core import utcnow
 from .availability import gpus_in

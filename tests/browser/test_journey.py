@@ -158,7 +158,7 @@ LINGER_AFTER_DEBIT = """
 import asyncio
 from traitlets.config import SingletonConfigurable
 
-from hub_ext.hooks import Hook
+from hub_ext.spawn.hooks import Hook
 
 class LingerAfterDebit(Hook, SingletonConfigurable):
     name = "linger"

@@ -38,7 +38,7 @@ import pytest
 from jupyterhub.utils import random_port
 
 from hub_ext.credits.client import CreditsClient
-from hub_ext.deploy import SECRETS
+from hub_ext.ops.deploy import SECRETS
 from tests.fixtures.hub import _need, until_ready
 from tests.fixtures.oidc import ADMINS, MEMBERS, OIDCProvider, oidc_login
 

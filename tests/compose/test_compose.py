@@ -17,7 +17,7 @@ from decimal import Decimal
 import psycopg
 import pytest
 
-from hub_ext.deploy import SECRETS
+from hub_ext.ops.deploy import SECRETS
 from tests.compose.conftest import HUB_UID, PROBE, PROBE_RE
 from tests.fixtures.hub import terminal_run
 

@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-from hub_ext.deploy import SECRETS
+from hub_ext.ops.deploy import SECRETS
 from tests.compose.conftest import OVERRIDE, PORTS, REPO, docker_compose
 
 pytestmark = pytest.mark.compose

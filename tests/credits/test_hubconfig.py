@@ -8,10 +8,10 @@ import stat
 import pytest
 from traitlets.config import Config
 
+from hub_ext.common.notices import home_notices
 from hub_ext.config import Settings, apply_config
 from hub_ext.credits.hook import CreditsHook
 from hub_ext.credits.hubconfig import ADMIN_TOKEN_FILE, HOOK, HUB_TOKEN_FILE
-from hub_ext.notices import home_notices
 from tests.test_config import spawner_reads
 
 REF_SERVICE = ["-m", "hub_ext.credits.service"]

@@ -1,0 +1,3 @@
+"""Login: the OpenID Connect authenticator, its provider calls and the member's credit account at
+login.
+"""
