@@ -32,46 +32,18 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from .config import Settings
-
-
-def hub_api_url(settings: Settings) -> str:
-    """The hub's own REST API on this machine (``GPUHUB_HUB_IP``:``GPUHUB_HUB_PORT``; an
-    address that means every interface is reached on loopback)."""
-    ip = settings.hub_ip if settings.hub_ip not in ("", "0.0.0.0", "::") else "127.0.0.1"
-    host = f"[{ip}]" if ":" in ip else ip
-    return f"http://{host}:{settings.hub_port}/hub/api"
+from .common.hub_api import HubRefused, HubUnreachable, hub_request
+from .settings import Settings
 
 
 def board_from_hub(settings: Settings) -> dict:
-    """The running hub's GPU board (``GET /hub/api/gpuhub/gpus``, :mod:`hub_ext.ops.board`), with
-    the CLI's token from the state dir.  Raises :class:`HubUnreachable` with one sentence."""
-    import httpx
-
-    from .ops.board import CLI_TOKEN_FILE
-
-    token_path = Path(settings.state_dir) / CLI_TOKEN_FILE
-    url = hub_api_url(settings) + "/gpuhub/gpus"
-    if not token_path.exists():
-        raise HubUnreachable(f"no hub token in {token_path}: no hub has run with this "
-                             "GPUHUB_STATE_DIR; start it, or set GPUHUB_STATE_DIR to its")
-    token = token_path.read_text().strip()
+    """The running hub's GPU board (``GET /hub/api/gpuhub/gpus``, :mod:`hub_ext.ops.board`),
+    with the CLI's token from the state dir.  Raises :class:`HubUnreachable` with one
+    sentence (:func:`hub_ext.common.hub_api.hub_request`)."""
     try:
-        r = httpx.get(url, headers={"Authorization": f"token {token}"}, timeout=10)
-    except httpx.HTTPError as e:
-        raise HubUnreachable(f"no hub answers at {url} ({type(e).__name__}); start it, or "
-                             "set GPUHUB_HUB_PORT / GPUHUB_STATE_DIR to the running "
-                             "hub's") from None
-    if r.status_code in (401, 403):
-        raise HubUnreachable(f"the hub at {url} refused the token in {token_path} "
-                             f"({r.status_code}); restart the hub so it loads it")
-    if r.status_code != 200:
-        raise HubUnreachable(f"the hub at {url} answered {r.status_code}")
-    return r.json()
-
-
-class HubUnreachable(Exception):
-    """No running hub gave the board; ``str()`` is the one line ``gpuhub`` prints."""
+        return hub_request(settings, "GET", "/gpuhub/gpus", timeout=10)
+    except HubRefused as e:
+        raise HubUnreachable(str(e)) from None
 
 
 def _ago(since: str) -> str:

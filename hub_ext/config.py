@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from .common.dburl import with_password
+from .common.dburl import hub_db_url, with_password
 from .settings import Settings
 
 __all__ = ["DEFAULT_PROFILES", "Settings", "apply_config", "hub_db_url", "load_profiles",
@@ -41,16 +41,6 @@ DEFAULT_PROFILES = [
         "spawner_override": {"image": "gpuhub/pytorch:latest"},
     },
 ]
-
-
-def hub_db_url(settings: Settings) -> str:
-    """The hub database's SQLAlchemy URL, with ``GPUHUB_DB_PASSWORD`` filled in.
-
-    The password is kept out of ``GPUHUB_DB_URL`` so that the URL can be shown; JupyterHub
-    redacts it whenever it logs the URL.  Without ``GPUHUB_DB_URL``: SQLite in the state dir.
-    """
-    url = settings.db_url or f"sqlite:///{settings.state_dir / 'jupyterhub.sqlite'}"
-    return with_password(url, settings.db_password, "GPUHUB_DB_PASSWORD")
 
 
 def load_profiles(path: str) -> list[dict]:

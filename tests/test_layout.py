@@ -1,12 +1,13 @@
 """The package's layers, read from its imports (``ast``, every import in a module, those
-inside functions included): one core, thin backends (docs: "One core, thin backends").
+inside functions included): one core, thin backends (docs: explanation/architecture).
 
 - **Backends** (``hub_ext.docker``, ``hub_ext.slurm``) may import the core, never each other.
-- **The core** (everything else) never imports a backend: it names one only by an import
-  string chosen by configuration (``c.JupyterHub.spawner_class``, :mod:`hub_ext.backends`).
-- **The core's subpackages** (``hub_ext.credits``, ``hub_ext.line``) import no top-level
-  module of ``hub_ext`` except the leaf utilities in :data:`UTILITIES`, which themselves
-  import no other ``hub_ext`` module than those utilities.
+- **The core** (every other package) never imports a backend: it names one only by an
+  import string chosen by configuration (``c.JupyterHub.spawner_class``,
+  :mod:`hub_ext.backends`).
+- **The core's packages are layers** (:data:`LAYERS`, lowest first): a package imports its
+  own layer and those below, never one above, and packages of one layer do not import each
+  other.
 """
 
 from __future__ import annotations
@@ -17,13 +18,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "hub_ext"
-BACKENDS = ("hub_ext.docker", "hub_ext.slurm")
-SUBPACKAGES = ("hub_ext.credits", "hub_ext.line")
-#: Top-level modules the core's subpackages may import: leaves of the import graph.
-UTILITIES = {"hub_ext.common.metrics", "hub_ext.common.private_files", "hub_ext.common.dburl", "hub_ext.spawn.hooks",
-             "hub_ext.common.notices", "hub_ext.common.periodic", "hub_ext.spawn.stopping", "hub_ext.common.services",
-             "hub_ext.common.db", "hub_ext.common.runs", "hub_ext.common.server_key", "hub_ext.settings",
-             "hub_ext.settings.rows", "hub_ext.common.limits"}
+BACKENDS = ("docker", "slurm")
+#: The core, lowest first. ``hub_ext.<name>`` is a package or a top-level module.
+LAYERS = (
+    ("common",),                             # the clock, tables, records, services, metrics
+    ("settings", "backends"),                # the declaration; the backends by import string
+    ("spawn",),                              # the spawn core: choice, hooks, mounts, page, gate
+    ("credits",),                            # the Credits API client, hook, meter, service
+    ("login", "line"),                       # the authenticator; the line
+    ("culling",),                            # what stops servers and says why
+    ("reservations", "courses"),             # windows for a group; courses and instructors
+    ("ops",),                                # the board, usage, deployment, site additions
+    ("config",),                             # apply_config
+    ("config_cli",),                         # `gpuhub config show|check`
+    ("cli",),                                # `gpuhub`
+)
 
 
 def module_name(path: Path, root: Path = ROOT) -> tuple[str, str]:
@@ -57,36 +66,36 @@ def imports_of(path: Path, root: Path = ROOT) -> list[tuple[str, int]]:
     return [(name, line) for name, line in found if name.split(".")[0] == "hub_ext"]
 
 
-def within(name: str, package: str) -> bool:
-    return name == package or name.startswith(package + ".")
-
-
-def top_level(name: str, root: Path = ROOT) -> str | None:
-    """``hub_ext.x`` for a module of the package's top level (not a subpackage)."""
+def part(name: str) -> str | None:
+    """The package or top-level module of ``hub_ext`` that ``name`` belongs to."""
     parts = name.split(".")
-    if len(parts) < 2 or (root / parts[1]).is_dir():
-        return None
-    return ".".join(parts[:2])
+    return parts[1] if len(parts) > 1 else None
+
+
+def layer(name: str | None) -> int | None:
+    return next((i for i, names in enumerate(LAYERS) if name in names), None)
 
 
 def layer_breaches(root: Path = ROOT) -> list[str]:
-    """Each import under ``root`` that runs against the layers above, as
-    ``module:line -> import``."""
+    """Each import under ``root`` that runs against the layers, as ``module:line -> import``;
+    a package or top-level module in no layer is a breach too (name it in LAYERS)."""
     breaches = []
     for path in sorted(root.rglob("*.py")):
         name, _ = module_name(path, root)
-        backend = next((b for b in BACKENDS if within(name, b)), None)
-        subpackage = next((p for p in SUBPACKAGES if within(name, p)), None)
+        here = part(name)
+        if here is None:
+            continue
+        if here not in BACKENDS and layer(here) is None:
+            breaches.append(f"{name}: in no layer")
         for target, line in imports_of(path, root):
-            upper = top_level(target, root)
-            into = next((b for b in BACKENDS if within(target, b)), None)
+            there = part(target)
             where = f"{name}:{line} -> {target}"
-            if into is not None and into != backend:
+            if there is None or there == here:
+                continue
+            if there in BACKENDS:
                 breaches.append(where)  # the core, or the other backend, into a backend
-            elif subpackage and upper and upper not in UTILITIES:
-                breaches.append(where)  # a subpackage up into its parent's top level
-            elif name in UTILITIES and upper and upper not in UTILITIES:
-                breaches.append(where)  # a utility that is no leaf
+            elif here not in BACKENDS and layer(there) >= layer(here):
+                breaches.append(where)  # up a layer, or sideways within one
     return breaches
 
 
@@ -97,20 +106,23 @@ def test_no_import_runs_upward():
 def test_the_check_sees_each_kind_of_upward_import(tmp_path):
     """The check itself: a module written into a fake tree with each kind of breach."""
     fake = tmp_path / "hub_ext"
-    (fake / "credits").mkdir(parents=True)
-    (fake / "docker").mkdir()
-    (fake / "slurm").mkdir()
+    for pkg in ("common", "credits", "login", "line", "docker", "slurm", "spawn"):
+        (fake / pkg).mkdir(parents=True)
     (fake / "config.py").write_text("def f():\n    from .docker.pool import GPUPool\n")
     (fake / "credits" / "hook.py").write_text(
-        "from .. import metrics\nfrom ..config import with_password\n")
+        "from ..common import metrics\nfrom ..config import with_password\n")
     (fake / "slurm" / "spawner.py").write_text("import hub_ext.docker.pool\n")
-    (fake / "docker" / "spawner.py").write_text("from ..spawner_core import SpawnerCore\n")
-    (fake / "metrics.py").write_text("from .config import REPO\n")
+    (fake / "docker" / "spawner.py").write_text("from ..spawn.core import SpawnerCore\n")
+    (fake / "common" / "metrics.py").write_text("from ..spawn import core\n")
+    (fake / "login" / "auth.py").write_text("from ..line import core\n")
+    (fake / "stray.py").write_text("")
     assert layer_breaches(fake) == [
+        "hub_ext.common.metrics:1 -> hub_ext.spawn",
         "hub_ext.config:2 -> hub_ext.docker.pool",
         "hub_ext.credits.hook:2 -> hub_ext.config",
-        "hub_ext.common.metrics:1 -> hub_ext.config",
+        "hub_ext.login.auth:1 -> hub_ext.line",
         "hub_ext.slurm.spawner:1 -> hub_ext.docker.pool",
+        "hub_ext.stray: in no layer",
     ]
 
 
@@ -120,6 +132,6 @@ def test_no_shared_module_names_a_backends_spawner(section):
     both spawners read through traitlets' section inheritance; a backend's own go to its
     own config module."""
     named = [f"{module_name(p)[0]}:{i}" for p in sorted(ROOT.rglob("*.py"))
-             if not any(within(module_name(p)[0], b) for b in BACKENDS)
+             if part(module_name(p)[0]) not in BACKENDS
              for i, line in enumerate(p.read_text().splitlines(), 1) if section in line]
     assert named == []

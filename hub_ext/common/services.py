@@ -6,7 +6,15 @@ import os
 import secrets
 from pathlib import Path
 
-__all__ = ["add_service", "token_file"]
+__all__ = ["CLI_SERVICE", "CLI_TOKEN_FILE", "ROLE_NAME", "add_service", "token_file"]
+
+#: The role of the hub's GPU admins (:mod:`hub_ext.ops.board`), which other parts add scopes to.
+ROLE_NAME = "gpuhub-gpu-admins"
+#: The service (no process, a token only) that ``gpuhub gpus`` and ``gpuhub reservations``
+#: act as.
+CLI_SERVICE = "gpuhub-cli"
+#: Its token, in the state dir (mode 0600), made at the hub's first start.
+CLI_TOKEN_FILE = "gpuhub-cli-token"
 
 
 def add_service(c, service: dict, role: dict) -> None:

@@ -36,17 +36,14 @@ from jupyterhub.handlers.base import BaseHandler
 from jupyterhub.scopes import Scope
 from tornado import web
 
+from ..common.services import CLI_SERVICE, CLI_TOKEN_FILE, ROLE_NAME
+
 __all__ = ["CLI_SERVICE", "CLI_TOKEN_FILE", "GPUS_SCOPE", "ROLE_NAME", "apply_admin_config",
            "board_model", "handlers", "stop_path"]
 
 GPUS_SCOPE = "custom:gpuhub:gpus:read"
 #: remove a place in line or move it to the front (the admin role only, not gpuhub-cli)
 LINE_ADMIN_SCOPE = "custom:gpuhub:line:admin"
-ROLE_NAME = "gpuhub-gpu-admins"
-#: The service (no process, a token only) that ``gpuhub gpus`` reads the board as.
-CLI_SERVICE = "gpuhub-cli"
-#: Its token, in the state dir (mode 0600), made at the hub's first start.
-CLI_TOKEN_FILE = "gpuhub-cli-token"
 #: Seconds between the page's refreshes.
 REFRESH_SECONDS = 5
 

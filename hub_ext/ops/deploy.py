@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..common.dburl import with_password
-from ..config import Settings, hub_db_url
+from ..common.dburl import hub_db_url, with_password
+from ..settings import Settings
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 

@@ -262,9 +262,10 @@ def usage(args) -> int:
     from sqlalchemy.orm import Session
 
     from ..backends import backend
+    from ..common.dburl import hub_db_url
     from ..common.runs import runs_overlapping
-    from ..config import Settings, hub_db_url
     from ..credits.errors import CreditsError
+    from ..settings import Settings
 
     settings = Settings.from_env()
     until = args.until or datetime.now(UTC)

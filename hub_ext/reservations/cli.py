@@ -12,54 +12,15 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from urllib.parse import urlencode
 
-from ..cli import HubUnreachable, hub_api_url
-from ..config import Settings
+from ..common.hub_api import HubRefused as Refused
+from ..common.hub_api import HubUnreachable, hub_request
+from ..settings import Settings
 
 __all__ = ["add_parser", "hub_request"]
 
 PATH = "/gpuhub/reservations"
-
-
-class Refused(Exception):
-    """The hub answered with an error; ``str()`` is its message."""
-
-
-def hub_request(settings: Settings, method: str, path: str, body: dict | None = None):
-    """``method path`` on the running hub's API with the CLI's token; the decoded JSON
-    answer (None for 204).  Raises :class:`HubUnreachable` (no hub, no token, token
-    refused) or :class:`Refused` (the hub's 4xx/5xx message)."""
-    import httpx
-
-    from ..ops.board import CLI_TOKEN_FILE
-
-    token_path = Path(settings.state_dir) / CLI_TOKEN_FILE
-    url = hub_api_url(settings) + path
-    if not token_path.exists():
-        raise HubUnreachable(f"no hub token in {token_path}: no hub has run with this "
-                             "GPUHUB_STATE_DIR; start it, or set GPUHUB_STATE_DIR to its")
-    headers = {"Authorization": f"token {token_path.read_text().strip()}"}
-    try:
-        r = httpx.request(method, url, headers=headers, json=body, timeout=30)
-    except httpx.HTTPError as e:
-        raise HubUnreachable(f"no hub answers at {url} ({type(e).__name__}); start it, or "
-                             "set GPUHUB_HUB_PORT / GPUHUB_STATE_DIR to the running "
-                             "hub's") from None
-    if r.status_code == 204:
-        return None
-    try:
-        answer = r.json()
-    except ValueError:
-        answer = {"message": r.text[:200]}
-    if r.status_code in (401, 403):
-        raise HubUnreachable(f"the hub at {url} refused the token in {token_path} "
-                             f"({r.status_code}: {answer.get('message')}); restart the hub "
-                             "so it loads it")
-    if r.status_code >= 400:
-        raise Refused(answer.get("message") or f"the hub answered {r.status_code}")
-    return answer
 
 
 def _body(args) -> dict:

@@ -10,7 +10,7 @@ group in a role of their own, e.g. ``{"name": "ml101-instructors", "groups":
 
 from __future__ import annotations
 
-from ..ops.board import CLI_SERVICE, ROLE_NAME
+from ..common.services import CLI_SERVICE, ROLE_NAME
 from .handlers import RESERVATIONS_SCOPE
 
 __all__ = ["apply_reservations_config"]
