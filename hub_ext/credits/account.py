@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 
+from ..common.clock import utcnow
 from .amounts import format_amount
 from .client import CreditsClient
 from .errors import (
@@ -50,11 +51,6 @@ __all__ = [
 
 #: The key of this distribution's part of ``auth_state``.
 STATE_KEY = "gpuhub"
-
-
-def utcnow() -> datetime:
-    """The current time, timezone-aware UTC."""
-    return datetime.now(UTC)
 
 
 def initial_grant_key(username: str) -> str:

@@ -51,6 +51,7 @@ from traitlets import Bool, Callable, Float, Instance, default, validate
 from traitlets.config import SingletonConfigurable
 
 from ..common import metrics
+from ..common.clock import utcnow
 from ..common.notices import notices
 from ..spawn.hooks import PENDING, Hook
 from .account import remember_balance
@@ -64,11 +65,6 @@ from .voids import UNCERTAIN as _UNCERTAIN
 from .voids import Void
 
 __all__ = ["CreditsHook", "too_little", "utcnow"]
-
-
-def utcnow() -> datetime:
-    """The current time, timezone-aware UTC (the default of ``c.CreditsHook.utcnow``)."""
-    return datetime.now(UTC)
 
 
 class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
@@ -140,7 +136,7 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         help="""The clock: a function returning the current time as an aware UTC datetime.
         Tests replace it to move time.
 
-            c.CreditsHook.utcnow = hub_ext.credits.hook.utcnow
+            c.CreditsHook.utcnow = hub_ext.common.clock.utcnow
         """,
     )
 

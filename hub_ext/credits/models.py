@@ -31,12 +31,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from ..common.clock import utcnow
+
 __all__ = ["Account", "Base", "LedgerEntry", "UTCDateTime", "utcnow"]
-
-
-def utcnow() -> datetime:
-    """The current time, timezone-aware UTC; the one clock of the service (tests may patch it)."""
-    return datetime.now(UTC)
 
 
 class UTCDateTime(TypeDecorator):

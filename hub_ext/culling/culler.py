@@ -50,6 +50,7 @@ from traitlets import Callable, Float, Int, Unicode, default, validate
 from traitlets.config import SingletonConfigurable
 
 from ..common import metrics, runs
+from ..common.clock import utcnow
 from ..common.notices import notices
 from ..common.periodic import ensure_task, every
 from ..common.server_key import ServerKey
@@ -71,11 +72,6 @@ __all__ = ["Culler", "log_request", "utcnow"]
 STATE_VERSION = 1
 #: Reasons that are culls (``gpuhub_culls_total{reason}``); "stopped" and "gone" are not.
 CULL_REASONS = ("idle", "idle_gpu", "max_age")
-
-
-def utcnow() -> datetime:
-    """The current time, timezone-aware UTC (the default of ``c.Culler.utcnow``)."""
-    return datetime.now(UTC)
 
 
 # -- the culler in the hub ---------------------------------------------------------------------
@@ -167,7 +163,7 @@ class Culler(Hook, SingletonConfigurable):
         help="""The clock: a function returning the current time as an aware UTC datetime.
         Tests replace it to move time.
 
-            c.Culler.utcnow = hub_ext.culling.culler.utcnow
+            c.Culler.utcnow = hub_ext.common.clock.utcnow
         """,
     )
 

@@ -34,13 +34,9 @@ from traitlets import Float, Int, Unicode, default, validate
 from traitlets.config import SingletonConfigurable
 
 from ..common import metrics
+from ..common.clock import now
 from ..common.server_key import ServerKey
 from .inventory import Device, Inventory, InventoryError, SimulatedInventory, allocatable_units
-
-
-def utcnow() -> float:
-    """Seconds since the epoch; the one clock of the pool, replaced by tests."""
-    return time.time()
 
 
 def unit_state(unit: Device, held: bool) -> str:
@@ -326,7 +322,7 @@ class GPUPool(SingletonConfigurable):
         allocation = Allocation(
             owner=owner,
             uuids=tuple(d.uuid for d in free[:count]),
-            since=utcnow(),
+            since=now(),
             profile=profile,
             starting=True,
         )

@@ -13,8 +13,9 @@ free in between.
 
 from __future__ import annotations
 
+from ..common import clock
 from ..line import Line, LineBackend, Place
-from .pool import AllocationRefused, GPUPool, ServerKey, utcnow
+from .pool import AllocationRefused, GPUPool, ServerKey
 
 __all__ = ["PoolGrants", "attach_line"]
 
@@ -74,7 +75,7 @@ class PoolGrants(LineBackend):
             self.pool.release(ServerKey(*place.key))
 
     def frees(self, units: str) -> list[tuple[float, int]]:
-        now = utcnow()
+        now = clock.now()
         mig = _mig(units)
         kinds = {d.uuid: d.mig_profile for d in self.pool._devices}
         out = []

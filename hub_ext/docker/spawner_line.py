@@ -33,10 +33,10 @@ from tornado import web
 from traitlets.config import LoggingConfigurable
 
 from ..common import metrics
+from ..common.clock import now
 from ..common.notices import notices
 from ..culling.rules import duration
 from ..line import LineLeft, LineRefused
-from ..line.core import utcnow
 from ..line.resume import ensure_keeper
 from ..reservations.enforce import Reservations
 from ..reservations.policy import starts_text
@@ -197,7 +197,7 @@ class LineSpawner(LoggingConfigurable):
             self.allocation = await line.wait_turn(key, self._show_place)
         except LineLeft as e:
             raise self._refuse_gpus(f"line_{e.reason}", e.message) from e
-        self.line_wait = max(0.0, utcnow() - place.queued_at)
+        self.line_wait = max(0.0, now() - place.queued_at)
         self.emit(20, f"Your turn came after {self.line_wait / 60:.0f} min in line: "
                       f"{what} reserved for you alone: {', '.join(self.allocation.uuids)}")
         server = f"your server '{key.server}'" if key.server else "your server"

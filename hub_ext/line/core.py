@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from traitlets import Float, Unicode, default, validate
 from traitlets.config import SingletonConfigurable
 
-from ..common import metrics
+from ..common import clock, metrics
 from ..common.periodic import shutting_down
 from . import store
 from .order import (
@@ -34,9 +34,9 @@ from .order import (
     place_sentence,
     sort_key,
 )
-from .place import LineBackend, LineLeft, LineRefused, Place, utcnow
+from .place import LineBackend, LineLeft, LineRefused, Place
 
-__all__ = ["Line", "LineBackend", "LineLeft", "LineRefused", "Place", "utcnow"]
+__all__ = ["Line", "LineBackend", "LineLeft", "LineRefused", "Place"]
 
 
 class Line(SingletonConfigurable):
@@ -203,7 +203,7 @@ class Line(SingletonConfigurable):
         rank = max(rank, self._last_rank + 1)
         self._last_rank = rank
         place = Place(key, profile, profile_name, units, count, dict(user_options),
-                      utcnow(), rank, share_hours=share_hours)
+                      clock.now(), rank, share_hours=share_hours)
         # counted at once (a second join for this profile is refused), in the line only
         # once its row is in the database: nobody is told of a place a crash could lose
         self._joining[key] = place
@@ -281,9 +281,9 @@ class Line(SingletonConfigurable):
             return None
         self._write(store.delete_row, *key)
         metrics.LINE_WAIT.labels(profile=place.profile).observe(
-            max(0.0, utcnow() - place.queued_at))
+            max(0.0, clock.now() - place.queued_at))
         self.log.info("%s's turn: started by the scheduler after %.1fs in line", key,
-                      utcnow() - place.queued_at)
+                      clock.now() - place.queued_at)
         self._update_metrics()
         self.announce_soon()
         return place
@@ -334,7 +334,7 @@ class Line(SingletonConfigurable):
         try:
             on_update(self.describe(key))
             self.dispatch()
-            left = place.queued_at + self.max_wait - utcnow()
+            left = place.queued_at + self.max_wait - clock.now()
             # asyncio.wait, not wait_for: under Python 3.11 wait_for returns the result of
             # a waiter granted alongside the task's cancellation (bpo-42130), and the stop
             # would be lost; asyncio.wait raises it and leaves the waiter as it is.
@@ -366,7 +366,7 @@ class Line(SingletonConfigurable):
         finally:
             place.waiter = place.on_update = None
         metrics.LINE_WAIT.labels(profile=place.profile).observe(
-            max(0.0, utcnow() - place.queued_at))
+            max(0.0, clock.now() - place.queued_at))
         return grant
 
     def dispatch(self) -> None:
@@ -409,7 +409,7 @@ class Line(SingletonConfigurable):
     def _dispatch(self) -> bool:
         """One pass of :meth:`dispatch`; True when anything was granted."""
         granted_any = False
-        now = utcnow()
+        now = clock.now()
         def fit(waiting: Waiting) -> bool:
             return self.backend.fits(self.places[waiting.key])
 
@@ -461,7 +461,7 @@ class Line(SingletonConfigurable):
         if standing is not None:  # the scheduler's own line (Slurm)
             index, estimate = standing[0] - 1, standing[1]
             unknown = self.backend.no_estimate
-        left = max(0.0, place.queued_at + self.max_wait - utcnow())
+        left = max(0.0, place.queued_at + self.max_wait - clock.now())
         return {"user": key[0], "server": key[1], "profile": place.profile,
                 "profile_name": place.profile_name, "units": place.units,
                 "count": place.count, "position": index + 1, "estimate_s": estimate,

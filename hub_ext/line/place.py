@@ -8,7 +8,6 @@ Slurm; :class:`LineRefused` and :class:`LineLeft` end a place with a sentence fo
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -16,12 +15,7 @@ from ..common.server_key import ServerKey
 from . import store
 from .order import NO_ESTIMATE
 
-__all__ = ["LineBackend", "LineLeft", "LineRefused", "Place", "utcnow"]
-
-
-def utcnow() -> float:
-    """Seconds since the epoch; the one clock of the line, replaced by tests."""
-    return time.time()
+__all__ = ["LineBackend", "LineLeft", "LineRefused", "Place"]
 
 
 class LineRefused(Exception):

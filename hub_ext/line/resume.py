@@ -22,8 +22,9 @@ from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
 
+from ..common.clock import now
 from ..common.periodic import ensure_task, every
-from .core import Line, utcnow
+from .core import Line
 
 __all__ = ["ensure_keeper", "resume_places"]
 
@@ -95,7 +96,7 @@ async def resume_places(line: Line, api_url: str, timeout: float = 300,
             # (JupyterHub's init_spawners polls it), asked again in a moment
             checking = r.code == 400 and b"is pending" in (r.body or b"")
             if (r.code not in RETRY_CODES and not checking) or place.key not in line.places or (
-                    utcnow() + delay > place.queued_at + line.max_wait):
+                    now() + delay > place.queued_at + line.max_wait):
                 break
             line.log.info("Start of %s refused for now (%s); again in %.0f s", place.key,
                           r.code, delay)
@@ -136,7 +137,7 @@ def ensure_keeper(line: Line, api_url: str) -> None:
         line.dispatch()
         line.announce_soon()  # the estimates and the time left move on
         for place in line.ordered():
-            if place.waiter is None and utcnow() > place.queued_at + line.max_wait:
+            if place.waiter is None and now() > place.queued_at + line.max_wait:
                 line.remove(place.key, "expired", "Your place expired.")
 
     _keeper = ensure_task(_keeper, keep)

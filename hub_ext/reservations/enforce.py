@@ -35,9 +35,9 @@ from datetime import datetime, timedelta
 from traitlets import Callable, Float, default, validate
 from traitlets.config import SingletonConfigurable
 
+from ..common.clock import utcnow
 from ..common.notices import notices
 from ..common.periodic import ensure_task, every
-from ..culling.culler import utcnow
 from ..culling.rules import duration
 from ..spawn.stopping import stop_server
 from . import store
@@ -114,7 +114,7 @@ class Reservations(SingletonConfigurable):
         help="""The clock: a function returning the current time as an aware UTC datetime.
         Tests replace it to move time.
 
-            c.Reservations.utcnow = hub_ext.culling.culler.utcnow
+            c.Reservations.utcnow = hub_ext.common.clock.utcnow
         """,
     )
 

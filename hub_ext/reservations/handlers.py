@@ -34,7 +34,7 @@ reserved GPUs for the group; these are records the hub keeps, checks and shows.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from jupyterhub import orm
 from jupyterhub.apihandlers.base import APIHandler
@@ -43,6 +43,7 @@ from jupyterhub.scopes import Scope
 from sqlalchemy import select
 from tornado import web
 
+from ..common.clock import utcnow
 from . import store
 from .capacity import CapacityUnknown, hub_capacity
 from .rules import Conflict, Invalid, check_capacity, occurrences, parse_spec, parse_time, validate
@@ -54,11 +55,6 @@ RESERVATIONS_SCOPE = "custom:gpuhub:reservations:admin"
 MAX_BODY_BYTES = 16 * 1024
 #: the widest ?from=&to= window
 MAX_WINDOW_DAYS = 400
-
-
-def utcnow() -> datetime:
-    """Now, aware UTC (the one clock of this package)."""
-    return datetime.now(UTC)
 
 
 def managed_groups(handler) -> set[str] | None:

@@ -39,8 +39,8 @@ from tornado import web
 from traitlets import Dict, Float, Int, Unicode, Union, default
 
 from ..common import metrics
+from ..common.clock import now
 from ..common.periodic import shutting_down
-from ..line.core import utcnow
 from ..spawn.core import SpawnerCore
 from .availability import SlurmAvailability
 from .batch import BATCH_SCRIPT, SlurmBatchJob, slurm_request
@@ -221,7 +221,7 @@ class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SlurmAvailability,
             self._hooks_done = []
             place = self.line().started(self.server_key)
             if place is not None:
-                self.line_wait = max(0.0, utcnow() - place.queued_at)
+                self.line_wait = max(0.0, now() - place.queued_at)
             self.emit(30, f"Job {self.job_id} runs on {self.state_gethost()}")
             self.gpu_devices = await self.job_devices()
             self._hooks_done = await self.run_start_hooks()

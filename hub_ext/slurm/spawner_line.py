@@ -22,8 +22,8 @@ from tornado import web
 from traitlets.config import LoggingConfigurable
 
 from ..common import metrics
+from ..common.clock import now
 from ..line import LineRefused
-from ..line.core import utcnow
 from .availability import gpus_in
 from .cluster import SUBMIT_HOST_MESSAGE, SlurmUnavailable, member_prefix, parse_gres_request
 from .line import attach_line
@@ -163,7 +163,7 @@ class SlurmLineSpawner(LoggingConfigurable):
             place.waiter = asyncio.get_running_loop().create_future()
             place.on_update = self._show_place
             self._show_place(line.describe(key))
-        if not place.waiter.done() and utcnow() > place.queued_at + line.max_wait:
+        if not place.waiter.done() and now() > place.queued_at + line.max_wait:
             line.remove(key, "expired", f"Your place in line for {place.profile_name} "
                         f"expired: no GPU freed within {line.max_wait / 60:g} min. "
                         "Try again later or pick another profile.")
