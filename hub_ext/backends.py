@@ -24,6 +24,16 @@ class Backend:
     backend keeps no accounting of its own).
     """
 
+    #: The import string of the backend's spawner class (``c.JupyterHub.spawner_class``).
+    spawner_class = ""
+
+    def profile_keys(self) -> tuple[str, ...]:
+        """The keys a profile's ``spawner_override`` may set on this backend: its spawner's
+        ``_overridable`` (the Slurm spawner's ``req_partition`` is not Docker's)."""
+        from traitlets.utils.importstring import import_item
+
+        return import_item(self.spawner_class)._overridable
+
     def apply_config(self, c, settings) -> None:
         """Set the backend's own settings on the JupyterHub config ``c``: its spawner class
         and the traits only its spawner has (``c.<its spawner class>.*``), after the core

@@ -127,7 +127,8 @@ def check_files(settings) -> list[str]:
     problems = []
     if settings.profiles_file:
         try:
-            init_profiles(load_profiles(settings.profiles_file))
+            init_profiles(load_profiles(settings.profiles_file),
+                          backend(settings.backend).profile_keys())
         except (OSError, ValueError, KeyError, TypeError) as e:
             problems.append(f"GPUHUB_PROFILES={settings.profiles_file}: {reason(e)}")
     if settings.datasets_file:

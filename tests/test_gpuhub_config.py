@@ -193,3 +193,17 @@ def test_check_reach_asks_slurms_controller(tmp_path, site, slurm_cluster):
         "GPUHUB_SLURM_SSH_OPTIONS": f"-p {random_port()} -o ConnectTimeout=2"})
     assert r.returncode == 1
     assert "error: Slurm's controller does not answer (scontrol ping):" in r.stdout
+
+
+def test_check_takes_a_slurm_profiles_own_keys_and_refuses_them_on_docker(tmp_path, site):
+    """A profile's req_partition is the Slurm spawner's (docs/howto/slurm.md), an unknown
+    key on the Docker backend: the check reads the list as the backend's spawner does."""
+    (tmp_path / "profiles.json").write_text(json.dumps([
+        {"display_name": "CPU", "slug": "cpu", "gpus": 0},
+        {"display_name": "A100", "slug": "a100", "gpus": 1,
+         "spawner_override": {"req_partition": "a100"}}]))
+    slurm = gpuhub_config("check", cwd=tmp_path, **site, GPUHUB_BACKEND="slurm")
+    assert slurm.returncode == 0, slurm.stdout + slurm.stderr
+    docker = gpuhub_config("check", cwd=tmp_path, **site)
+    assert docker.returncode == 1
+    assert "profile override keys not supported here: req_partition" in docker.stdout

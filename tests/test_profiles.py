@@ -162,3 +162,26 @@ def test_arbitrary_forms_are_refused_cleanly_or_give_a_valid_choice(options):
     assert set(overrides) <= {"image", "environment", "gpus", "credits_per_hour"}
     if "image" in overrides:
         assert overrides["image"] in {"gpuhub/base:latest", "gpuhub/pytorch:latest"}
+
+
+SLURM_PROFILE = {"display_name": "A100 long", "slug": "a100", "gpus": 1,
+                 "spawner_override": {"req_partition": "a100", "req_runtime": "8:00:00"}}
+
+
+def test_a_slurm_profile_sets_its_partition_and_run_time():
+    """docs/howto/slurm.md: a profile's own req_partition, req_account, req_qos, req_runtime
+    in its spawner_override; the Slurm spawner takes them, the Docker one does not."""
+    from hub_ext.docker.spawner import GPUDockerSpawner
+    from hub_ext.slurm.spawner import GPUSlurmSpawner
+
+    [profile] = init_profiles([SLURM_PROFILE], GPUSlurmSpawner._overridable)
+    assert profile["spawner_override"] == {"req_partition": "a100", "req_runtime": "8:00:00"}
+    with pytest.raises(ProfileError, match="not supported here: req_partition, req_runtime"):
+        init_profiles([SLURM_PROFILE], GPUDockerSpawner._overridable)
+
+
+def test_the_idle_cullers_arbiter_reads_any_backends_profiles():
+    from hub_ext.culling.arbiter import ProfileIdleLimits
+
+    profile = {**SLURM_PROFILE, "cull_idle_timeout": 600}
+    assert ProfileIdleLimits([profile]).profiles[0]["slug"] == "a100"

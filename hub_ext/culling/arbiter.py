@@ -45,7 +45,7 @@ class ProfileIdleLimits:
     """
 
     def __init__(self, profile_list: list[dict]):
-        self.profiles = init_profiles(profile_list)
+        self.profiles = init_profiles(profile_list, overridable=None)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> ProfileIdleLimits:

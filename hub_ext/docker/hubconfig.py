@@ -19,6 +19,8 @@ SPAWNER_CLASS = "hub_ext.docker.spawner.GPUDockerSpawner"
 class DockerBackend(Backend):
     """Containers on the hub's own node, exclusive GPUs from its pool."""
 
+    spawner_class = SPAWNER_CLASS
+
     def check_files(self, settings) -> list[str]:
         """The uid map (``GPUHUB_UID_MAP``), each entry read as the containers are made."""
         if not settings.uid_map_file:

@@ -21,6 +21,8 @@ SPAWNER_CLASS = "hub_ext.slurm.spawner.GPUSlurmSpawner"
 class SlurmBackend(Backend):
     """Batch jobs on a Slurm cluster (batchspawner); the GPUs are Slurm's to hand out."""
 
+    spawner_class = SPAWNER_CLASS
+
     def reach(self, settings, timeout: float) -> list[str]:
         """Slurm's controller answers ``scontrol ping``, asked where the hub asks Slurm
         (the submit host when there is one)."""

@@ -170,7 +170,7 @@ class ProfileChoice(LoggingConfigurable):
             if inspect.isawaitable(profile_list):
                 profile_list = await profile_list
         try:
-            profiles = init_profiles(profile_list)
+            profiles = init_profiles(profile_list, self._overridable)
         except ProfileError as e:
             self.log.error("profile_list is misconfigured: %s", e)
             raise web.HTTPError(500, f"The profile list is misconfigured: {e}") from e

@@ -99,23 +99,27 @@ def slugify(text: str) -> str:
     return slug or "profile"
 
 
-def _override(entry: dict) -> dict:
+def _override(entry: dict, overridable: Iterable[str] | None) -> dict:
     override = dict(entry.get("kubespawner_override") or {})
     override.update(entry.get("spawner_override") or {})
-    unknown = set(override) - OVERRIDABLE
+    unknown = set(override) - set(overridable) if overridable is not None else set()
     if unknown:
         raise ProfileError(
             f"profile override keys not supported here: {', '.join(sorted(unknown))}; "
-            f"supported: {', '.join(sorted(OVERRIDABLE))}"
+            f"supported: {', '.join(sorted(overridable))}"
         )
     return override
 
 
-def init_profiles(profile_list: Iterable[dict]) -> list[dict]:
+def init_profiles(profile_list: Iterable[dict],
+                  overridable: Iterable[str] | None = OVERRIDABLE) -> list[dict]:
     """Deep-copy the configured list, fill in slugs and make exactly one profile default.
 
-    Raises :class:`ProfileError` for duplicate slugs, several defaults, unknown override
-    keys or a malformed option.
+    ``overridable``: the override keys the spawner takes (its ``_overridable``: the Slurm
+    backend's ``req_partition`` and the like are not Docker's); ``None`` checks none (a
+    reader that uses a few keys, such as the idle culler's arbiter).  Raises
+    :class:`ProfileError` for duplicate slugs, several defaults, unknown override keys or a
+    malformed option.
     """
     profiles = copy.deepcopy(list(profile_list))
     seen = set()
@@ -132,7 +136,7 @@ def init_profiles(profile_list: Iterable[dict]) -> list[dict]:
         seen.add(profile["slug"])
         profile["default"] = bool(profile.get("default")) or (not defaults and i == 0)
         profile.setdefault("description", "")
-        profile["spawner_override"] = _override(profile)
+        profile["spawner_override"] = _override(profile, overridable)
         profile.pop("kubespawner_override", None)
         for name, option in (profile.get("profile_options") or {}).items():
             choices = option.get("choices") or {}
@@ -144,7 +148,7 @@ def init_profiles(profile_list: Iterable[dict]) -> list[dict]:
             for key, choice in choices.items():
                 choice.setdefault("display_name", key)
                 choice["default"] = key == default_key
-                choice["spawner_override"] = _override(choice)
+                choice["spawner_override"] = _override(choice, overridable)
                 choice.pop("kubespawner_override", None)
     return profiles
 
