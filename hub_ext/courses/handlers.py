@@ -78,8 +78,8 @@ class CourseGrantHandler(APIHandler):
         sub = self.parsed_scopes.get(GRANT_SCOPE)
         if sub is None:
             self.log.warning("%s may not grant course credits (needs %s)", who, GRANT_SCOPE)
-            raise web.HTTPError(403, "Only a course's instructors (and admins) may grant "
-                                     "course credits.")
+            raise web.HTTPError(403, "Only a course's instructors may grant course "
+                                     "credits.")
         config = CourseGrants(config=self.settings["config"], log=self.log)
         course = config.courses.get(slug)
         if course is None or (sub != Scope.ALL
