@@ -108,14 +108,17 @@ class SlurmAvailability(SpawnPage):
     def as_member_sees(self, nodes: list[Node], reservations, kind: str, count: int,
                        partition: str) -> GPUsNow:
         """:func:`gpus_in` with the GPUs reserved for a group the member is not in taken,
-        and the reason in words before the refusal ("2 GPUs reserved for ml101 until
-        16:00 UTC.")."""
+        and the reason in words in the refusal ("No GPU free for you: 2 GPUs reserved
+        for ml101 until 16:00 UTC, and the others are in use. ...")."""
         seen, closing = closed_gpus(nodes, reservations, self.open_to_me, kind)
         gpus = gpus_in(seen, partition, kind, count)
         if closing is not None and gpus.refusal:
             group = self.group_of(hub_id(closing.name)) or "a group"
-            gpus = replace(gpus, refusal=f"{until_text(closing, group, nodes)}. "
-                                         + gpus.refusal)
+            reserved = until_text(closing, group, nodes)
+            gpus = replace(gpus, refusal=(
+                f"No GPU free for you: {reserved}, and the others are in use. You can "
+                "wait in line for one, try the CPU profile or come back later."
+                if gpus.can_wait else f"{reserved}. {gpus.refusal}"))
         return gpus
 
     def gpus_now(self, snapshot: NodesSnapshot, overrides: dict) -> GPUsNow:
