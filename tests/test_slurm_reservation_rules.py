@@ -82,3 +82,26 @@ def test_a_non_member_sees_the_reserved_nodes_gpus_taken():
     assert ([n.free() for n in seen], why) == ([0, 2], r)
     seen, why = closed_gpus(nodes, [r], lambda r: True)
     assert ([n.free() for n in seen], why) == ([1, 2], None)
+
+
+
+@pytest.mark.slurm
+async def test_slurms_no_is_told_from_slurm_not_answering(slurm_cluster, tmp_path):
+    """The real scontrol: a user Slurm does not know is Slurm's no (409 in the API); a
+    controller that does not answer (its port closed) is not (503)."""
+    from hub_ext.reservations.backend import BackendUnavailable
+    from hub_ext.slurm.cluster import SlurmCluster
+    from hub_ext.slurm.reservations import SlurmReservations
+
+    ask = ["scontrol", "create", "reservation", "ReservationName=gpuhub-999998",
+           "StartTime=now+3600", "Duration=5", "Users=ghs-no-such-user", "NodeCnt=1"]
+    runner = SlurmReservations(SlurmCluster(env=slurm_cluster.env))
+    with pytest.raises(BackendRefused, match="Slurm refused: .*Invalid user id"):
+        await runner.run(*ask)
+    conf = (slurm_cluster.dir / "slurm.conf").read_text()
+    (tmp_path / "slurm.conf").write_text(conf.replace("SlurmctldPort=6817",
+                                                      "SlurmctldPort=9"))
+    down = SlurmReservations(SlurmCluster(env={"SLURM_CONF": str(tmp_path / "slurm.conf")},
+                                          timeout=30))
+    with pytest.raises(BackendUnavailable):
+        await down.run(*ask)

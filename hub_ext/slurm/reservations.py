@@ -46,10 +46,13 @@ __all__ = ["PREFIX", "SlurmReservation", "SlurmReservations", "Wanted", "closed_
 
 PREFIX = "gpuhub-"
 _NAME = re.compile(r"gpuhub-(\d+)")
-#: Slurm's words when it was not reached (the command ran, the controller did not answer)
+#: Slurm's words when it was not reached (the command ran, the controller did not answer);
+#: 22.05's ``scontrol create reservation`` says "Unexpected message received" then
 _UNREACHED = re.compile(r"Unable to contact slurm controller|Socket timed out|"
+                        r"Unexpected message received|"
                         r"Connection refused|Zero Bytes were transmitted|"
-                        r"Unable to process configuration", re.I)
+                        r"Communication connection failure|Unable to process configuration|"
+                        r"Munge|authentication error", re.I)
 #: Slurm's time format, read and written with ``TZ=UTC``
 _TIME = "%Y-%m-%dT%H:%M:%S"
 

@@ -117,7 +117,10 @@ def start_reservation_pass(app, spawner_class) -> None:
         specs = [(store.to_spec(row), members_of(app.db, row.group))
                  for row in store.load(app.db)]
         app.db.commit()  # end the read's transaction
-        await runner.reconcile(specs, _partition(app.config), utcnow())
+        try:
+            await runner.reconcile(specs, _partition(app.config), utcnow())
+        except BackendUnavailable as e:
+            app.log.warning("Slurm's reservations not checked this pass: %s", e)
 
     async def start_and_reconcile():
         interval = float(app.config.get("SlurmReservations", {}).get(
