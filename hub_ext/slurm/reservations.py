@@ -289,17 +289,19 @@ class SlurmReservations(LoggingConfigurable):
                           want.end, ",".join(want.users))
 
     async def _check_gpus(self, want: Wanted) -> None:
-        """Slurm may make a reservation on fewer nodes than asked: then it is deleted and
-        refused, naming what Slurm gave."""
+        """Slurm (22.05) makes a reservation on fewer nodes than asked when the others are
+        reserved then, and says nothing: it is deleted again and refused, naming what Slurm
+        gave."""
         made = (await self.read()).get(want.name)
         nodes = {n.name: n for n in await self.cluster.nodes(fresh=True)}
         gpus = sum(sum(nodes[n].gpus.values()) for n in (made.nodes if made else ())
                    if n in nodes)
         if gpus < want.gpus:
             await self.delete(want.name)
-            raise BackendRefused(f"Slurm refused: it could reserve only {gpus} GPUs "
-                                 f"({', '.join(made.nodes) if made else 'no node'}) in "
-                                 f"partition {want.partition} then, not {want.gpus}.")
+            raise BackendRefused(f"Slurm can hold only {gpus} GPUs "
+                                 f"({', '.join(made.nodes) if made else 'no node'}) of "
+                                 f"partition {want.partition} then, not {want.gpus}: the "
+                                 "others are reserved.")
 
     async def delete(self, name: str) -> None:
         """Delete ``name``; one still in use by jobs is ended now instead (Slurm refuses
