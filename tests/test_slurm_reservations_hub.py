@@ -85,14 +85,16 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
         assert (mine["Users"], mine["NodeCnt"], mine["PartitionName"]) == (alice, "1", "gpu")
 
         # Slurm cannot hold a reservation the hub's own count lets through (3 more GPUs
-        # while one node is held: Slurm holds whole nodes; 22.05 makes it on the one node
-        # left, silently): 409 naming what Slurm could give, nothing kept
+        # while one node is held: Slurm holds whole nodes): 409 with Slurm's words, or
+        # naming what it could give (22.05 may make it on the one node left, silently),
+        # and nothing kept
         r = await hub.api("POST", PATH, token=admin, json={
             "group": group, "gpus": 3, "start": iso(start),
             "end": iso(start + timedelta(minutes=5))})
         assert r.status_code == 409, r.text
-        assert re.fullmatch(r"Slurm can hold only 2 GPUs \(node\d\) of partition gpu then, "
-                            r"not 3: the others are reserved\.", r.json()["message"]), r.text
+        assert re.fullmatch(r"Slurm refused: Error creating the reservation: .+|Slurm can "
+                            r"hold only 2 GPUs \(node\d\) of partition gpu then, not 3: "
+                            r"the others are reserved\.", r.json()["message"]), r.text
         r = await hub.api("GET", PATH, token=admin)
         assert [x["id"] for x in r.json()["reservations"]] == [rid]
         assert [n for n in slurm_reservations(slurm_cluster) if n.startswith("gpuhub-")] \
@@ -123,6 +125,14 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
         r = await hub.spawn(bob, {"profile": "gpu"})
         assert r.status_code == 409, r.text
         assert f"2 GPUs reserved for {group} until " in r.json()["message"], r.text
+        # the GPU board marks the reserved node's GPUs with the same words
+        r = await hub.api("GET", "/gpuhub/gpus", token=admin)
+        assert r.status_code == 200, r.text
+        marked = {d["uuid"]: d["reserved_for"] for d in r.json()["devices"]
+                  if d["reserved_for"]}
+        assert sorted(marked) == [f"{reserved_node}/gpu0", f"{reserved_node}/gpu1"], marked
+        assert all(t.startswith(f"2 GPUs reserved for {group} until ") for t in
+                   marked.values()), marked
         pending = slurm_cluster.run("sbatch", "--parsable", "--gres=gpu:1", "-o",
                                     "/dev/null", "--wrap", "sleep 600",
                                     user=bob).stdout.strip()
@@ -161,6 +171,15 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
             and stray not in found), timeout=30)
         assert foreign in slurm_reservations(slurm_cluster)  # not the hub's: left alone
         assert slurm_reservations(slurm_cluster)[f"gpuhub-{rid}"]["Users"] == alice
+        # a new member of the group (as a login with the group would make): a Slurm user
+        # of the reservation by the next pass
+        carol = slurm_cluster.fresh_member("ghs-rc")
+        await hub.create_user(carol)
+        r = await hub.api("POST", f"/groups/{group}/users", json={"users": [carol]})
+        assert r.status_code == 200, r.text
+        slurm_cluster.wait_for("carol among the reservation's users", lambda: (
+            slurm_reservations(slurm_cluster)[f"gpuhub-{rid}"]["Users"]
+            == f"{alice},{carol}"), timeout=15)
     finally:
         for rid in made:
             await hub.api("DELETE", f"{PATH}/{rid}", token=admin)
