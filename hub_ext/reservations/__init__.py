@@ -5,10 +5,11 @@
 - :mod:`.capacity`: how many GPUs the hub has, from its backend;
 - :mod:`.handlers`: the REST endpoints and the admin page ``/hub/reservations``;
 - :mod:`.hubconfig`: the custom scope and who holds it;
-- :mod:`.cli`: ``gpuhub reservations list|create|edit|delete``.
+- :mod:`.cli`: ``gpuhub reservations list|create|edit|delete``;
+- :mod:`.backend`: what a backend that holds reservations itself (Slurm) answers the
+  endpoints.
 
-This first part of issue 24 keeps reservations as checked records: nobody's GPU is held
-for the group yet (the pool, the line and Slurm do not read them), no warning or stop
-comes before a window, no course budget is charged.  The docs' "Reserve GPUs for a
-course" says the same.
+On Slurm each reservation is also Slurm's own (:mod:`hub_ext.slurm.reservations`), so
+the cluster holds the GPUs for the group; the docs' "Reserve GPUs for a course" says what
+the hub itself enforces.
 """
