@@ -9,8 +9,11 @@
 - :mod:`.policy`: the pure rules of enforcement (units closed to a member, whom a window
   stops, the sentences);
 - :mod:`.enforce`: the hub's pass that warns and stops, and the closure the pool and the
-  line consult (the Docker backend's part: :mod:`hub_ext.docker.pool_reservations`).
+  line consult (the Docker backend's part: :mod:`hub_ext.docker.pool_reservations`);
+- :mod:`.backend`: what a backend that holds reservations itself (Slurm) answers the
+  endpoints.
 
-Enforced on the Docker backend; Slurm's own reservations and the course budget are not
-here yet.  The docs' "Reserve GPUs for a course" tells the story.
+On the Docker backend the hub enforces them (:mod:`.enforce`); on Slurm each reservation
+is also Slurm's own (:mod:`hub_ext.slurm.reservations`), so the cluster holds the GPUs for
+the group.  The docs' "Reserve GPUs for a course" tells the story.
 """

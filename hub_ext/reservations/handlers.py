@@ -22,13 +22,14 @@ Errors are JSON ``{"status", "message"}`` with the reason in words, and nothing 
 400 for a body that is not a JSON object, a field unknown or of the wrong type, a group that
 does not exist, an end not after its start, a recurrence that cannot be read or never occurs,
 more GPUs than the hub has; 409 when overlapping reservations would need more GPUs than the
-hub has (the other reservations, the time and the numbers named); 413 for a body over
-:data:`MAX_BODY_BYTES`; 503 when the backend cannot count its GPUs.  The check and the write
-run with no ``await`` between them, so two requests to the one hub process cannot both pass
-the capacity check against the same free GPUs.
+hub has (the other reservations, the time and the numbers named), or when the backend
+refuses it (Slurm's words, :mod:`.backend`); 413 for a body over :data:`MAX_BODY_BYTES`; 503
+when the backend cannot count its GPUs or does not answer.  A creation's check and write run
+with no ``await`` between them, so two requests to the one hub process cannot both pass the
+capacity check against the same free GPUs; the backend is told after the write (the row is
+deleted again when it refuses) and, for an edit or a deletion, before it.
 
-Not enforced yet (later passes of issue 24): the pool, the line and Slurm do not hold the
-reserved GPUs for the group; these are records the hub keeps, checks and shows.
+On Slurm the backend makes each reservation Slurm's own (:mod:`hub_ext.slurm.reservations`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from tornado import web
 
 from ..common.clock import utcnow
 from . import store
+from .backend import BackendRefused, BackendUnavailable
 from .capacity import CapacityUnknown, hub_capacity
 from .rules import Conflict, Invalid, check_capacity, occurrences, parse_spec, parse_time, validate
 
@@ -138,6 +140,21 @@ class ReservationBase(APIHandler):
             raise web.HTTPError(400, str(e)) from None
         return now
 
+    async def tell_backend(self, spec, reservation_id: int) -> None:
+        """The backend's part (Slurm makes its own reservation): raises 409 with its words
+        when it refuses, 503 when it does not answer."""
+        backend = self.settings["spawner_class"]
+        try:
+            await backend.reservation_changed(self, spec, reservation_id)
+        except BackendRefused as e:
+            self.log.info("reservation %s refused by the backend: %s", reservation_id, e)
+            raise web.HTTPError(409, str(e)) from None
+        except BackendUnavailable as e:
+            self.log.warning("reservation %s: the backend does not answer: %s",
+                             reservation_id, e)
+            raise web.HTTPError(503, f"The cluster does not answer ({e}); nothing was "
+                                     "changed. Try again later.") from None
+
     def parse(self, body: dict, base=None):
         try:
             return parse_spec(body, base)
@@ -189,6 +206,11 @@ class ReservationsAPIHandler(ReservationBase):
         spec = self.parse(self.body())
         now = await self.checked(spec, allowed)
         row = store.insert(self.db, spec, self.current_user.name, now)
+        try:
+            await self.tell_backend(spec, row.id)
+        except BaseException:
+            store.delete(self.db, row)  # refused, or Slurm not answering: nothing kept
+            raise
         self.log.info("%s reserved %d %s for group %s from %s (rule %s): reservation %d",
                       self.current_user.name, spec.gpus, spec.units, spec.group,
                       store.iso(spec.start), spec.rrule, row.id)
@@ -209,6 +231,8 @@ class ReservationAPIHandler(ReservationBase):
         spec = self.parse(self.body(), store.to_spec(row))
         now = await self.checked(spec, allowed)
         row = self.row_or_404(reservation_id, allowed)  # deleted while we counted GPUs?
+        await self.tell_backend(spec, row.id)
+        row = self.row_or_404(reservation_id, allowed)
         store.update(self.db, row, spec)
         self.log.info("%s changed reservation %d of %s", self.current_user.name, row.id,
                       row.group)
@@ -216,6 +240,7 @@ class ReservationAPIHandler(ReservationBase):
 
     async def delete(self, reservation_id: str):
         row = self.row_or_404(reservation_id, self.groups_allowed())
+        await self.tell_backend(None, row.id)
         store.delete(self.db, row)
         self.log.info("%s deleted reservation %s of %s", self.current_user.name,
                       reservation_id, row.group)

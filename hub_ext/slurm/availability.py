@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..reservations.backend import BackendRefused, BackendUnavailable
 from ..spawn.page import GPUsNow, SpawnPage, facts_from_labels
 from .cluster import MEMBER_PREFIX, Node, SlurmCluster, SlurmUnavailable, parse_gres_request
+from .reservations import SlurmReservation, SlurmReservations, closed_gpus, hub_id, until_text
 from .submit import DEFAULT_SSH, SubmitHost
 
 #: File beside an unpacked image's ``rootfs`` with the image's labels (a JSON object),
@@ -32,6 +34,8 @@ class NodesSnapshot:
     nodes: list[Node]
     default_partition: str = ""
     error: str = ""
+    #: Slurm's ``gpuhub-<id>`` reservations
+    reservations: list[SlurmReservation] = field(default_factory=list)
 
 
 def gres_of(overrides: dict, configured: dict) -> str:
@@ -83,7 +87,39 @@ class SlurmAvailability(SpawnPage):
         except SlurmUnavailable as e:
             self.log.warning("%s for the spawn page: %s", e.what, e)
             return NodesSnapshot([], error=e.member_message)
-        return NodesSnapshot(nodes, self.cluster.default_partition)
+        return NodesSnapshot(nodes, self.cluster.default_partition,
+                             reservations=await self.slurm_reservations())
+
+    async def slurm_reservations(self) -> list[SlurmReservation]:
+        """Slurm's ``gpuhub-<id>`` reservations now; [] (logged) when they cannot be read."""
+        try:
+            return list((await SlurmReservations(self.cluster, config=self.config)
+                         .read()).values())
+        except (BackendRefused, BackendUnavailable) as e:
+            self.log.warning("No Slurm reservations for %s: %s", self._log_name, e)
+            return []
+
+    def open_to_me(self, reservation: SlurmReservation) -> bool:
+        """Whether this member may use ``reservation``: one of its users, or of its
+        group in the hub (joined since the last pass)."""
+        return (self.user.name in reservation.users
+                or self.group_of(hub_id(reservation.name)) in {g.name for g in self.user.groups})
+
+    def as_member_sees(self, nodes: list[Node], reservations, kind: str, count: int,
+                       partition: str) -> GPUsNow:
+        """:func:`gpus_in` with the GPUs reserved for a group the member is not in taken,
+        and the reason in words in the refusal ("No GPU free for you: 2 GPUs reserved
+        for ml101 until 16:00 UTC, and the others are in use. ...")."""
+        seen, closing = closed_gpus(nodes, reservations, self.open_to_me, kind)
+        gpus = gpus_in(seen, partition, kind, count)
+        if closing is not None and gpus.refusal:
+            group = self.group_of(hub_id(closing.name)) or "a group"
+            reserved = until_text(closing, group, nodes)
+            gpus = replace(gpus, refusal=(
+                f"No GPU free for you: {reserved}, and the others are in use. You can "
+                "wait in line for one, try the CPU profile or come back later."
+                if gpus.can_wait else f"{reserved}. {gpus.refusal}"))
+        return gpus
 
     def gpus_now(self, snapshot: NodesSnapshot, overrides: dict) -> GPUsNow:
         """The profile's GPUs on its partition (``req_partition``, or Slurm's default
@@ -94,7 +130,8 @@ class SlurmAvailability(SpawnPage):
                            refusal=snapshot.error if count else "")
         partition = (overrides.get("req_partition", self._configured.get("req_partition"))
                      or snapshot.default_partition)
-        return gpus_in(snapshot.nodes, partition, kind, count)
+        return self.as_member_sees(snapshot.nodes, snapshot.reservations, kind, count,
+                                   partition)
 
     def limits_of(self, overrides: dict) -> tuple:
         """What the job asks Slurm for: ``req_memory`` (Slurm's ``--mem``, megabytes

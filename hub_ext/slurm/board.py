@@ -9,8 +9,10 @@ A job is the hub's when a member's spawner holds its id: its row has the member,
 server, the profile and a Stop button that stops the server through JupyterHub's REST
 API, so the job is cancelled by the spawner's ``stop()`` (batchspawner ``scancel``) and
 the credits are settled as on Docker.  Other jobs on the cluster are shown as ``outside``
-the hub, without a button.  The board has no utilization or memory on this backend (the
-hub does not run on the nodes): those are None.
+the hub, without a button.  A GPU on a node of a reservation the hub made in Slurm
+(:mod:`.reservations`) says whose it is and until when (``reserved_for``).  The board has
+no utilization or memory on this backend (the hub does not run on the nodes): those are
+None.
 """
 
 from __future__ import annotations
@@ -138,6 +140,28 @@ def node_rows(nodes: list[Node]) -> list[dict]:
              "available": n.available} for n in nodes]
 
 
+async def reservation_texts(handler, cluster: SlurmCluster, nodes: list[Node]
+                            ) -> dict[str, str]:
+    """Node -> "2 GPUs reserved for ml101 until 16:00 UTC", for the nodes of the hub's
+    active Slurm reservations (:mod:`.reservations`); {} (logged) when unreadable."""
+    from ..reservations import store
+    from ..reservations.backend import BackendRefused, BackendUnavailable
+    from .reservations import SlurmReservations, hub_id, until_text
+
+    try:
+        found = await SlurmReservations(cluster, config=handler.settings["config"]).read()
+    except (BackendRefused, BackendUnavailable) as e:
+        handler.log.warning("No Slurm reservations for the GPU board: %s", e)
+        return {}
+    texts = {}
+    for name, r in found.items():
+        row = store.get(handler.db, hub_id(name))
+        if r.active:
+            text = until_text(r, row.group if row else "a removed reservation", nodes)
+            texts.update(dict.fromkeys(r.nodes, text))
+    return texts
+
+
 async def board_model(handler, cluster: SlurmCluster) -> dict:
     """The board of the cluster (see the module doc); with Slurm not answering, empty
     rows and the error in ``error``."""
@@ -155,6 +179,9 @@ async def board_model(handler, cluster: SlurmCluster) -> dict:
                 "devices": [], "nodes": [], "pending": []}
     hub = hub_jobs(handler.users.values())
     rows = board(nodes, jobs, hub, base_url)
+    reserved = await reservation_texts(handler, cluster, nodes)
+    for row in rows:
+        row["reserved_for"] = reserved.get(row["node"])
     count = {state: sum(1 for r in rows if r["state"] == state)
              for state in ("free", "held", "outside")}
     return {

@@ -64,6 +64,13 @@ class SlurmBackend(Backend):
             slurm.submit_host = submit.host
         if settings.slurm_ssh_options:
             slurm.submit_ssh_command = list(submit.ssh)
+        from jupyterhub.app import JupyterHub
+
+        if JupyterHub.initialized():  # the hub loading this configuration, not a check
+            from .spawner import GPUSlurmSpawner
+            from .spawner_reservations import start_reservation_pass
+
+            start_reservation_pass(JupyterHub.instance(), GPUSlurmSpawner)
         # a job may wait in Slurm's queue: the hub keeps servers across its restarts, as
         # on Docker, and a start may take the hour the line allows
         slurm.start_timeout = max(c.Spawner.get("start_timeout", 0) or 0, 3600)

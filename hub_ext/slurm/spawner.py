@@ -10,7 +10,8 @@ A start runs in this order (each step yields a ``progress()`` event):
    the hub's host or on the submit host over ssh (:mod:`.spawner_submit`), its
    script running the notebook image in the container runtime (``container_command``,
    bubblewrap by default) with the member's workspace, the datasets read-only and only the
-   GPU devices Slurm allocated (``SLURM_JOB_GPUS``);
+   GPU devices Slurm allocated (``SLURM_JOB_GPUS``); during an occurrence of a
+   reservation of the member's group, with ``--reservation`` (:mod:`.spawner_reservations`);
 4. while Slurm keeps the job pending, it is a place in the hub's line (:mod:`hub_ext.line`,
    :mod:`.line`): the member's place and the admins' view list it, in Slurm's priority
    order with the estimate from ``squeue --start``, and the progress page says it in the
@@ -47,14 +48,15 @@ from .batch import BATCH_SCRIPT, SlurmBatchJob, slurm_request
 from .cluster import MEMBER_PREFIX, SlurmCluster, SlurmUnavailable
 from .port_report import replace_batchspawner_handler
 from .spawner_line import SlurmLineSpawner
+from .spawner_reservations import SlurmReservationSpawner
 from .spawner_submit import SubmitHostSpawner
 
 # batchspawner's own port handler assigns any key a member posts to her spawner
 replace_batchspawner_handler()
 
 
-class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SlurmAvailability,
-                      SlurmBatchJob, SpawnerCore, SlurmSpawner):
+class GPUSlurmSpawner(SlurmReservationSpawner, SlurmLineSpawner, SubmitHostSpawner,
+                      SlurmAvailability, SlurmBatchJob, SpawnerCore, SlurmSpawner):
     """A SlurmSpawner with profiles, credits, progress and the line of the Docker backend,
     and its spawn page (:mod:`hub_ext.spawn.page`, free GPUs from Slurm:
     :mod:`hub_ext.slurm.availability`)."""
@@ -169,7 +171,8 @@ class GPUSlurmSpawner(SlurmLineSpawner, SubmitHostSpawner, SlurmAvailability,
                 metrics.SPAWNS_REFUSED.labels(reason="scheduler_down").inc()
                 self.log.error("Refusing spawn of %s: %s: %s", self._log_name, e.what, e)
                 raise web.HTTPError(503, e.member_message) from None
-            self.check_free_gpus(nodes)
+            self.check_free_gpus(nodes, await self.slurm_reservations())
+            await self.choose_reservation()
             self.emit(10, f"Asking the cluster for {self.req_gres or 'a CPU-only'} server "
                           f"(partition {self.req_partition or 'default'})")
             self.log.info("%s submits a job (gres %s) with workspace %s", self._log_name,

@@ -24,7 +24,6 @@ from traitlets.config import LoggingConfigurable
 from ..common import metrics
 from ..common.clock import now
 from ..line import LineRefused
-from .availability import gpus_in
 from .cluster import SUBMIT_HOST_MESSAGE, SlurmUnavailable, member_prefix, parse_gres_request
 from .line import attach_line
 from .submit import CommandFailed, SubmitHostUnavailable
@@ -41,19 +40,21 @@ class SlurmLineSpawner(LoggingConfigurable):
         """The hub's line, with Slurm's queue as its backend (:mod:`.line`)."""
         return attach_line(self)
 
-    def check_free_gpus(self, nodes) -> None:
+    def check_free_gpus(self, nodes, reservations=()) -> None:
         """No node of the profile's partition with its GPUs free (``nodes``: sinfo, just
         read) and no wait asked: refused at once (HTTP 409) in the words of its spawn page
         card (:func:`hub_ext.slurm.availability.gpus_in`).  A member who asked to wait
         goes on to the queue, unless no node could ever hold the request; so does a
-        start whose place was kept from before a hub restart.  Slurm may still keep a job
-        pending that found a GPU free here (another start took it first): it is then a
-        place in line."""
+        start whose place was kept from before a hub restart.  GPUs of a Slurm
+        reservation of a group the member is not in (``reservations``) count as taken
+        (:meth:`hub_ext.slurm.availability.SlurmAvailability.as_member_sees`).  Slurm
+        may still keep a job pending that found a GPU free here (another start took it
+        first): it is then a place in line."""
         kind, count = parse_gres_request(self.req_gres)
         if not count or self.server_key in self.line().places:
             return
-        gpus = gpus_in(nodes, self.req_partition or self.cluster.default_partition, kind,
-                       count)
+        gpus = self.as_member_sees(nodes, reservations, kind, count,
+                                   self.req_partition or self.cluster.default_partition)
         if not gpus.refusal or (self.wait_requested and gpus.can_wait):
             return
         metrics.SPAWNS_REFUSED.labels(reason="no_gpu_free").inc()

@@ -63,7 +63,7 @@ class SpawnPage(LoggingConfigurable):
     """The spawn page's cards and form (JupyterHub ``Spawner.options_form``), and what a
     backend provides for them: :meth:`gpu_snapshot`, :meth:`gpus_now`,
     :meth:`limits_of`, :meth:`image_facts`, and the class methods :meth:`availability`
-    and :meth:`gpu_board` (all required)."""
+    and :meth:`gpu_board` (all required), and :meth:`reservation_changed` (optional)."""
 
     # -- what a backend provides ---------------------------------------------------------
 
@@ -99,6 +99,14 @@ class SpawnPage(LoggingConfigurable):
         """The GPU board's model for admins (:mod:`hub_ext.ops.board`; ``handler``: the
         board's request handler)."""
         raise NotImplementedError
+
+    @classmethod
+    async def reservation_changed(cls, handler, spec, reservation_id: int) -> None:
+        """Optional: a hub reservation was made or changed (``spec``, a
+        :class:`hub_ext.reservations.rules.Spec`) or is being deleted (None), before the
+        change is kept.  A backend that holds reservations itself (Slurm) raises
+        :class:`hub_ext.reservations.backend.BackendRefused` or ``BackendUnavailable``;
+        by default nothing (the hub enforces them)."""
 
     # -- the page ------------------------------------------------------------------------
 

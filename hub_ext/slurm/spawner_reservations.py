@@ -1,0 +1,134 @@
+"""The Slurm backend's spawner, its part of the reservations (a mixin of
+:class:`hub_ext.slurm.spawner.GPUSlurmSpawner`):
+
+- the REST endpoints' seam :meth:`SlurmReservationSpawner.reservation_changed`: a hub
+  reservation made, changed or deleted becomes Slurm's ``gpuhub-<id>``
+  (:mod:`.reservations`), refused with Slurm's words;
+- a GPU job of a group member started during an occurrence carries
+  ``--reservation=gpuhub-<id>`` (the member added to its ``Users`` first, for one who joined
+  the group since the last pass); the reservation's ``FLEX`` flag lets the job run on the
+  reserved nodes when they have the GPUs free, else anywhere in the partition;
+- the hub's pass (:func:`start_reservation_pass`), at the hub's start and every
+  ``c.SlurmReservations.interval`` seconds: Slurm's reservations made to match the hub's.
+"""
+
+from __future__ import annotations
+
+from traitlets.config import LoggingConfigurable
+
+from ..common.clock import utcnow
+from ..common.periodic import ensure_task, every
+from ..reservations import store
+from ..reservations.backend import BackendRefused, BackendUnavailable, members_of
+from ..reservations.rules import occurrences
+from .cluster import parse_gres_request
+from .reservations import SlurmReservations, slurm_name
+
+__all__ = ["SlurmReservationSpawner", "start_reservation_pass"]
+
+
+def _partition(config) -> str:
+    return config.get("GPUSlurmSpawner", {}).get("req_partition", "") or ""
+
+
+def reservations_of(cls, config) -> SlurmReservations:
+    """The runner of ``gpuhub-<id>`` reservations on the hub's cluster."""
+    return SlurmReservations(cls.shared_cluster(config), config=config)
+
+
+class SlurmReservationSpawner(LoggingConfigurable):
+    """Reservations made Slurm's own, and the jobs of the group's members in them."""
+
+    _reservation = ""  # the --reservation of the job being submitted, or ""
+
+    @classmethod
+    async def reservation_changed(cls, handler, spec, reservation_id: int) -> None:
+        """Slurm's ``gpuhub-<id>`` made to match ``spec`` (None: deleted).  Raises
+        BackendRefused (Slurm's words) or BackendUnavailable."""
+        config = handler.settings["config"]
+        members = members_of(handler.db, spec.group) if spec is not None else []
+        await reservations_of(cls, config).apply(spec, reservation_id, members,
+                                                 _partition(config), utcnow())
+
+    def open_reservations(self) -> list[tuple[int, str]]:
+        """(id, group) of the hub reservations of this member's groups with an occurrence
+        now."""
+        db = self.db_session()
+        if db is None:
+            return []
+        groups = {g.name for g in self.user.groups}
+        now = utcnow()
+        found = []
+        for row in store.load(db, groups) if groups else []:
+            spec = store.to_spec(row)
+            if any(o.start <= now for o in occurrences(spec, since=now, until=now)):
+                found.append((row.id, row.group))
+        return found
+
+    def group_of(self, reservation_id: int) -> str | None:
+        """The group of hub reservation ``reservation_id`` (None when gone)."""
+        db = self.db_session()
+        row = store.get(db, reservation_id) if db is not None else None
+        return row.group if row is not None else None
+
+    async def choose_reservation(self) -> None:
+        """For a GPU job during an occurrence of the member's group: the member made one
+        of Slurm's reservation's users, and the job will carry ``--reservation``.  When
+        Slurm refuses or does not answer, the job goes without it (logged)."""
+        self._reservation = ""
+        if not parse_gres_request(self.req_gres)[1]:
+            return
+        for reservation_id, group in self.open_reservations():
+            runner = reservations_of(type(self), self.config)
+            spec = store.to_spec(store.get(self.db_session(), reservation_id))
+            try:
+                await runner.apply(spec, reservation_id, members_of(self.db_session(), group),
+                                   self.req_partition, utcnow())
+            except (BackendRefused, BackendUnavailable) as e:
+                self.log.warning("%s starts without reservation %s: %s", self._log_name,
+                                 slurm_name(reservation_id), e)
+                continue
+            self._reservation = slurm_name(reservation_id)
+            self.log.info("%s starts in Slurm reservation %s (group %s)", self._log_name,
+                          self._reservation, group)
+            self.emit(12, f"Using the GPUs reserved for {group}")
+            return
+
+    def get_req_subvars(self):
+        subvars = super().get_req_subvars()
+        if self._reservation:
+            subvars["options"] = " ".join(filter(None, [
+                subvars.get("options", ""), f"--reservation={self._reservation}"]))
+        return subvars
+
+
+def start_reservation_pass(app, spawner_class) -> None:
+    """Make the JupyterHub application ``app`` run the reservations' pass (Slurm's
+    ``gpuhub-<id>`` made to match the hub's) when it starts and every
+    ``c.SlurmReservations.interval`` seconds after; ``app.start`` is wrapped, as
+    :func:`hub_ext.credits.unsettled.settle_at_start` does.  Wrapping twice is a no-op."""
+    start = app.start
+    if getattr(start, "reconciles_reservations", False):
+        return
+    state = {"task": None}
+
+    async def one_pass() -> None:
+        runner = reservations_of(spawner_class, app.config)
+        specs = [(store.to_spec(row), members_of(app.db, row.group))
+                 for row in store.load(app.db)]
+        app.db.commit()  # end the read's transaction
+        try:
+            await runner.reconcile(specs, _partition(app.config), utcnow())
+        except BackendUnavailable as e:
+            app.log.warning("Slurm's reservations not checked this pass: %s", e)
+
+    async def start_and_reconcile():
+        interval = float(app.config.get("SlurmReservations", {}).get(
+            "interval", SlurmReservations.interval.default_value))
+        state["task"] = ensure_task(state["task"], lambda: every(
+            lambda: interval, one_pass, app.log, "Slurm reservations pass",
+            first_now=True))
+        await start()
+
+    start_and_reconcile.reconciles_reservations = True
+    app.start = start_and_reconcile
