@@ -163,6 +163,7 @@ async def test_a_cpu_job_gets_its_one_core_and_is_stopped_past_its_memory(
     hub = await slurm_hub(profiles, GPUHUB_CREDITS="off",
                           extra_config="c.GPUSlurmSpawner.poll_interval = 1\n")
     token = await hub.create_user(name)
+    browser = await hub.login(name)
     r = await hub.spawn(name, {"profile": "small"})
     assert r.status_code in (201, 202), r.text
     await hub.wait_ready(name, timeout=180)
@@ -188,6 +189,9 @@ async def test_a_cpu_job_gets_its_one_core_and_is_stopped_past_its_memory(
     assert run.stop_reason == "out_of_memory"
     assert run.stop_detail == ("out of memory: the server used more than its 400M "
                                "(Slurm: OUT_OF_MEMORY)")
+    home = await browser.get("/hub/home")  # she is told why, on her home page
+    assert ("Your server was stopped: it used more than its 400 MB of memory. Save your work "
+            "more often, use less memory, or choose a profile with more.") in home.text
 
 
 #: What a member looks for from her terminal: other workspaces, the hub's state, munge's
