@@ -219,6 +219,20 @@ async def test_what_held_a_member_sees_only_her_own_and_bad_requests_are_refused
                              expect=":END", timeout=60)
     assert re.findall(r"SEEN:(\d+):(\d+):(\d+):END", out)[-1] == ("0", "0", "0"), out
 
+    # PrivateData: on the submit host her own squeue lists her job and not bob's, and her
+    # sacct (all users asked) not bob's, where the hub's own (root's) list both (members
+    # without a slurmdbd user record get no job from sacct at all)
+    def jobs(*argv: str, user: str | None = None) -> set[str]:
+        return set(slurm_cluster.run(*argv, user=user).stdout.split())
+
+    names = {name: f"gpuhub-{name}-default" for name in (alice, bob)}
+    assert set(names.values()) <= jobs("squeue", "-h", "-o", "%j")
+    assert jobs("squeue", "-h", "-o", "%j", user=alice) == {names[alice]}
+    sacct = ("sacct", "-a", "-X", "-n", "-o", "JobName%60")
+    slurm_cluster.wait_for("both jobs in Slurm's accounting",
+                           lambda: set(names.values()) <= jobs(*sacct))
+    assert names[bob] not in jobs(*sacct, user=alice)
+
     # bob's server answers her with 403, with her token or none
     for headers in ({"Authorization": f"token {tokens[alice]}"}, {}):
         r = await hub.client.get(f"/user/{bob}/api/status", headers=headers)
