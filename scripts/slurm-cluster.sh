@@ -2,7 +2,8 @@
 # A real Slurm cluster on this machine for the hub's tests and demo: munge, slurmctld and
 # NODES slurmd compute nodes (default 2), each node in a network namespace of its own, with
 # 2 stand-in GPUs per node (GresTypes=gpu, gres.conf), cgroup.conf constraining devices,
-# cores and RAM (ConstrainDevices, ConstrainCores, ConstrainRAMSpace; CR_Core_Memory).
+# cores and RAM (ConstrainDevices, ConstrainCores, ConstrainRAMSpace; CR_Core_Memory), and
+# PrivateData (slurm.conf and slurmdbd.conf: members see only their own jobs).
 #
 #   scripts/slurm-cluster.sh start    # idempotent: leaves a healthy cluster alone
 #   scripts/slurm-cluster.sh stop     # cancels every job, stops the daemons, kills what

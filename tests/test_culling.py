@@ -24,7 +24,13 @@ from hub_ext.common.notices import notices
 from hub_ext.common.runs import ServerRun
 from hub_ext.culling.arbiter import CONFIG_TEXT, ENV, ProfileIdleLimits
 from hub_ext.culling.culler import Culler
-from hub_ext.culling.rules import Limits, assess, cull_message, duration
+from hub_ext.culling.rules import (
+    Limits,
+    assess,
+    cull_message,
+    duration,
+    out_of_memory_message,
+)
 from hub_ext.docker.inventory import SimulatedInventory
 from hub_ext.docker.pool import GPUPool, ServerKey, gpu_units_of
 from hub_ext.spawn.stopping import stop_server
@@ -121,6 +127,17 @@ def test_cull_messages_name_the_reason():
     assert cull_message("max_age", "server", 28800, "pytorch") == (
         "Your server was stopped after running for 8 h, the longest the pytorch profile "
         "allows.")
+
+
+def test_out_of_memory_message_names_the_limit_in_sizes_people_read():
+    assert out_of_memory_message("server", 400 * 2**20) == (
+        "Your server was stopped: it used more than its 400 MB of memory. Save your work "
+        "more often, use less memory, or choose a profile with more.")
+    assert "its 1.5 GB of memory" in out_of_memory_message("server 'lab'", 1.5 * 2**30)
+    assert "its 16 GB of memory" in out_of_memory_message("server", 16 * 2**30)
+    # a profile that asked Slurm for memory itself (req_memory): no mem_limit to name
+    assert out_of_memory_message("server", None).startswith(
+        "Your server was stopped: it used more than its memory limit.")
 
 
 def test_culler_traits_validate_at_assignment():

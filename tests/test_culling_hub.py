@@ -13,6 +13,7 @@ idle 45 minutes and runs 2 hours at most.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import subprocess
 import sys
@@ -21,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.hub import eventually
+from tests.fixtures.hub import eventually, terminal_run
+from tests.test_slurm_pages import hub_runs
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
@@ -223,3 +225,39 @@ async def _culler_token(hub) -> str | None:
     except AssertionError:
         return None
 
+
+
+#: Typed in a member's terminal: make her server (the terminal shell's parent) the first
+#: process the OOM killer takes (oom_score_adj, which a process may raise for another of
+#: its own), say so, then allocate past the profile's memory limit.
+HOG = ("python3 -c 'import os; p = open(\"/proc/%d/stat\" % os.getppid()).read(); "
+       "open(\"/proc/%s/oom_score_adj\" % p.rsplit(\")\", 1)[1].split()[1], \"w\")"
+       ".write(\"1000\"); print(\"HOG\" + \"GING\", flush=True); "
+       "hog = [bytearray(32 * 2**20) for _ in range(40)]'")
+
+
+async def test_a_server_killed_past_its_memory_is_recorded_and_the_member_told_why(
+        hub_factory, tmp_path, docker_client):
+    profiles = tmp_path / "profiles.json"
+    profiles.write_text(json.dumps([{"display_name": "Small CPU", "slug": "small",
+                                     "default": True,
+                                     "spawner_override": {"mem_limit": "300M"}}]))
+    hub = await hub_factory("c.GPUDockerSpawner.poll_interval = 1\n",
+                            GPUHUB_CREDITS="off", GPUHUB_PROFILES=str(profiles))
+    token = await hub.create_user("oom-alice")
+    browser = await hub.login("oom-alice")
+    await spawn_ready(hub, "oom-alice", "small")
+    await terminal_run(hub, "oom-alice", token, HOG, expect="HOGGING", timeout=30)
+
+    await eventually(lambda: hub.stopped("oom-alice"), timeout=60,
+                     what="the server stopped by the kernel past its memory limit")
+    [run] = [r for r in hub_runs(hub) if r.username == "oom-alice"]
+    assert run.stop_reason == "out_of_memory"
+    assert run.stop_detail == ("out of memory: the server used more than its 300M "
+                               "(Docker: OOMKilled, exit code 137)")
+    message = ("Your server was stopped: it used more than its 300 MB of memory. Save your "
+               "work more often, use less memory, or choose a profile with more.")
+    assert message in await home_page(browser)
+
+    await spawn_ready(hub, "oom-alice", "small")  # shown until she starts it again
+    assert message not in await home_page(browser)

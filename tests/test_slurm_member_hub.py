@@ -163,6 +163,7 @@ async def test_a_cpu_job_gets_its_one_core_and_is_stopped_past_its_memory(
     hub = await slurm_hub(profiles, GPUHUB_CREDITS="off",
                           extra_config="c.GPUSlurmSpawner.poll_interval = 1\n")
     token = await hub.create_user(name)
+    browser = await hub.login(name)
     r = await hub.spawn(name, {"profile": "small"})
     assert r.status_code in (201, 202), r.text
     await hub.wait_ready(name, timeout=180)
@@ -188,6 +189,9 @@ async def test_a_cpu_job_gets_its_one_core_and_is_stopped_past_its_memory(
     assert run.stop_reason == "out_of_memory"
     assert run.stop_detail == ("out of memory: the server used more than its 400M "
                                "(Slurm: OUT_OF_MEMORY)")
+    home = await browser.get("/hub/home")  # she is told why, on her home page
+    assert ("Your server was stopped: it used more than its 400 MB of memory. Save your work "
+            "more often, use less memory, or choose a profile with more.") in home.text
 
 
 #: What a member looks for from her terminal: other workspaces, the hub's state, munge's
@@ -214,6 +218,20 @@ async def test_what_held_a_member_sees_only_her_own_and_bad_requests_are_refused
     out = await terminal_run(hub, alice, tokens[alice], LOOK_AROUND.format(others=others),
                              expect=":END", timeout=60)
     assert re.findall(r"SEEN:(\d+):(\d+):(\d+):END", out)[-1] == ("0", "0", "0"), out
+
+    # PrivateData: on the submit host her own squeue lists her job and not bob's, and her
+    # sacct (all users asked) not bob's, where the hub's own (root's) list both (members
+    # without a slurmdbd user record get no job from sacct at all)
+    def jobs(*argv: str, user: str | None = None) -> set[str]:
+        return set(slurm_cluster.run(*argv, user=user).stdout.split())
+
+    names = {name: f"gpuhub-{name}-default" for name in (alice, bob)}
+    assert set(names.values()) <= jobs("squeue", "-h", "-o", "%j")
+    assert jobs("squeue", "-h", "-o", "%j", user=alice) == {names[alice]}
+    sacct = ("sacct", "-a", "-X", "-n", "-o", "JobName%60")
+    slurm_cluster.wait_for("both jobs in Slurm's accounting",
+                           lambda: set(names.values()) <= jobs(*sacct))
+    assert names[bob] not in jobs(*sacct, user=alice)
 
     # bob's server answers her with 403, with her token or none
     for headers in ({"Authorization": f"token {tokens[alice]}"}, {}):

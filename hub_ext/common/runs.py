@@ -20,10 +20,11 @@ Stop reasons: ``stopped`` (by the member, an admin or the API), ``idle`` (no act
 jupyterhub-idle-culler), ``idle_gpu`` (GPUs idle), ``max_age``, ``credits`` (credits ran
 out and the grace period was over), ``gone`` (its container vanished and the hub cleared it),
 ``node_down`` (Slurm backend: the node under it went down or failed), ``out_of_memory``
-(Slurm backend: the job's cgroup killed it past its memory limit), ``reservation`` (it held
-a GPU that a reservation's window needed, :mod:`hub_ext.reservations.enforce`).
-``stop_detail`` says more where the backend knows it, e.g. "node node2 down: power
-failure" (Slurm's reason), or the reservation it made way for.
+(the kernel killed it past its memory limit: the Slurm job's cgroup, Slurm's state
+OUT_OF_MEMORY; the Docker container's, ``State.OOMKilled``), ``reservation`` (it held a GPU
+that a reservation's window needed, :mod:`hub_ext.reservations.enforce`).  ``stop_detail``
+says more where the backend knows it, e.g. "node node2 down: power failure" (Slurm's
+reason), or the reservation it made way for.
 """
 
 from __future__ import annotations

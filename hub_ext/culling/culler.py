@@ -23,6 +23,9 @@ Every cull is logged with who, what and why, counted in ``gpuhub_culls_total{rea
 culler service are recognised in the hub's request log hook (:func:`log_request`, the
 place where JupyterHub itself counts each request for Prometheus), which sees the service
 identity behind each ``DELETE /hub/api/users/<name>/server``.
+A server the kernel stopped past its memory limit (stop reason ``out_of_memory``, which
+its backend finds: Slurm's job state OUT_OF_MEMORY, Docker's ``State.OOMKilled``) is told
+on the home page the same way, topic ``culling``, until the member starts it again.
 
 The Culler is a spawner hook (``c.SpawnerCore.before_container_hooks``): it learns of
 each server when it starts, stops or is restored after a hub restart, and keeps the
@@ -64,6 +67,7 @@ from .rules import (
     assess,
     cull_message,
     duration,
+    out_of_memory_message,
     warning_message,
 )
 
@@ -89,6 +93,7 @@ class _Watched:
     watching_since: datetime
     last_seen: datetime
     run_id: int | None = None
+    mem_limit: int | None = None     # bytes (the profile's mem_limit), for the OOM notice
     cull: str | None = None          # why this hub (or the idle culler) is stopping it
     cull_seconds: float = 0.0        # the idle time or age the cull message names
     stopping: bool = False
@@ -105,7 +110,8 @@ class _Watched:
 
     def to_state(self) -> dict:
         return {"version": STATE_VERSION, "started_at": self.started_at.isoformat(),
-                "profile": self.profile, "run": self.run_id, "limits": self.limits.to_dict()}
+                "profile": self.profile, "run": self.run_id, "limits": self.limits.to_dict(),
+                "mem_limit": self.mem_limit}
 
 
 class Culler(Hook, SingletonConfigurable):
@@ -228,7 +234,7 @@ class Culler(Hook, SingletonConfigurable):
         watched = _Watched(spawner=spawner, key=key,
                            profile=getattr(spawner, "profile_slug", "") or "",
                            started_at=now, limits=Limits.of(spawner), watching_since=now,
-                           last_seen=now)
+                           last_seen=now, mem_limit=getattr(spawner, "mem_limit", None) or None)
         watched.run_id = self._open_run(watched)
         spawner.hook_state[self.name] = watched.to_state()
         self._watched[key] = watched
@@ -265,6 +271,7 @@ class Culler(Hook, SingletonConfigurable):
             started_at = datetime.fromisoformat(state["started_at"])
             limits = Limits(**{k: float(v) for k, v in (state.get("limits") or {}).items()})
             run_id = state.get("run")
+            mem_limit = int(state.get("mem_limit") or 0) or None
         except (KeyError, TypeError, ValueError) as e:
             self.log.error("Cannot restore the culling of %s: %r", spawner._log_name, e)
             return
@@ -272,7 +279,8 @@ class Culler(Hook, SingletonConfigurable):
         now = self.now()
         self._watched[key] = _Watched(
             spawner=spawner, key=key, profile=state.get("profile", ""), started_at=started_at,
-            limits=limits, watching_since=now, last_seen=now, run_id=run_id)
+            limits=limits, watching_since=now, last_seen=now, run_id=run_id,
+            mem_limit=mem_limit)
         self.ensure_loop()
 
     def _take(self, spawner) -> _Watched | None:
@@ -391,12 +399,19 @@ class Culler(Hook, SingletonConfigurable):
 
     def _finish(self, watched: _Watched, reason: str, detail: str | None = None) -> None:
         """Close the run (``detail``: the backend's words on why); for a cull also count
-        it and tell the member."""
+        it and tell the member, as for a server the kernel stopped past its memory limit
+        (``out_of_memory``: the backend found it so, e.g. Slurm's OUT_OF_MEMORY, Docker's
+        OOMKilled)."""
         if watched.run_id is not None and watched.stopped_at is not None:
             self._db_write(watched.spawner, runs.close_run, watched.run_id,
                            watched.stopped_at, reason, detail)
         if reason in CULL_REASONS:
             self._announce(watched, reason)
+        elif reason == "out_of_memory":
+            self.log.warning("%s (profile %s) was stopped past its memory limit: %s",
+                             watched.label, watched.profile or "-", detail or "-")
+            notices().post(watched.key.user, watched.key.server, self.name,
+                           out_of_memory_message(watched.server, watched.mem_limit))
 
     def _announce(self, watched: _Watched, reason: str) -> None:
         metrics.CULLS.labels(reason=reason).inc()

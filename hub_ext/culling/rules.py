@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 __all__ = ["GPUActivity", "Limits", "Verdict", "assess", "cull_message", "duration",
-           "warning_message"]
+           "out_of_memory_message", "size", "warning_message"]
 
 
 def duration(seconds: float) -> str:
@@ -25,6 +25,15 @@ def duration(seconds: float) -> str:
         return f"{minutes} min"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h" if minutes == 0 else f"{hours} h {minutes} min"
+
+
+def size(nbytes: float) -> str:
+    """Bytes for people, in binary units as JupyterHub's ``mem_limit`` counts them:
+    ``"400 MB"`` (400 MiB), ``"1.5 GB"``, ``"16 GB"``."""
+    mib = nbytes / 2**20
+    if mib < 1024:
+        return f"{mib:.0f} MB"
+    return f"{mib / 1024:.1f}".removesuffix(".0") + " GB"
 
 
 @dataclass(frozen=True)
@@ -126,6 +135,14 @@ def cull_message(reason: str, server: str, seconds: float, profile: str) -> str:
         return (f"Your {server} was stopped after running for {duration(seconds)}, the "
                 f"longest {allowed} allows.")
     return f"Your {server} was stopped after {duration(seconds)} without activity."
+
+
+def out_of_memory_message(server: str, mem_limit: float | None) -> str:
+    """What the member reads on the home page after the kernel stopped their ``server``
+    past its memory limit (``mem_limit``: bytes; None or 0 when unknown)."""
+    limit = f"its {size(mem_limit)} of memory" if mem_limit else "its memory limit"
+    return (f"Your {server} was stopped: it used more than {limit}. Save your work more "
+            "often, use less memory, or choose a profile with more.")
 
 
 def warning_message(server: str, stop_in: float, max_age: float, profile: str) -> str:

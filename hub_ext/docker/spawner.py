@@ -153,6 +153,7 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
         self._start_timeout = self.start_timeout  # configured; a wait in line adds to it
         self._container_may_live = False  # a failed stop left the container behind
         self._labels_read = False  # poll() looked at the container's labels
+        self.stop_reason = self.stop_detail = None  # why the server ended (poll)
         ensure_reconciler(self.pool, lambda: self.client, self.hub_id)
         if self.db_session() is not None:
             self.line()  # the places kept from before a restart count from the start
@@ -385,8 +386,13 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
         container running and nothing of ours in state: the container's labels say which
         devices it holds and what the hooks had recorded (the paid interval), so this
         server owns its devices again and stays metered.
+
+        A container the kernel's OOM killer ended (:meth:`_ended_out_of_memory`) is
+        stopped here for the hooks, with stop reason ``out_of_memory``.
         """
         status = await super().poll()
+        if status is not None:
+            await self._ended_out_of_memory()
         if status is None and not self._labels_read and (
                 self.allocation is None or not self.hook_state or self.start_unfinished()):
             self._labels_read = True  # once per container, not at every poll
@@ -414,6 +420,39 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
                                   "labels", self._log_name, ", ".join(self.hook_state))
                     self.restore_hooks()
         return status
+
+    async def _ended_out_of_memory(self) -> None:
+        """The container ended without the hub: if the kernel's OOM killer ended it past
+        its ``mem_limit`` (Docker ``State.OOMKilled``), run the hooks' ``after_stop`` now
+        with stop reason ``out_of_memory``, so the run record says so and the member is
+        told (:class:`hub_ext.culling.culler.Culler`); the credits settle and refund as after a
+        stop.  JupyterHub's ``User.stop`` calls no ``stop()`` for a server whose poll says
+        it ended; a dead container ended otherwise is left to the hooks' own passes
+        (``gone``).  Only for a running server (not during its start, whose failure undoes
+        the hooks); idempotent (the hook state is emptied).  Never raises."""
+        if self._spawn_pending or not self.hook_state:
+            return
+        try:
+            obj = await self.get_object()
+        except Exception as e:  # noqa: BLE001 - unknown: the hooks' passes settle it
+            self.log.warning("%s: cannot read why its container ended: %s", self._log_name, e)
+            return
+        state = (obj or {}).get("State") or {}
+        if not state.get("OOMKilled"):
+            return
+        limit = f"{self.mem_limit // 2**20}M" if self.mem_limit else "memory limit"
+        self.stop_reason = "out_of_memory"
+        self.stop_detail = (f"out of memory: the server used more than its {limit} "
+                            f"(Docker: OOMKilled, exit code {state.get('ExitCode')})")
+        self.log.warning("%s stopped: its container %s was killed out of memory",
+                         self._log_name, self.object_name)
+        try:
+            await self.run_stop_hooks()
+        except Exception:
+            self.log.exception("The stop hooks of %s failed", self._log_name)
+        finally:
+            self.hook_state = {}
+            self.stop_reason = self.stop_detail = None
 
     async def stop(self, now=False):
         """Stop and remove the container, run the hooks' ``after_stop``, free the GPUs.
