@@ -316,6 +316,9 @@ async def test_the_kernel_refuses_the_debugger_and_opens_no_port(alice_server, a
     # token for every server sharing the network (security review of issue 21)
     alice = {"Authorization": f"token {alice_hub.ALICE_TOKEN}"}
     async with httpx.AsyncClient() as client:
+        # what JupyterLab 4's debugger reads to offer its toggle (DebuggerService.isAvailable)
+        specs = (await client.get(f"{alice_server.url}/api/kernelspecs", headers=alice)).json()
+        assert specs["kernelspecs"]["python3"]["spec"]["metadata"]["debugger"] is False, specs
         kernel = await start_kernel(client, alice_server.url, alice)
     ws_base = alice_server.url.replace("http://", "ws://")
     before = json.loads(await run_code(ws_base, alice, kernel, LISTENING))
