@@ -4,8 +4,9 @@ JupyterHub serves its routes with tornado's default ``max_body_size`` (100 MiB) 
 reads a whole body into memory before the handler authenticates: a client with no token,
 through the public proxy, makes the hub hold every body it sends at once.  The hub's API
 bodies are small (``user_options`` over 8 KiB are refused anyway; the port report is
-``{"port": n}``), so the hub reads at most 1 MiB (``hub_ext.serving.limit_request_bodies``).  Here four concurrent 32 MiB posts without a token to the port-report
-route are sent, and the hub's peak memory (``VmHWM``) must not grow by what they carry.
+``{"port": n}``), so the hub reads at most 1 MiB (``hub_ext.serving.limit_request_bodies``).
+Here four concurrent 32 MiB posts without a token to the port-report route are sent, and
+the hub's peak memory (``VmHWM``) must not grow by what they carry.
 """
 
 from __future__ import annotations
