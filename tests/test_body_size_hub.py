@@ -4,8 +4,9 @@ JupyterHub serves its routes with tornado's default ``max_body_size`` (100 MiB) 
 reads a whole body into memory before the handler authenticates: a client with no token,
 through the public proxy, makes the hub hold every body it sends at once.  The hub's API
 bodies are small (``user_options`` over 8 KiB are refused anyway; the port report is
-``{"port": n}``).  Here four concurrent 32 MiB posts without a token to the port-report
-route are sent, and the hub's peak memory (``VmHWM``) must not grow by what they carry.
+``{"port": n}``), so the hub reads at most 1 MiB (``hub_ext.ops.serving.limit_request_bodies``).
+Here four concurrent 32 MiB posts without a token to the port-report route are sent, and
+the hub's peak memory (``VmHWM``) must not grow by what they carry.
 """
 
 from __future__ import annotations
@@ -27,9 +28,6 @@ def peak_kib(pid: int) -> int:
 
 @pytest.mark.docker
 @pytest.mark.hub
-@pytest.mark.xfail(strict=True, reason=(
-    "security review: the hub keeps tornado's 100 MiB max_body_size and buffers a body "
-    "before authenticating it; anyone reaching the proxy grows the hub's memory"))
 async def test_the_hub_does_not_buffer_huge_bodies_without_a_token(hub_factory, tmp_path):
     profiles = tmp_path / "profiles.json"
     profiles.write_text(json.dumps([{"display_name": "CPU", "slug": "cpu", "default": True}]))

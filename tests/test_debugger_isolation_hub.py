@@ -23,14 +23,11 @@ import asyncio
 import base64
 import json
 import re
-import uuid
 
 import pytest
-from tornado.httpclient import HTTPRequest
-from tornado.websocket import websocket_connect
 
 from tests.fixtures.hub import terminal_run
-from tests.fixtures.kernels import run_code, start_kernel
+from tests.fixtures.kernels import LISTENING, debug_requests, run_code, start_kernel
 
 CPU_ONLY = [{"display_name": "CPU only", "slug": "cpu", "default": True}]
 DAP_RE = re.compile(r"DAP:([^:\r\n]*):([^\r\n]*):END")
@@ -110,78 +107,48 @@ os._exit(0)
 """
 
 
-async def debug_requests(ws_base: str, headers: dict, kernel_id: str,
-                         commands: list[tuple[str, dict]]) -> list[dict]:
-    """Send ``debug_request`` messages on the kernel's control channel in order, as
-    JupyterLab's debugger does; returns each ``debug_reply`` content."""
-    ws = await websocket_connect(HTTPRequest(
-        f"{ws_base}/api/kernels/{kernel_id}/channels", headers=headers))
-    session, replies = uuid.uuid4().hex, []
-    try:
-        for seq, (command, arguments) in enumerate(commands, 1):
-            msg_id = uuid.uuid4().hex
-            await ws.write_message(json.dumps({
-                "header": {"msg_id": msg_id, "msg_type": "debug_request", "username": "",
-                           "session": session, "version": "5.3"},
-                "parent_header": {}, "metadata": {}, "channel": "control",
-                "content": {"type": "request", "seq": seq, "command": command,
-                            "arguments": arguments}}))
-            while True:
-                msg = json.loads(await asyncio.wait_for(ws.read_message(), 30))
-                if (msg.get("msg_type") == "debug_reply"
-                        and msg["parent_header"].get("msg_id") == msg_id):
-                    replies.append(msg["content"])
-                    break
-    finally:
-        ws.close()
-    return replies
-
-
 def attack_command(port: int, seconds: float = 20) -> str:
     script = base64.b64encode(ATTACK.encode()).decode()
     return f"python -c \"$(echo {script} | base64 -d)\" {port} {seconds}"
 
 
-HOLE = pytest.mark.xfail(strict=True, reason=(
-    "security review: a kernel whose member turned JupyterLab's debugger on and off "
-    "keeps debugpy's adapter on a loopback TCP port with no client token; another member "
-    "on the same loopback (Docker host networking, a Slurm node) attaches and runs code "
-    "in it as her"))
-
-
 async def alice_evaluates_in_bobs_kernel(hub, alice: str, bob: str, tokens: dict) -> tuple:
     """bob turns his kernel's debugger on and off and runs a 30 s cell; alice's terminal
-    attaches to his debugpy port.  Returns (the step alice reached, what her evaluate of
-    bob's ``$JUPYTERHUB_USER`` answered: its repr, or "" when she got nothing)."""
+    attaches to every port his uid began to listen on meanwhile (debugpy's).  Returns
+    (the step alice reached, what her evaluate of bob's ``$JUPYTERHUB_USER`` answered: its
+    repr, or "" when she got nothing)."""
     headers = {"Authorization": f"token {tokens[bob]}"}
     kernel = await start_kernel(hub.client, f"/user/{bob}", headers)
     ws_base = hub.url.replace("http://", "ws://", 1) + f"/user/{bob}"
-    # bob turns the debugger on, then off (JupyterLab's toggle)
-    replies = await debug_requests(ws_base, headers, kernel, [
+    before = json.loads(await run_code(ws_base, headers, kernel, LISTENING))
+    # bob turns the debugger on, then off (JupyterLab's toggle); gpuhub images refuse it
+    await debug_requests(ws_base, headers, kernel, [
         ("initialize", {"clientID": "jupyterlab", "adapterID": "python",
                         "pathFormat": "path", "linesStartAt1": True,
                         "columnsStartAt1": True}),
         ("attach", {}), ("configurationDone", {}),
         ("disconnect", {"restart": False, "terminateDebuggee": False})])
-    assert [r.get("success") for r in replies] == [True] * 4, replies
-    port = int((await run_code(ws_base, headers, kernel, (
-        "from ipykernel.kernelapp import IPKernelApp\n"
-        "print(IPKernelApp.instance().kernel.debugger.debugpy_client.debugpy_port)"
-    ))).strip())
+    opened = set(json.loads(await run_code(ws_base, headers, kernel, LISTENING))) - set(before)
+    print(f"ports {bob}'s debug requests opened: {sorted(opened)}")
+    if not opened:
+        return "no port", ""
     bobs_cell = asyncio.create_task(run_code(
         ws_base, headers, kernel,
         "import time\nfor _ in range(120):\n    time.sleep(0.25)\nprint('done')\n"))
     await asyncio.sleep(1)
-    out = await terminal_run(hub, alice, tokens[alice], attack_command(port),
-                             expect=":END", timeout=60)
-    step, got = DAP_RE.findall(out)[-1]
+    step, got = "connect", ""
+    for port in sorted(opened):
+        out = await terminal_run(hub, alice, tokens[alice], attack_command(port),
+                                 expect=":END", timeout=60)
+        step, got = DAP_RE.findall(out)[-1]
+        if got:
+            break
     assert "done" in await bobs_cell  # bob's own notebook still works
     return step, got
 
 
 @pytest.mark.docker
 @pytest.mark.hub
-@HOLE
 async def test_another_member_cannot_attach_to_a_kernels_debugger(hub_factory, tmp_path):
     profiles = tmp_path / "profiles.json"
     profiles.write_text(json.dumps(CPU_ONLY))
@@ -201,7 +168,6 @@ async def test_another_member_cannot_attach_to_a_kernels_debugger(hub_factory, t
 @pytest.mark.slurm
 @pytest.mark.hub
 @pytest.mark.docker
-@HOLE
 async def test_another_member_on_the_node_cannot_attach_to_a_kernels_debugger(
         slurm_hub, slurm_cluster):
     alice, bob = "ghs-d1", "ghs-d2"

@@ -107,7 +107,7 @@ async def test_the_job_runs_the_images_packages_and_its_files_are_hers_alone(
         "import os, jupyterhub, soupsieve\n"
         "print('LOOK', sorted(os.listdir('/tmp/gpuhub-batchspawner')), jupyterhub.__file__,"
         " soupsieve.__version__, 'END')\n"))
-    out = await terminal_run(hub, name, token, "python3 work/look.py; touch work/new",
+    out = await terminal_run(hub, name, token, "touch work/new; python3 work/look.py",
                              expect="END", timeout=60)
     listing, jupyterhub_file, version = re.findall(r"LOOK (\[.*?\]) (\S+) (\S+) END", out)[-1]
     # the wrapper's folder holds batchspawner alone; Jupyter's packages are the image's
@@ -195,10 +195,11 @@ async def test_a_cpu_job_gets_its_one_core_and_is_stopped_past_its_memory(
 
 
 #: What a member looks for from her terminal: other workspaces, the hub's state, munge's
-#: key, other members' processes, Slurm's commands.
+#: key, other members' processes, Slurm's commands, a user namespace of her own.
 LOOK_AROUND = ("echo SEEN:$(ls -d {others} 2>/dev/null | wc -l):"
                "$(ps -eo user= | grep -vcx \"$(id -un)\\|$(id -u)\"):"
-               "$(command -v sbatch scancel srun | wc -l):END")
+               "$(command -v sbatch scancel srun | wc -l):"
+               "$(unshare -Urn true 2>/dev/null && echo 1 || echo 0):END")
 
 
 async def test_what_held_a_member_sees_only_her_own_and_bad_requests_are_refused(
@@ -217,7 +218,7 @@ async def test_what_held_a_member_sees_only_her_own_and_bad_requests_are_refused
         slurm_cluster.dir / "munge" / "munge.key"))
     out = await terminal_run(hub, alice, tokens[alice], LOOK_AROUND.format(others=others),
                              expect=":END", timeout=60)
-    assert re.findall(r"SEEN:(\d+):(\d+):(\d+):END", out)[-1] == ("0", "0", "0"), out
+    assert re.findall(r"SEEN:(\d+):(\d+):(\d+):(\d+):END", out)[-1] == ("0",) * 4, out
 
     # PrivateData: on the submit host her own squeue lists her job and not bob's, and her
     # sacct (all users asked) not bob's, where the hub's own (root's) list both (members

@@ -133,6 +133,23 @@ async def test_cpu_profile_has_no_device_request(hub_factory, docker_client, two
     assert uid != 0
 
 
+async def test_new_files_in_the_workspace_are_the_members_alone(hub_factory, two_profiles):
+    # GPUDockerSpawner.umask: 077 for the server, its terminals and what JupyterLab saves
+    hub = await hub_factory(GPUHUB_PROFILES=two_profiles)
+    token = await hub.create_user("erin")
+    r = await hub.spawn("erin", {"profile": "cpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready("erin")
+    r = await hub.client.put("/user/erin/api/contents/work/saved.txt",
+                             headers={"Authorization": f"token {token}"},
+                             json={"type": "file", "format": "text", "content": "hers"})
+    assert r.status_code == 201, r.text
+    out = await terminal_run(
+        hub, "erin", token, "touch work/new; echo MODES:$(stat -c %a work/new work/saved.txt):END",
+        expect=":END")
+    assert re.findall(r"MODES:(\d+) (\d+):END", out)[-1] == ("600", "600"), out
+
+
 async def test_gpu_container_requests_exactly_its_device(hub_factory, docker_client,
                                                          two_profiles):
     hub = await hub_factory(GPUHUB_PROFILES=two_profiles)

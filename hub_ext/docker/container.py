@@ -20,7 +20,7 @@ import time
 from docker.errors import NotFound
 from jupyterhub.utils import random_port
 from tornado import web
-from traitlets import Bool, Int, Unicode
+from traitlets import Bool, Int, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
 from ..common import metrics
@@ -106,6 +106,35 @@ class MemberContainer(LoggingConfigurable):
             c.GPUDockerSpawner.log_max_size = "50m"
         """,
     )
+
+    umask = Unicode(
+        "077",
+        config=True,
+        help="""The umask of the member's server and all it starts (kernels, terminals,
+        files saved from JupyterLab), as octal digits; "" keeps the image's.  077: a new
+        file in the workspace is the member's alone (0600), as in Slurm jobs, on storage
+        that other accounts may reach.  The server's command runs under ``sh -c 'umask
+        ...; exec "$@"'`` (every image has ``/bin/sh``).
+
+            c.GPUDockerSpawner.umask = "027"
+        """,
+    )
+
+    @validate("umask")
+    def _valid_umask(self, proposal):
+        value = proposal["value"]
+        if value and not (len(value) <= 4 and set(value) <= set("01234567")):
+            raise TraitError(f"c.GPUDockerSpawner.umask must be octal digits such as "
+                             f"\"077\" (or \"\" for the image's own), not {value!r}")
+        return value
+
+    async def get_command(self) -> list[str]:
+        """DockerSpawner's command (``cmd`` or the image's, and the hub's arguments) under
+        :attr:`umask`; the image's entrypoint (tini) still runs first."""
+        command = await super().get_command()
+        if not self.umask:
+            return command
+        return ["sh", "-c", f'umask {self.umask} && exec "$@"', "sh", *command]
 
     async def member_ids(self) -> tuple[int, int] | None:
         """(uid, gid) the member's server runs as, or None for the image's jovyan (1000).

@@ -16,6 +16,9 @@
   take the proxy's, the hub's or the credits service's port while one of them restarts.
   With the hub off loopback it is refused unless ``GPUHUB_HOST_NETWORK_ACK=1`` says the
   operator accepts that risk.
+- **Request bodies**: the hub's HTTP server reads at most :data:`HUB_MAX_BODY_BYTES` of a
+  request body (:func:`limit_request_bodies`); tornado's default, 100 MiB, is held in memory
+  before any handler checks a token.
 - **Secret files** (``GPUHUB_SECRET_FILES``, and the TLS key): the hub refuses to start
   while another user may read or write one of them (mode bits ``0o007``, the rule
   JupyterHub applies to its cookie secret file).
@@ -28,7 +31,15 @@ import os
 import stat
 from pathlib import Path
 
+from tornado.httpserver import HTTPServer
+
 from ..login.hubconfig import split_list
+
+#: The largest request body the hub reads, bytes.  The hub's own bodies are far smaller:
+#: ``user_options`` at most 8 KiB (``SpawnerCore.user_options_max_bytes``), a reservation
+#: 16 KiB, a course grant 4 KiB, JupyterHub's REST API a few KiB (a bulk user list of
+#: thousands of names fits).  Members' uploads go to their own servers, not through the hub.
+HUB_MAX_BODY_BYTES = 1024 * 1024
 
 
 def is_loopback(ip: str) -> bool:
@@ -92,6 +103,20 @@ def check_host_network(settings) -> None:
     )
 
 
+def limit_request_bodies(max_bytes: int = HUB_MAX_BODY_BYTES) -> None:
+    """Make every tornado ``HTTPServer`` this process creates refuse bodies over ``max_bytes``.
+
+    JupyterHub 6.1 makes its server in ``JupyterHub.start()`` with fixed arguments and no
+    setting for the limit, and tornado reads a whole body before a handler authenticates it.
+    ``HTTPServer`` is a tornado ``Configurable``: ``configure(None, **kwargs)`` adds keyword
+    arguments to every later instance (arguments given explicitly still win).  A longer
+    ``Content-Length`` is refused before the body is read (tornado closes the connection);
+    a chunked body is cut off at the limit.  Called from the hub's configuration, before
+    the hub starts its server; the hub's process serves nothing else.
+    """
+    HTTPServer.configure(None, max_body_size=max_bytes)
+
+
 def apply_serving_config(c, settings) -> None:
     """Set the public address, TLS, the hub API and the proxy API from ``settings``.
 
@@ -128,3 +153,4 @@ def apply_serving_config(c, settings) -> None:
     if settings.hub_connect_ip:
         c.JupyterHub.hub_connect_ip = settings.hub_connect_ip
     c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{settings.proxy_api_port}"
+    limit_request_bodies()

@@ -29,9 +29,11 @@ __all__ = ["BATCH_SCRIPT", "BWRAP", "SlurmBatchJob", "slurm_request"]
 
 #: The member's notebook server inside the container: bubblewrap (Debian ``bubblewrap``,
 #: unprivileged user namespaces) on the image's unpacked root filesystem, as the member's
-#: own uid.  Fields: see :attr:`SlurmBatchJob.container_command`.
+#: own uid; ``--disable-userns`` (bubblewrap 0.8) stops the member making nested user
+#: namespaces (``unshare -U``), and with them namespaces of every other kind: kernel code
+#: members need not reach.  Fields: see :attr:`SlurmBatchJob.container_command`.
 BWRAP = (
-    "bwrap --unshare-user --unshare-pid --unshare-ipc --die-with-parent"
+    "bwrap --unshare-user --disable-userns --unshare-pid --unshare-ipc --die-with-parent"
     " --ro-bind {rootfs} / --proc /proc --dev /dev --tmpfs /tmp --tmpfs /home/jovyan"
     " --bind {workspace} {workspace_mount} {dataset_binds} {gpu_binds}"
     " --ro-bind {batchspawner} /tmp/gpuhub-batchspawner/batchspawner"

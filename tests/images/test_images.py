@@ -16,7 +16,16 @@ import pytest
 from tornado.httpclient import HTTPRequest
 from tornado.websocket import websocket_connect
 
-from tests.fixtures.kernels import FACTS, facts_of, kernel_ports, run_code, start_kernel
+from tests.fixtures.kernels import (
+    FACTS,
+    LISTENING,
+    debug_requests,
+    facts_of,
+    kernel_info,
+    kernel_ports,
+    run_code,
+    start_kernel,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -292,6 +301,35 @@ async def test_kernels_run_on_unix_sockets_in_the_private_runtime_folder(alice_s
     mode, owner, kind = folder.split(" ", 2)
     assert (int(mode, 8) & 0o077, owner, kind) == (0, "jovyan", "directory"), folder
     assert sock.endswith(" jovyan socket"), sock
+
+
+def test_every_images_kernelspec_says_the_debugger_is_off(image):
+    # images/base: JupyterLab shows no debugger toggle for this kernel (images/README.md "Kernels")
+    spec = json.loads(image.exec("python", "-c", (
+        "import json, jupyter_client.kernelspec as k; "
+        "print(json.dumps(k.get_kernel_spec('python3').metadata))")))
+    assert spec["debugger"] is False, spec
+
+
+async def test_the_kernel_refuses_the_debugger_and_opens_no_port(alice_server, alice_hub):
+    # images/base gpuhub_kernel.py: debugpy's adapter would listen on loopback TCP with no
+    # token for every server sharing the network (security review of issue 21)
+    alice = {"Authorization": f"token {alice_hub.ALICE_TOKEN}"}
+    async with httpx.AsyncClient() as client:
+        # what JupyterLab 4's debugger reads to offer its toggle (DebuggerService.isAvailable)
+        specs = (await client.get(f"{alice_server.url}/api/kernelspecs", headers=alice)).json()
+        assert specs["kernelspecs"]["python3"]["spec"]["metadata"]["debugger"] is False, specs
+        kernel = await start_kernel(client, alice_server.url, alice)
+    ws_base = alice_server.url.replace("http://", "ws://")
+    before = json.loads(await run_code(ws_base, alice, kernel, LISTENING))
+    info = await kernel_info(ws_base, alice, kernel)
+    assert "debugger" not in info["supported_features"], info
+    replies = await debug_requests(ws_base, alice, kernel, [
+        ("initialize", {"clientID": "jupyterlab", "adapterID": "python"}), ("attach", {})])
+    assert [r["success"] for r in replies] == [False, False], replies
+    assert "debugger is off" in replies[0]["message"], replies
+    assert json.loads(await run_code(ws_base, alice, kernel, LISTENING)) == before
+    assert (await run_code(ws_base, alice, kernel, "print(6 * 7)")).strip() == "42"
 
 
 # --- start-up: faster, and nothing the server does is lost (images/README.md "Start-up") -------
