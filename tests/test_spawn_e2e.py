@@ -284,7 +284,7 @@ class Hold(Hook, SingletonConfigurable):
     async def undo(self, spawner):
         pass
 
-c.GPUDockerSpawner.before_container_hooks += [SlowUndo.instance(), Hold.instance()]
+c.GPUDockerSpawner.before_container_hooks.extend([SlowUndo.instance(), Hold.instance()])
 """
 
 
