@@ -160,6 +160,9 @@ class SpawnPage(LoggingConfigurable):
                 "why_not": "" if available else card["why_not"],
                 "can_wait": not available and card["can_wait"],
                 "credits_per_hour": card["credits_per_hour"],
+                "payer": card["payer"],
+                "may_pay_self": card["may_pay_self"],
+                "runs_until": card["runs_until"],
                 "limits": limits_text(*self.limits_of(card["overrides"])),
                 "choices": choices,
                 "chosen": chosen,
@@ -178,12 +181,40 @@ class SpawnPage(LoggingConfigurable):
         if not why_not and gpus.count and gpus.waiting:
             why_not = f"No GPU free: {gpus.waiting} member(s) already wait in line for it."
         cannot_pay = await self._hooks_why_not(price)
-        return {"overrides": overrides, "gpus": gpus.count,
+        payer, may_pay_self = self._hooks_who_pays(price)
+        return {"payer": payer, "may_pay_self": may_pay_self,
+                "runs_until": self._runs_until(gpus) if gpus.count and not why_not else "",
+                "overrides": overrides, "gpus": gpus.count,
                 "mig_profile": gpus.kind if gpus.mig else None,
                 "gpu_type": "" if gpus.mig else gpus.kind,
                 "free": gpus.free, "total": gpus.total, "simulated": gpus.simulated,
                 "credits_per_hour": price, "why_not": why_not or cannot_pay,
                 "can_wait": bool(why_not and gpus.can_wait and not cannot_pay)}
+
+    def _hooks_who_pays(self, credits_per_hour: float) -> tuple[str, bool]:
+        """The first hook's word on who pays for a profile of this price (``Hook.who_pays``)."""
+        for hook in self.hooks:
+            payer, may_pay_self = hook.who_pays(self, credits_per_hour)
+            if payer:
+                return payer, may_pay_self
+        return "", False
+
+    def _runs_until(self, gpus) -> str:
+        """How long a start of these GPUs may run before a reservation of a group the
+        member is not in may stop it (:meth:`Reservations.next_stop`), or ``""``."""
+        from .culling_rules import duration
+        from .reservations.enforce import Reservations
+        from .reservations.policy import starts_text
+
+        if not Reservations.initialized():
+            return ""
+        rules = Reservations.instance()
+        window = rules.next_stop(self.user.name, gpus.kind if gpus.mig else "gpu")
+        if window is None:
+            return ""
+        left = (window.start - rules.now()).total_seconds()
+        return (f"{starts_text(window)}: a server started now may run until then (about "
+                f"{duration(left)}).")
 
     async def _hooks_why_not(self, credits_per_hour: float) -> str:
         """The first hook's reason why a profile of this price cannot start now, or ``""``."""

@@ -52,7 +52,8 @@ def instructor_role(course: Course) -> dict:
 def apply_courses_config(c, settings) -> None:
     """Load ``settings.courses_file``, give each course's instructors their role and the
     right to log in, define the grant scope and hand the courses to the grant endpoint
-    (``c.CourseGrants``).  Raises OSError or ValueError (naming the file, course and field)
+    (``c.CourseGrants``) and to the credits hook (``c.CreditsHook.courses``: the course
+    budget).  Raises OSError or ValueError (naming the file, course and field)
     for a file that cannot be read or is malformed."""
     courses = load_courses(settings.courses_file)
     custom = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
@@ -64,6 +65,10 @@ def apply_courses_config(c, settings) -> None:
     c.CourseGrants.courses = {slug: {"group": course.group, "account": course.account,
                                      "display_name": course.display_name}
                               for slug, course in courses.items()}
+    # the course budget: a course's account pays during its reservations' windows
+    c.CreditsHook.courses = dict(c.CourseGrants.courses)
+    # the reservations' sentences name a course's group by the course's display_name
+    c.Reservations.labels = {course.group: course.display_name for course in courses.values()}
     if not courses:
         return
     if settings.credits and any(course.account for course in courses.values()):
