@@ -48,6 +48,13 @@ def written_ahead(state: dict) -> dict:
     return {k: v for k, v in state.items() if k != PENDING}
 
 
+def _whose(record: MeterRecord, now: datetime) -> str:
+    """ "Your credits", or "The course ml101's credits" when the course pays now."""
+    if record.course_pays(interval_index(record.started_at, now, record.interval)):
+        return f"The course {record.course}'s credits"
+    return "Your credits"
+
+
 @dataclass
 class MeteredRun:
     """One server run this hub process meters."""
@@ -343,7 +350,7 @@ class CreditsMeter:
                 minutes = max(1, round((deadline - now).total_seconds() / 60))
                 notices().post(
                     record.username, record.server_name, self.name,
-                    f"Your credits ran out (balance {balance}): your {server} will be "
+                    f"{_whose(record, now)} ran out (balance {balance}): your {server} will be "
                     f"stopped in about {minutes} min unless credits are added.",
                 )
 
@@ -355,7 +362,8 @@ class CreditsMeter:
         metered.stopping = True
         notices().post(
             record.username, record.server_name, self.name,
-            f"Your {server} was stopped because your credits ran out (balance {balance}).",
+            f"Your {server} was stopped because {_whose(record, self.now()).lower()} ran "
+            f"out (balance {balance}).",
         )
         self.log.warning("Stopping %s: credits ran out (balance %s) and the grace period of "
                          "%gs is over", record.label, balance, self.grace_period)
