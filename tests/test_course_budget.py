@@ -25,6 +25,7 @@ def test_intervals_beginning_after_the_window_are_the_members():
     assert [record.account(i) for i in range(3)] == ["course-ml101", "course-ml101", "alice"]
     assert record.metadata(0)["member"] == "alice" and record.metadata(0)["course"] == "ml101"
     assert "course" not in record.metadata(2)
+    assert record.reason(0).startswith("Course ml101: Server alice (gpu)")
 
 
 def test_the_payer_survives_a_restart():

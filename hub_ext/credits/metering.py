@@ -191,11 +191,14 @@ class MeterRecord:
         return self.started_at + timedelta(seconds=self.interval * index)
 
     def reason(self, index: int) -> str:
-        """The debit's ``reason``: deterministic, so a replay has the same body."""
+        """The debit's ``reason``: deterministic, so a replay has the same body.  An
+        interval a course pays begins "Course ml101: Server alice ..." (the ledger's
+        history shows both)."""
         minutes = self.interval / 60
         span = f"{minutes:g} min" if minutes >= 1 else f"{self.interval:g} s"
+        paid = f"Course {self.course}: " if self.course_pays(index) else ""
         return (
-            f"Server {self.label} ({self.profile or 'default profile'}) at "
+            f"{paid}Server {self.label} ({self.profile or 'default profile'}) at "
             f"{self.credits_per_hour.normalize():f} credits/hour: {span} from "
             f"{self.interval_start(index).isoformat(timespec='seconds')}"
         )
