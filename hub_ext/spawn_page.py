@@ -178,7 +178,7 @@ class SpawnPage(LoggingConfigurable):
         gpus = self.gpus_now(snapshot, overrides)
         price = float(overrides.get("credits_per_hour", 0) or 0)
         why_not = gpus.refusal
-        if not why_not and gpus.count and gpus.waiting:
+        if not why_not and gpus.count and gpus.waiting and not self._goes_first(gpus):
             why_not = f"No GPU free: {gpus.waiting} member(s) already wait in line for it."
         cannot_pay = await self._hooks_why_not(price)
         payer, may_pay_self = self._hooks_who_pays(price)
@@ -198,6 +198,15 @@ class SpawnPage(LoggingConfigurable):
             if payer:
                 return payer, may_pay_self
         return "", False
+
+    def _goes_first(self, gpus) -> bool:
+        """Whether the member passes those waiting in line: their group's reservation
+        window is open (:meth:`Reservations.member_first`), so the card is not disabled
+        for the others' places."""
+        from .reservations.enforce import Reservations
+
+        return Reservations.initialized() and Reservations.instance().member_first(
+            self.user.name, gpus.kind if gpus.mig else "gpu")
 
     def _runs_until(self, gpus) -> str:
         """How long a start of these GPUs may run before a reservation of a group the
