@@ -178,12 +178,12 @@ class SpawnPage(LoggingConfigurable):
         gpus = self.gpus_now(snapshot, overrides)
         price = float(overrides.get("credits_per_hour", 0) or 0)
         why_not = gpus.refusal
-        if not why_not and gpus.count and gpus.waiting and not self._goes_first(gpus):
+        if not why_not and gpus.count and gpus.waiting and not self.goes_first(gpus):
             why_not = f"No GPU free: {gpus.waiting} member(s) already wait in line for it."
         cannot_pay = await self._hooks_why_not(price)
         payer, may_pay_self = self._hooks_who_pays(price)
         return {"payer": payer, "may_pay_self": may_pay_self,
-                "runs_until": self._runs_until(gpus) if gpus.count and not why_not else "",
+                "runs_until": self.runs_until(gpus) if gpus.count and not why_not else "",
                 "overrides": overrides, "gpus": gpus.count,
                 "mig_profile": gpus.kind if gpus.mig else None,
                 "gpu_type": "" if gpus.mig else gpus.kind,
@@ -199,31 +199,18 @@ class SpawnPage(LoggingConfigurable):
                 return payer, may_pay_self
         return "", False
 
-    def _goes_first(self, gpus) -> bool:
-        """Whether the member passes those waiting in line: their group's reservation
-        window is open (:meth:`Reservations.member_first`), so the card is not disabled
-        for the others' places."""
-        from .reservations.enforce import Reservations
+    def goes_first(self, gpus) -> bool:
+        """Optional seam: whether this member passes those waiting in line for ``gpus``
+        (a reservation's window of their group is open), so the card is not disabled
+        for the others' places.  Default: False."""
+        return False
 
-        return Reservations.initialized() and Reservations.instance().member_first(
-            self.user.name, gpus.kind if gpus.mig else "gpu")
-
-    def _runs_until(self, gpus) -> str:
-        """How long a start of these GPUs may run before a reservation of a group the
-        member is not in may stop it (:meth:`Reservations.next_stop`), or ``""``."""
-        from .culling_rules import duration
-        from .reservations.enforce import Reservations
-        from .reservations.policy import starts_text
-
-        if not Reservations.initialized():
-            return ""
-        rules = Reservations.instance()
-        window = rules.next_stop(self.user.name, gpus.kind if gpus.mig else "gpu")
-        if window is None:
-            return ""
-        left = (window.start - rules.now()).total_seconds()
-        return (f"{starts_text(window)}: a server started now may run until then (about "
-                f"{duration(left)}).")
+    def runs_until(self, gpus) -> str:
+        """Optional seam: how long a start of ``gpus`` may run before a reservation of a
+        group the member is not in may stop it ("1 GPU is reserved for ML101 from 14:00
+        UTC to 16:00 UTC: a server started now may run until then (about 40 min)."), or
+        ``""``.  Default: ``""``."""
+        return ""
 
     async def _hooks_why_not(self, credits_per_hour: float) -> str:
         """The first hook's reason why a profile of this price cannot start now, or ``""``."""

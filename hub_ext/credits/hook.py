@@ -47,7 +47,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tornado import web
-from traitlets import Bool, Callable, Dict, Float, Instance, default, validate
+from traitlets import Bool, Callable, Float, Instance, default, validate
 from traitlets.config import SingletonConfigurable
 
 from .. import metrics
@@ -151,14 +151,18 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         """,
     )
 
-    courses = Dict(
+    course_payer = Callable(
+        None,
+        allow_none=True,
         config=True,
-        help="""The courses whose account pays for their members' servers during their
-        reservations' windows: slug -> {"group", "account", "display_name"} (set from
-        GPUHUB_COURSES by hub_ext.courses.hubconfig; docs "Reserve GPUs for a course").
+        help="""Who pays instead of the member (the course budget): a function
+        ``(spawner, started) -> payer or None``; ``started`` False asks before any GPU is
+        taken (may a course pay?), True at the debit (does it, for the GPUs held?).  A
+        payer has ``slug``, ``display_name``, ``account`` and ``until`` (aware UTC: the
+        intervals beginning before it are the course's).  Set from GPUHUB_COURSES by
+        hub_ext.courses.hubconfig (hub_ext.reservations.budget); None: members pay.
 
-            c.CreditsHook.courses = {"ml101": {"group": "ml101", "account": "course-ml101",
-                                               "display_name": "ML101"}}
+            c.CreditsHook.course_payer = hub_ext.reservations.budget.CourseBudget(courses)
         """,
     )
 
@@ -232,7 +236,7 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
             username, server_name, getattr(spawner, "profile_slug", "") or "",
             self.now(), price, self.interval,
         )
-        payer = self.course_payer(spawner)
+        payer = self.paying_course(spawner)
         if payer is not None:
             record.course, record.course_account = payer.slug, payer.account
             record.paid_until = payer.until
@@ -264,18 +268,12 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         spawner.emit(40, f"Debited {record.amount} credits; your balance is {entry.balance}")
         await remember_balance(spawner.user, entry.balance, self.log)
 
-    def course_payer(self, spawner):
-        """The course that pays for this start (:func:`hub_ext.reservations.budget.course_payer`),
-        or None: the member pays.  Decided once per start, kept in the record."""
-        if not self.courses:
+    def paying_course(self, spawner):
+        """The course that pays for this start (``c.CreditsHook.course_payer``), or None:
+        the member pays.  Decided once per start, kept in the record."""
+        if self.course_payer is None:
             return None
-        from ..reservations.budget import course_payer
-        from ..reservations.enforce import Reservations
-
-        if not Reservations.initialized():
-            return None
-        return course_payer(Reservations.instance(),
-                            (spawner.user.name, spawner.name or ""), self.courses)
+        return self.course_payer(spawner, True)
 
     def who_pays(self, spawner, credits_per_hour: float) -> tuple[str, bool]:
         """The card's payer: the course during its window (the member may tick "Pay with my
@@ -289,18 +287,12 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
                 f"{payer.until:%H:%M} UTC", True)
 
     def course_may_pay(self, spawner):
-        """A course that may pay for this member's start now
-        (:func:`hub_ext.reservations.budget.may_pay`): the member's balance is then not
-        asked before the GPU is taken (the course's debit decides, and a member who chose
-        to pay themselves is asked at the debit)."""
-        if not self.courses:
+        """A course that may pay for this member's start now (``c.CreditsHook.course_payer``
+        asked before any GPU is taken): the member's balance is then not asked first (the
+        course's debit decides; a member who chose to pay themselves is asked there)."""
+        if self.course_payer is None:
             return None
-        from ..reservations.budget import may_pay
-        from ..reservations.enforce import Reservations
-
-        if not Reservations.initialized():
-            return None
-        return may_pay(Reservations.instance(), spawner.user.name, self.courses)
+        return self.course_payer(spawner, False)
 
     async def _debit_first(self, spawner, record: MeterRecord, payer=None):
         """The spawn's debit of interval 0: the ledger entry, or None when the API is down

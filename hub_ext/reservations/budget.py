@@ -18,7 +18,7 @@ from datetime import datetime
 
 from .policy import Holding, Window
 
-__all__ = ["CoursePayer", "course_payer", "inside_window", "may_pay"]
+__all__ = ["CourseBudget", "CoursePayer", "course_payer", "inside_window", "may_pay"]
 
 
 @dataclass(frozen=True)
@@ -93,3 +93,22 @@ def may_pay(rules, user: str, courses: Mapping[str, Mapping]) -> CoursePayer | N
                 return CoursePayer(slug, course.get("display_name") or slug,
                                    course["account"], window.end)
     return None
+
+
+class CourseBudget:
+    """``c.CreditsHook.course_payer``: ``(spawner, started) -> CoursePayer | None`` for
+    the courses ``courses`` (slug -> {"group", "account", "display_name"}), read from the
+    hub's :class:`hub_ext.reservations.enforce.Reservations`."""
+
+    def __init__(self, courses: Mapping[str, Mapping]):
+        self.courses = dict(courses)
+
+    def __call__(self, spawner, started: bool) -> CoursePayer | None:
+        from .enforce import Reservations
+
+        if not self.courses or not Reservations.initialized():
+            return None
+        rules = Reservations.instance()
+        if started:
+            return course_payer(rules, (spawner.user.name, spawner.name or ""), self.courses)
+        return may_pay(rules, spawner.user.name, self.courses)
