@@ -14,7 +14,9 @@ meter's id of the run (``server_id`` in the metadata of its ledger debits,
 ``line_wait_s`` is set when the start came from the line (:mod:`hub_ext.line`): the
 seconds the member waited for their turn.  ``job_id`` is the scheduler's id of the run's job
 (Slurm backend: the Slurm job id, which joins the run to Slurm's accounting, ``sacct``;
-None on the Docker backend).
+None on the Docker backend).  ``course`` is the slug of the course whose account paid for the
+run's first interval during its reservation's window (the course budget,
+:mod:`hub_ext.reservations.budget`); None when the member paid.
 
 Stop reasons: ``stopped`` (by the member, an admin or the API), ``idle`` (no activity,
 jupyterhub-idle-culler), ``idle_gpu`` (GPUs idle), ``max_age``, ``credits`` (credits ran
@@ -92,6 +94,8 @@ class ServerRun(Base):
     line_wait_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     #: the scheduler's job id (Slurm); None where the backend has no jobs (Docker)
     job_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    #: the course whose account paid (its reservation's window); None: the member paid
+    course: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     @property
     def gpus(self) -> int:
@@ -106,11 +110,12 @@ def naive_utc(when: datetime) -> datetime:
 
 
 def _add_columns(engine) -> None:
-    """A table made before the line (``line_wait_s``), the stop details (``stop_detail``)
-    or the job ids (``job_id``) existed lacks them: add them."""
+    """A table made before the line (``line_wait_s``), the stop details (``stop_detail``),
+    the job ids (``job_id``) or the course budget (``course``) existed lacks them: add
+    them."""
     columns = {c["name"] for c in inspect(engine).get_columns(ServerRun.__tablename__)}
     for name, kind in (("line_wait_s", "FLOAT"), ("stop_detail", f"VARCHAR({DETAIL_CHARS})"),
-                       ("job_id", "VARCHAR(64)")):
+                       ("job_id", "VARCHAR(64)"), ("course", "VARCHAR(64)")):
         if name not in columns:
             with engine.begin() as conn:
                 conn.execute(text(f"ALTER TABLE {ServerRun.__tablename__} "
@@ -125,9 +130,10 @@ def ensure_table(session: Session) -> None:
 def open_run(session: Session, *, username: str, server_name: str, profile: str,
              groups: list[str], devices: list[str], started_at: datetime,
              credits_run: str | None = None, line_wait: float | None = None,
-             job_id: str | None = None) -> int:
+             job_id: str | None = None, course: str | None = None) -> int:
     """Record that a run began; returns its id.  Commits.  ``line_wait``: seconds it
-    waited in line first (None: it started at once); ``job_id``: the scheduler's job id.
+    waited in line first (None: it started at once); ``job_id``: the scheduler's job id;
+    ``course``: the course that pays (None: the member).
 
     Idempotent: a second call for the same (user, server, start) returns the first row's id.
     """
@@ -135,7 +141,8 @@ def open_run(session: Session, *, username: str, server_name: str, profile: str,
     started = naive_utc(started_at)
     run = ServerRun(username=username, server_name=server_name, profile=profile,
                     groups=sorted(groups), devices=list(devices), started_at=started,
-                    credits_run=credits_run, line_wait_s=line_wait, job_id=job_id)
+                    credits_run=credits_run, line_wait_s=line_wait, job_id=job_id,
+                    course=course)
     session.add(run)
     try:
         session.commit()

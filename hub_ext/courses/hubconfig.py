@@ -25,6 +25,7 @@ Called by :func:`hub_ext.config.apply_config` after the login and the GPU board.
 
 from __future__ import annotations
 
+from ..reservations.budget import CourseBudget
 from .courses import Course, load_courses
 
 __all__ = ["GRANT_SCOPE", "ROLE_PREFIX", "apply_courses_config", "instructor_role"]
@@ -52,8 +53,9 @@ def instructor_role(course: Course) -> dict:
 def apply_courses_config(c, settings) -> None:
     """Load ``settings.courses_file``, give each course's instructors their role and the
     right to log in, define the grant scope and hand the courses to the grant endpoint
-    (``c.CourseGrants``).  Raises OSError or ValueError (naming the file, course and field)
-    for a file that cannot be read or is malformed."""
+    (``c.CourseGrants``) and to the credits hook (``c.CreditsHook.course_payer``: the
+    course budget, :mod:`hub_ext.reservations.budget`).  Raises OSError or ValueError
+    (naming the file, course and field) for a file that cannot be read or is malformed."""
     courses = load_courses(settings.courses_file)
     custom = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
     custom[GRANT_SCOPE] = {
@@ -64,6 +66,10 @@ def apply_courses_config(c, settings) -> None:
     c.CourseGrants.courses = {slug: {"group": course.group, "account": course.account,
                                      "display_name": course.display_name}
                               for slug, course in courses.items()}
+    # the course budget: a course's account pays during its reservations' windows
+    c.CreditsHook.course_payer = CourseBudget(c.CourseGrants.courses)
+    # the reservations' sentences name a course's group by the course's display_name
+    c.Reservations.labels = {course.group: course.display_name for course in courses.values()}
     if not courses:
         return
     if settings.credits and any(course.account for course in courses.values()):

@@ -55,8 +55,8 @@ class Affordability:
         refused there.  A free profile makes no API call.
         """
         price = as_decimal(spawner.credits_per_hour)
-        if price <= 0:
-            return
+        if price <= 0 or self.course_may_pay(spawner):
+            return  # the course's debit decides (CreditsHook.before_container)
         who = getattr(spawner, "_log_name", spawner.user.name)
         try:
             async with asyncio.timeout(self.spawn_timeout):  # a stop is never swallowed
@@ -80,6 +80,11 @@ class Affordability:
                              "below the first interval", who, _money(balance))
             raise web.HTTPError(402, refusal)
 
+    def course_may_pay(self, spawner):
+        """A course that may pay for this start (then the member's balance is not asked
+        before the GPU is taken), or None.  Default: none; the hook decides."""
+        return None
+
     def _cannot_pay(self, price: Decimal, balance: Decimal | None) -> str:
         """The sentence of :func:`too_little` when ``balance`` (None: no account) is below
         the first interval at ``price`` credits per hour, else ``""``."""
@@ -95,7 +100,7 @@ class Affordability:
         unknown balance is no reason here (the spawn itself decides, failing closed).
         """
         price = as_decimal(credits_per_hour)
-        if price <= 0:
+        if price <= 0 or self.course_may_pay(spawner):
             return ""
         account = await MemberAccount().credits(spawner.user)
         if account["status"] != "ok" or account["balance"] is None:

@@ -55,7 +55,7 @@ from ..common.clock import utcnow
 from ..common.notices import notices
 from ..spawn.hooks import PENDING, Hook
 from .account import remember_balance
-from .affordability import UNREACHABLE, Affordability, too_little
+from .affordability import UNREACHABLE, Affordability, _money, too_little
 from .client import CreditsClient
 from .errors import AccountNotFound, CreditsAuthError, CreditsError, InsufficientCredits
 from .meter import CreditsMeter, MeteredRun, written_ahead
@@ -64,7 +64,14 @@ from .unsettled import Owed, UnsettledStore
 from .voids import UNCERTAIN as _UNCERTAIN
 from .voids import Void
 
-__all__ = ["CreditsHook", "too_little", "utcnow"]
+__all__ = ["CreditsHook", "course_cannot_pay", "too_little", "utcnow"]
+
+
+def course_cannot_pay(course: str, balance: str, amount) -> str:
+    """What a member reads when the course's account cannot pay the first interval."""
+    return (f"{course}'s account cannot pay for this server: it has {balance} credits and "
+            f"the first interval costs {amount}. Tick \"Pay with my own "
+            "credits\" on the card to start it on your own balance, or ask your instructor.")
 
 
 class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
@@ -140,6 +147,21 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         """,
     )
 
+    course_payer = Callable(
+        None,
+        allow_none=True,
+        config=True,
+        help="""Who pays instead of the member (the course budget): a function
+        ``(spawner, started) -> payer or None``; ``started`` False asks before any GPU is
+        taken (may a course pay?), True at the debit (does it, for the GPUs held?).  A
+        payer has ``slug``, ``display_name``, ``account`` and ``until`` (aware UTC: the
+        intervals beginning before it are the course's).  Set from GPUHUB_COURSES by
+        hub_ext.courses.hubconfig (hub_ext.reservations.budget); None: members pay.
+
+            c.CreditsHook.course_payer = hub_ext.reservations.budget.CourseBudget(courses)
+        """,
+    )
+
     client = Instance(
         CreditsClient,
         help="The Credits API client; configured by c.CreditsClient.* (url, token, timeout).",
@@ -210,6 +232,12 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
             username, server_name, getattr(spawner, "profile_slug", "") or "",
             self.now(), price, self.interval,
         )
+        payer = self.paying_course(spawner)
+        if payer is not None:
+            record.course, record.course_account = payer.slug, payer.account
+            record.paid_until = payer.until
+            spawner.emit(25, f"Paid by {payer.display_name} during its reservation until "
+                         f"{payer.until:%H:%M} UTC")
         minutes = record.interval / 60
         span = f"{minutes:g} minutes" if minutes >= 1 else f"{record.interval:g} seconds"
         spawner.emit(30, f"Debiting {record.amount} credits for the first {span}")
@@ -221,7 +249,7 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         if persist is not None:
             persist()
         try:
-            entry = await self._debit_first(spawner, record)
+            entry = await self._debit_first(spawner, record, payer)
         except BaseException:
             spawner.hook_state.pop(self.name, None)
             raise
@@ -229,13 +257,64 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
             return
         record.debits[0] = entry.transaction_id
         self._track(spawner, record)
+        if record.course_pays(0):
+            spawner.emit(40, f"Debited {record.amount} credits from {payer.display_name}'s "
+                         "account")
+            return
         spawner.emit(40, f"Debited {record.amount} credits; your balance is {entry.balance}")
         await remember_balance(spawner.user, entry.balance, self.log)
 
-    async def _debit_first(self, spawner, record: MeterRecord):
+    def paying_course(self, spawner):
+        """The course that pays for this start (``c.CreditsHook.course_payer``), or None:
+        the member pays.  Decided once per start, kept in the record."""
+        if self.course_payer is None:
+            return None
+        return self.course_payer(spawner, True)
+
+    def who_pays(self, spawner, credits_per_hour: float) -> tuple[str, bool]:
+        """The card's payer: the course during its window (the member may tick "Pay with my
+        own credits" for when its account cannot pay), else the member."""
+        if as_decimal(credits_per_hour) <= 0:
+            return "", False
+        payer = self.course_may_pay(spawner)
+        if payer is None:
+            return "Paid by you", False
+        return (f"Paid by {payer.display_name} during its reservation until "
+                f"{payer.until:%H:%M} UTC", True)
+
+    def course_may_pay(self, spawner):
+        """A course that may pay for this member's start now (``c.CreditsHook.course_payer``
+        asked before any GPU is taken): the member's balance is then not asked first (the
+        course's debit decides; a member who chose to pay themselves is asked there)."""
+        if self.course_payer is None:
+            return None
+        return self.course_payer(spawner, False)
+
+    async def _debit_first(self, spawner, record: MeterRecord, payer=None):
         """The spawn's debit of interval 0: the ledger entry, or None when the API is down
         and ``fail_open`` lets the server start unpaid.  Raises the refusals of
-        :meth:`before_container`."""
+        :meth:`before_container`.  When the course's account cannot pay, the member pays
+        only if they chose so (``user_options["pay"] = "self"``); else 402 saying so."""
+        if payer is not None:
+            try:
+                async with asyncio.timeout(self.spawn_timeout):
+                    return await self._debit(record, 0)
+            except (InsufficientCredits, AccountNotFound) as e:
+                balance = _money(getattr(e, "balance", None))
+                self.log.warning("%s's account %s cannot pay interval 0 of %s (%s)",
+                                 payer.slug, payer.account, record.label, e)
+                if not getattr(spawner, "pay_self", False):
+                    metrics.SPAWNS_REFUSED.labels(reason="insufficient_credits").inc()
+                    raise web.HTTPError(402, course_cannot_pay(
+                        payer.display_name, balance, record.amount)) from None
+                record.course = record.course_account = record.paid_until = None
+                spawner.emit(30, f"{payer.display_name}'s account cannot pay; you pay, as "
+                             "you chose")
+            except asyncio.CancelledError:
+                self._void_later(spawner, record, "was stopped before it started")
+                raise
+            except (CreditsError, TimeoutError):
+                pass  # the member's own path below says what a member reads
         price = record.credits_per_hour
         try:
             # asyncio.timeout, not wait_for: under Python 3.11 wait_for returns the debit's

@@ -48,6 +48,13 @@ def written_ahead(state: dict) -> dict:
     return {k: v for k, v in state.items() if k != PENDING}
 
 
+def _whose(record: MeterRecord, now: datetime) -> str:
+    """ "Your credits", or "The course ml101's credits" when the course pays now."""
+    if record.course_pays(interval_index(record.started_at, now, record.interval)):
+        return f"The course {record.course}'s credits"
+    return "Your credits"
+
+
 @dataclass
 class MeteredRun:
     """One server run this hub process meters."""
@@ -126,11 +133,11 @@ class CreditsMeter:
 
     async def _debit(self, record: MeterRecord, index: int):
         entry = await self.client.debit(
-            record.username, record.amount, key=debit_key(record.server_id, index),
+            record.account(index), record.amount, key=debit_key(record.server_id, index),
             reason=record.reason(index), metadata=record.metadata(index),
         )
         self.log.info("Debited %s credits from %s for interval %d of %s (%s%s), balance %s",
-                      entry.amount, record.username, index, record.label,
+                      entry.amount, record.account(index), index, record.label,
                       entry.transaction_id, ", replay" if entry.replayed else "", entry.balance)
         return entry
 
@@ -170,7 +177,8 @@ class CreditsMeter:
                                index, record.label, e)
                 return True
             record.debits[index] = entry.transaction_id
-            await remember_balance(metered.user, entry.balance, self.log)
+            if not record.course_pays(index):
+                await remember_balance(metered.user, entry.balance, self.log)
             if record.refused_at is not None:
                 record.refused_at = record.refused_balance = None
                 notices().withdraw(record.username, record.server_name, self.name)
@@ -192,7 +200,7 @@ class CreditsMeter:
             if amount > 0:
                 try:
                     entry = await self.client.refund(
-                        record.username, debit_id, amount,
+                        record.account(index), debit_id, amount,
                         key=refund_key(record.server_id, index),
                         reason=f"Unused part of interval {index} of {record.label}",
                     )
@@ -206,9 +214,10 @@ class CreditsMeter:
                     amount = Decimal(0)
                 else:
                     self.log.info("Refunded %s credits to %s for %s (interval %d, %s), "
-                                  "balance %s", entry.amount, record.username, record.label,
-                                  index, entry.transaction_id, entry.balance)
-                    await remember_balance(metered.user, entry.balance, self.log)
+                                  "balance %s", entry.amount, record.account(index),
+                                  record.label, index, entry.transaction_id, entry.balance)
+                    if not record.course_pays(index):
+                        await remember_balance(metered.user, entry.balance, self.log)
             record.refunds[index] = amount
         return True
 
@@ -341,7 +350,7 @@ class CreditsMeter:
                 minutes = max(1, round((deadline - now).total_seconds() / 60))
                 notices().post(
                     record.username, record.server_name, self.name,
-                    f"Your credits ran out (balance {balance}): your {server} will be "
+                    f"{_whose(record, now)} ran out (balance {balance}): your {server} will be "
                     f"stopped in about {minutes} min unless credits are added.",
                 )
 
@@ -353,7 +362,8 @@ class CreditsMeter:
         metered.stopping = True
         notices().post(
             record.username, record.server_name, self.name,
-            f"Your {server} was stopped because your credits ran out (balance {balance}).",
+            f"Your {server} was stopped because {_whose(record, self.now()).lower()} ran "
+            f"out (balance {balance}).",
         )
         self.log.warning("Stopping %s: credits ran out (balance %s) and the grace period of "
                          "%gs is over", record.label, balance, self.grace_period)

@@ -143,6 +143,11 @@ class MeterRecord:
     refunds: dict[int, Decimal] = field(default_factory=dict)
     refused_at: datetime | None = None
     refused_balance: Decimal | None = None
+    #: the course that pays (issue 24's course budget): its slug, its Credits API account,
+    #: and the window's end; intervals beginning before ``paid_until`` are the course's
+    course: str | None = None
+    course_account: str | None = None
+    paid_until: datetime | None = None
 
     @classmethod
     def new(
@@ -173,27 +178,44 @@ class MeterRecord:
         """``user`` or ``user/server``, for logs and reasons."""
         return f"{self.username}/{self.server_name}" if self.server_name else self.username
 
+    def course_pays(self, index: int) -> bool:
+        """Whether interval ``index`` is the course's (it begins before the window's end)."""
+        return bool(self.course_account and self.paid_until is not None
+                    and self.interval_start(index) < self.paid_until)
+
+    def account(self, index: int) -> str:
+        """The Credits API account that pays interval ``index`` (and gets its refund)."""
+        return self.course_account if self.course_pays(index) else self.username
+
     def interval_start(self, index: int) -> datetime:
         return self.started_at + timedelta(seconds=self.interval * index)
 
     def reason(self, index: int) -> str:
-        """The debit's ``reason``: deterministic, so a replay has the same body."""
+        """The debit's ``reason``: deterministic, so a replay has the same body.  An
+        interval a course pays begins "Course ml101: Server alice ..." (the ledger's
+        history shows both)."""
         minutes = self.interval / 60
         span = f"{minutes:g} min" if minutes >= 1 else f"{self.interval:g} s"
+        paid = f"Course {self.course}: " if self.course_pays(index) else ""
         return (
-            f"Server {self.label} ({self.profile or 'default profile'}) at "
+            f"{paid}Server {self.label} ({self.profile or 'default profile'}) at "
             f"{self.credits_per_hour.normalize():f} credits/hour: {span} from "
             f"{self.interval_start(index).isoformat(timespec='seconds')}"
         )
 
     def metadata(self, index: int) -> dict[str, str]:
-        return {
+        """The debit's metadata; an interval the course pays names the member and the
+        course (``{"member": "alice", "course": "ml101"}``) so the ledger shows both."""
+        data = {
             "hub_user": self.username,
             "hub_server": self.server_name,
             "profile": self.profile,
             "server_id": self.server_id,
             "interval": str(index),
         }
+        if self.course_pays(index):
+            data.update(member=self.username, course=self.course or "")
+        return data
 
     def to_state(self) -> dict:
         """JSON-able form for spawner state; a new dict each call (never mutated later)."""
@@ -212,6 +234,9 @@ class MeterRecord:
             "refused_balance": (
                 None if self.refused_balance is None else str(self.refused_balance)
             ),
+            "course": self.course,
+            "course_account": self.course_account,
+            "paid_until": self.paid_until.isoformat() if self.paid_until else None,
         }
 
     @classmethod
@@ -222,6 +247,7 @@ class MeterRecord:
         try:
             refused_at = state.get("refused_at")
             refused_balance = state.get("refused_balance")
+            paid_until = state.get("paid_until")
             return cls(
                 username=state["username"],
                 server_name=state["server_name"],
@@ -234,6 +260,9 @@ class MeterRecord:
                 refunds={int(k): Decimal(v) for k, v in (state.get("refunds") or {}).items()},
                 refused_at=datetime.fromisoformat(refused_at) if refused_at else None,
                 refused_balance=None if refused_balance is None else Decimal(refused_balance),
+                course=state.get("course"),
+                course_account=state.get("course_account"),
+                paid_until=datetime.fromisoformat(paid_until) if paid_until else None,
             )
         except (KeyError, TypeError, ArithmeticError) as e:
             raise ValueError(f"malformed credits record: {e!r}") from e

@@ -39,7 +39,7 @@ async def refund_lost_debit(client: CreditsClient, void: Void, log: logging.Logg
     raises a :class:`CreditsError`."""
     record = void.record
     try:
-        page, _ = await client.transactions(record.username, limit=100)
+        page, _ = await client.transactions(record.account(0), limit=100)
     except AccountNotFound:
         return True
     except CreditsError as e:
@@ -49,7 +49,7 @@ async def refund_lost_debit(client: CreditsClient, void: Void, log: logging.Logg
         if (entry.kind == "debit" and entry.metadata.get("server_id") == record.server_id
                 and entry.metadata.get("interval") == "0"):
             try:
-                await client.refund(record.username, entry.transaction_id, entry.amount,
+                await client.refund(record.account(0), entry.transaction_id, entry.amount,
                                     key=refund_key(record.server_id, 0),
                                     reason=f"Spawn of {record.label} {void.why}")
             except UNCERTAIN:
@@ -57,6 +57,6 @@ async def refund_lost_debit(client: CreditsClient, void: Void, log: logging.Logg
             except CreditsError as e:
                 log.error("Refund of the lost debit %s failed: %s", entry.transaction_id, e)
             log.warning("Refunded %s credits to %s: the debit of a spawn that %s (%s)",
-                        entry.amount, record.username, void.why, entry.transaction_id)
+                        entry.amount, record.account(0), void.why, entry.transaction_id)
             return True
     return True

@@ -458,7 +458,8 @@ class Culler(Hook, SingletonConfigurable):
             devices=held_devices(spawner),
             started_at=watched.started_at, credits_run=_credits_run(spawner),
             line_wait=getattr(spawner, "line_wait", None),
-            job_id=getattr(spawner, "job_id", None) or None)
+            job_id=getattr(spawner, "job_id", None) or None,
+            course=_paying_course(spawner))
 
     def _db_write(self, spawner, write, *args, **kwargs):
         db = getattr(spawner, "db", None)
@@ -511,6 +512,15 @@ def _credits_run(spawner) -> str | None:
         return MeterRecord.from_state(state).server_id
     except ValueError:
         return None
+
+
+def _paying_course(spawner) -> str | None:
+    """The course whose account pays for this run (the credits hook's decision at its
+    start, :mod:`hub_ext.reservations.budget`), or None: the member pays."""
+    state = getattr(spawner, "hook_state", {}).get("credits")
+    if not isinstance(state, dict) or not state.get("course_account"):
+        return None
+    return state.get("course")
 
 
 def log_request(handler) -> None:

@@ -218,6 +218,25 @@ class LineSpawner(LoggingConfigurable):
                           f"{duration(left)} from now) and is stopped at the start if the "
                           "reservation needs its GPU.")
 
+    def goes_first(self, gpus) -> bool:
+        """The spawn page's seam: a member of an open window's group passes the line
+        (:meth:`Reservations.member_first`), so the card is not held back by it."""
+        return Reservations.initialized() and Reservations.instance().member_first(
+            self.user.name, gpus.kind if gpus.mig else "gpu")
+
+    def runs_until(self, gpus) -> str:
+        """The spawn page's seam: how long a start may run before another group's window
+        (:meth:`Reservations.next_stop`), or ``""``."""
+        if not Reservations.initialized():
+            return ""
+        rules = Reservations.instance()
+        window = rules.next_stop(self.user.name, gpus.kind if gpus.mig else "gpu")
+        if window is None:
+            return ""
+        left = (window.start - rules.now()).total_seconds()
+        return (f"{starts_text(window)}: a server started now may run until then (about "
+                f"{duration(left)}).")
+
     async def _check_may_queue(self, line, count: int) -> None:
         """The per-member GPU limit, counting the GPUs of the member's places too.  (That
         they can pay was asked before any reservation: ``check_hooks``.)"""

@@ -5,6 +5,7 @@
     gpuhub usage --since 2026-01-01 --by user
     gpuhub usage --since 2026-01-01 --until 2026-02-01 --by group --csv
     gpuhub usage --since 2026-01-01 --jobs      # one line per run (Slurm: with its job)
+    gpuhub usage --since 2026-01-01 --by course # runs a course's account paid for
 
 Two sources, joined by the credits meter's run id:
 
@@ -25,7 +26,10 @@ accounting, or ``GPUHUB_SLURM_ACCOUNTING=off``, the column shows ``-`` and stder
 (:mod:`hub_ext.line`), and *average wait* their mean wait in minutes (``-`` when none).
 
 A run counts for its user, and for each group its user was in when it started (so group
-rows can add up to more than the users').  Settings come from the hub's environment
+rows can add up to more than the users').  ``--by course`` counts the runs a course's
+account paid for (during its reservations' windows, the run record's ``course``), and
+their credits as that account's ledger has them (the intervals after a window, paid by
+the member, are not the course's).  Settings come from the hub's environment
 (``GPUHUB_STATE_DIR``, ``GPUHUB_DB_URL``, ``GPUHUB_CREDITS*``); with credits off, or a
 Credits API that does not answer (said on stderr, exit status 1), credits are ``-``.
 """
@@ -45,6 +49,9 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # SQLAlchemy is imported only when a report runs, not by ``gpuhub init``
     from ..common.runs import ServerRun
+
+#: the report's rows: per user, per group, per course (the runs its account paid for)
+BY = ("user", "group", "course")
 
 __all__ = ["UsageRow", "add_arguments", "credits_by_run", "gpu_seconds", "summarise", "usage"]
 
@@ -104,7 +111,8 @@ def credits_by_run(transactions: Iterable, since: datetime,
 def summarise(runs: Iterable[ServerRun], charged: dict[str, Decimal] | None, since: datetime,
               until: datetime, by: str, accounted: dict[int, float] | None = None
               ) -> list[UsageRow]:
-    """Rows per user (``by="user"``) or group (``by="group"``), sorted by name.
+    """Rows per user (``by="user"``), group (``by="group"``) or course (``by="course"``:
+    the runs whose record names it), sorted by name.
 
     ``charged`` is :func:`credits_by_run`'s result, or None when the ledger was not read;
     ``accounted`` maps a run id to its GPU-seconds in the period as Slurm's accounting
@@ -113,11 +121,14 @@ def summarise(runs: Iterable[ServerRun], charged: dict[str, Decimal] | None, sin
     """
     from ..common.runs import naive_utc
 
-    if by not in ("user", "group"):
-        raise ValueError(f"--by {by!r}: use 'user' or 'group'")
+    if by not in BY:
+        raise ValueError(f"--by {by!r}: use one of {', '.join(BY)}")
     rows: dict[str, UsageRow] = {}
     for run in runs:
-        names = [run.username] if by == "user" else (run.groups or ["(no group)"])
+        if by == "course":
+            names = [run.course] if run.course else []
+        else:
+            names = [run.username] if by == "user" else (run.groups or ["(no group)"])
         for name in names:
             row = rows.setdefault(name, UsageRow(
                 name, credits=None if charged is None else Decimal("0.00"),
@@ -151,8 +162,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="start of the period, YYYY-MM-DD (UTC) or an ISO 8601 time")
     parser.add_argument("--until", type=_date, default=None,
                         help="end of the period (default: now)")
-    parser.add_argument("--by", choices=("user", "group"), default="user",
-                        help="one row per user (default) or per group")
+    parser.add_argument("--by", choices=BY, default="user",
+                        help="one row per user (default), per group, or per course (the "
+                        "runs its account paid for)")
     parser.add_argument("--csv", action="store_true", help="CSV instead of a table")
     parser.add_argument("--jobs", action="store_true",
                         help="one line per run instead (Slurm: beside its job's accounting)")
@@ -256,6 +268,15 @@ def _print_jobs(runs: list[ServerRun], jobs: dict | None, since: datetime, until
     _table(head, lines, 4, as_csv, out)
 
 
+def _course_accounts(settings) -> dict[str, str]:
+    """slug -> the course's Credits API account, for the courses of ``GPUHUB_COURSES``
+    that have one."""
+    from .courses import load_courses
+
+    courses = load_courses(settings.courses_file)
+    return {slug: c.account for slug, c in courses.items() if c.account}
+
+
 def usage(args) -> int:
     """Run ``gpuhub usage``; returns the exit status (1 when the ledger could not be read)."""
     from sqlalchemy import create_engine
@@ -284,7 +305,9 @@ def usage(args) -> int:
     client = _credits_client(settings)
     if client is not None:
         try:
-            entries = asyncio.run(_ledger(client, (r.username for r in runs)))
+            accounts = (_course_accounts(settings).values() if args.by == "course"
+                        else (r.username for r in runs))
+            entries = asyncio.run(_ledger(client, accounts))
             charged = credits_by_run(entries, args.since, until)
         except CreditsError as e:
             print(f"gpuhub usage: the credits ledger cannot be read ({e}); credits are "

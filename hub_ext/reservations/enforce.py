@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta
 
-from traitlets import Callable, Float, default, validate
+from traitlets import Callable, Dict, Float, default, validate
 from traitlets.config import SingletonConfigurable
 
 from ..common.clock import utcnow
@@ -106,6 +106,16 @@ class Reservations(SingletonConfigurable):
         warning, start and end).
 
             c.Reservations.check_interval = 15
+        """,
+    )
+
+    labels = Dict(
+        config=True,
+        help="""How sentences name a reservation's group: group -> name people read (a
+        course's display_name; set from GPUHUB_COURSES by hub_ext.courses.hubconfig).
+        A group not named here is named as it is.
+
+            c.Reservations.labels = {"ml101": "ML101"}
         """,
     )
 
@@ -250,7 +260,8 @@ class Reservations(SingletonConfigurable):
 
         was = {(w.reservation, w.start) for w in self.open}
         specs = store.all_specs(self.db)
-        found = windows(specs, now, now + max(NOTICE_AHEAD, timedelta(seconds=self.warning)))
+        found = windows(specs, now, now + max(NOTICE_AHEAD, timedelta(seconds=self.warning)),
+                        label=lambda group: self.labels.get(group, group))
         self.open = open_at(found, now)
         self.soon = [w for w in found if 0 < (w.start - now).total_seconds() <= self.warning]
         self.ahead = found

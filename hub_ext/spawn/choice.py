@@ -59,6 +59,11 @@ def too_large(size: int, limit: int) -> str:
 
 
 
+#: ``user_options["pay"]``: "course" (the default: a course pays during its window, if
+#: it can) or "self" (when the course's account cannot pay, the member pays)
+PAY_CHOICES = ("course", "self")
+
+
 def wants_wait(value) -> bool:
     """``user_options["wait"]``: true, 1, "1", "true", "on", "yes" ask to wait in line for
     a GPU (:mod:`hub_ext.docker.spawner_line`); anything else does not."""
@@ -98,6 +103,9 @@ def guard_stored_options(limit: int, log: logging.Logger) -> None:
 
 class ProfileChoice(LoggingConfigurable):
     """The profile list, the member's ``user_options`` validated, the choice kept."""
+
+    #: ``user_options["pay"] == "self"``: pay personally when the course cannot (this start)
+    pay_self = False
 
     profile_list = Union(
         [List(), Callable()],
@@ -154,6 +162,8 @@ class ProfileChoice(LoggingConfigurable):
         wait_for = formdata.get("gpuhub_wait", [None])[0]
         if wait_for:  # the card's "Wait for a GPU" button
             profile, options["wait"] = wait_for, True
+        if formdata.get("gpuhub_pay", [None])[0]:  # the card's "Pay with my own credits"
+            options["pay"] = formdata["gpuhub_pay"][0]
         if profile is not None:
             options["profile"] = profile
             prefix = f"{profile}--"
@@ -192,10 +202,17 @@ class ProfileChoice(LoggingConfigurable):
             self._refuse(413, too_large(size, self.user_options_max_bytes))
         visible, everything = await self.get_profiles()
         options = self.user_options
-        self.wait_requested = False
+        self.wait_requested = self.pay_self = False
         if isinstance(options, dict) and "wait" in options:  # hub_ext.docker.spawner_line
             options = dict(options)
             self.wait_requested = wants_wait(options.pop("wait"))
+        if isinstance(options, dict) and "pay" in options:  # hub_ext.credits.hook
+            options = dict(options)
+            pay = options.pop("pay")
+            if pay not in PAY_CHOICES:
+                self._refuse(400, f"No such payer: {pay!r}. Options include: "
+                             + ", ".join(PAY_CHOICES))
+            self.pay_self = pay == "self"
         if not everything:
             self.profile_slug = self.profile_name = ""
             return

@@ -70,6 +70,13 @@ class Hook:
         profile and shows the sentence.  Default: ``""``."""
         return ""
 
+    def who_pays(self, spawner, credits_per_hour: float) -> tuple[str, bool]:
+        """Optional: for the spawn page's card, who pays for a profile of that price
+        ("Paid by ML101 during its reservation until 16:00 UTC", or ``""``: not this hook's
+        say) and whether the member may choose to pay personally instead.  Default:
+        ``("", False)``."""
+        return "", False
+
 
 def resolve_hooks(hooks, config) -> list:
     """``hooks`` (objects, or import strings of ``SingletonConfigurable`` classes) as

@@ -168,6 +168,9 @@ class SpawnPage(LoggingConfigurable):
                 "why_not": "" if available else card["why_not"],
                 "can_wait": not available and card["can_wait"],
                 "credits_per_hour": card["credits_per_hour"],
+                "payer": card["payer"],
+                "may_pay_self": card["may_pay_self"],
+                "runs_until": card["runs_until"],
                 "limits": limits_text(*self.limits_of(card["overrides"])),
                 "choices": choices,
                 "chosen": chosen,
@@ -183,15 +186,39 @@ class SpawnPage(LoggingConfigurable):
         gpus = self.gpus_now(snapshot, overrides)
         price = float(overrides.get("credits_per_hour", 0) or 0)
         why_not = gpus.refusal
-        if not why_not and gpus.count and gpus.waiting:
+        if not why_not and gpus.count and gpus.waiting and not self.goes_first(gpus):
             why_not = f"No GPU free: {gpus.waiting} member(s) already wait in line for it."
         cannot_pay = await self._hooks_why_not(price)
-        return {"overrides": overrides, "gpus": gpus.count,
+        payer, may_pay_self = self._hooks_who_pays(price)
+        return {"payer": payer, "may_pay_self": may_pay_self,
+                "runs_until": self.runs_until(gpus) if gpus.count and not why_not else "",
+                "overrides": overrides, "gpus": gpus.count,
                 "mig_profile": gpus.kind if gpus.mig else None,
                 "gpu_type": "" if gpus.mig else gpus.kind,
                 "free": gpus.free, "total": gpus.total, "simulated": gpus.simulated,
                 "credits_per_hour": price, "why_not": why_not or cannot_pay,
                 "can_wait": bool(why_not and gpus.can_wait and not cannot_pay)}
+
+    def _hooks_who_pays(self, credits_per_hour: float) -> tuple[str, bool]:
+        """The first hook's word on who pays for a profile of this price (``Hook.who_pays``)."""
+        for hook in self.hooks:
+            payer, may_pay_self = hook.who_pays(self, credits_per_hour)
+            if payer:
+                return payer, may_pay_self
+        return "", False
+
+    def goes_first(self, gpus) -> bool:
+        """Optional seam: whether this member passes those waiting in line for ``gpus``
+        (a reservation's window of their group is open), so the card is not disabled
+        for the others' places.  Default: False."""
+        return False
+
+    def runs_until(self, gpus) -> str:
+        """Optional seam: how long a start of ``gpus`` may run before a reservation of a
+        group the member is not in may stop it ("1 GPU is reserved for ML101 from 14:00
+        UTC to 16:00 UTC: a server started now may run until then (about 40 min)."), or
+        ``""``.  Default: ``""``."""
+        return ""
 
     async def _hooks_why_not(self, credits_per_hour: float) -> str:
         """The first hook's reason why a profile of this price cannot start now, or ``""``."""
