@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from hub_ext.admin import CLI_TOKEN_FILE
+from hub_ext.ops.board import CLI_TOKEN_FILE
 from tests.fixtures.hub import eventually
 from tests.fixtures.oidc import MEMBERS
 from tests.test_reservation_enforcement_hub import PROFILES, hhmm, last_run, node, spawn_ready

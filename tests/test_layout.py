@@ -27,7 +27,8 @@ LAYERS = (
     ("credits",),                            # the Credits API client, hook, meter, service
     ("login", "line"),                       # the authenticator; the line
     ("culling",),                            # what stops servers and says why
-    ("reservations", "courses"),             # windows for a group; courses and instructors
+    ("reservations",),                       # windows for a group, enforced; who pays in one
+    ("courses",),                            # courses: instructors' roles, grants, budget
     ("ops",),                                # the board, usage, deployment, site additions
     ("config",),                             # apply_config
     ("config_cli",),                         # `gpuhub config show|check`

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import pytest
 from playwright.async_api import expect
 
-from hub_ext.admin import CLI_TOKEN_FILE
+from hub_ext.ops.board import CLI_TOKEN_FILE
 from tests.browser.test_journey import card, log_in
 from tests.fixtures.oidc import MEMBERS
 from tests.test_reservation_enforcement_hub import PROFILES, hhmm, node

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 import pytest
 from playwright.async_api import expect
 
-from hub_ext.admin import CLI_TOKEN_FILE
+from hub_ext.ops.board import CLI_TOKEN_FILE
 from tests.browser.test_gpu_board import signed_in
 from tests.browser.test_journey import card
 from tests.fixtures.hub import eventually
