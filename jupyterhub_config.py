@@ -4,8 +4,8 @@
 import sys
 
 from hub_ext.config import Settings, apply_config
-from hub_ext.settings import SettingError
 from hub_ext.ops.site_config import load_site_config
+from hub_ext.settings import SettingError
 
 try:
     settings = Settings.from_env()

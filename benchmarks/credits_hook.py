@@ -74,20 +74,22 @@ class SpawnerStandIn:
     def persist_state(self) -> None:
         """As ``GPUDockerSpawner.persist_state``: the state into the row, committed."""
         if self.orm_spawner is not None:
-            self.orm_spawner.state = {"gpuhub_hooks": {"version": 1,
-                                                       "hooks": dict(self.hook_state)}}
+            self.orm_spawner.state = {
+                "gpuhub_hooks": {"version": 1, "hooks": dict(self.hook_state)}
+            }
             self.db.commit()
 
 
 def summary(label: str, seconds: list[float]) -> str:
     ms = sorted(s * 1000 for s in seconds)
     p95 = ms[min(len(ms) - 1, int(0.95 * len(ms)))]
-    return (f"{label:<38} n={len(ms):<4} median {statistics.median(ms):7.2f} ms   "
-            f"p95 {p95:7.2f} ms   max {ms[-1]:7.2f} ms")
+    return (
+        f"{label:<38} n={len(ms):<4} median {statistics.median(ms):7.2f} ms   "
+        f"p95 {p95:7.2f} ms   max {ms[-1]:7.2f} ms"
+    )
 
 
-async def run(url: str, hub_token: str, admin_token: str, spawns: int,
-              db) -> dict[str, list]:
+async def run(url: str, hub_token: str, admin_token: str, spawns: int, db) -> dict[str, list]:
     username = f"bench-{uuid.uuid4().hex[:8]}"
     async with CreditsClient(url=url, token=admin_token) as admin:
         await admin.grant(username, "100000.00", key=f"bench-grant-{username}")
@@ -126,10 +128,13 @@ def main() -> int:
         workdir = Path(tmp)
         engine = create_engine(f"sqlite:///{workdir / 'jupyterhub.sqlite'}")
         orm.Base.metadata.create_all(engine)
-        with running_credits_service(f"sqlite:///{workdir / 'credits.sqlite'}",
-                                     workdir) as service, Session(engine) as db:
-            times = asyncio.run(run(service.url, service.hub_token, service.admin_token,
-                                    args.spawns, db))
+        with (
+            running_credits_service(f"sqlite:///{workdir / 'credits.sqlite'}", workdir) as service,
+            Session(engine) as db,
+        ):
+            times = asyncio.run(
+                run(service.url, service.hub_token, service.admin_token, args.spawns, db)
+            )
         engine.dispose()
     paid = statistics.median(times["paid"]) * 1000
     print(summary("before_container, priced profile", times["paid"]))

@@ -44,8 +44,10 @@ import httpx
 from tests.fixtures.oidc import MEMBERS
 
 #: the hub's server limits during the rush (see the module doc)
-LIMITS = {"none": {"GPUHUB_CONCURRENT_SPAWN_LIMIT": "0", "GPUHUB_ACTIVE_SERVER_LIMIT": "0"},
-          "default": {}}
+LIMITS = {
+    "none": {"GPUHUB_CONCURRENT_SPAWN_LIMIT": "0", "GPUHUB_ACTIVE_SERVER_LIMIT": "0"},
+    "default": {},
+}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -88,9 +90,22 @@ def sampled(pid: int, out: Path | None):
         yield
         return
     exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    spy = subprocess.Popen([exe, "record", "--pid", str(pid), "--format", "raw",
-                            "--rate", "200", "--output", str(out)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    spy = subprocess.Popen(
+        [
+            exe,
+            "record",
+            "--pid",
+            str(pid),
+            "--format",
+            "raw",
+            "--rate",
+            "200",
+            "--output",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(1)  # py-spy attaches
     try:
         yield
@@ -119,8 +134,9 @@ async def anonymous(client: httpx.AsyncClient) -> float:
     return time.perf_counter() - tic
 
 
-async def run_hub(requests: int, gpus: int, db: str = "sqlite", limits: str = "none",
-                  profile: Path | None = None) -> dict:
+async def run_hub(
+    requests: int, gpus: int, db: str = "sqlite", limits: str = "none", profile: Path | None = None
+) -> dict:
     """The rush once; returns its figures (latencies in ms).  ``profile``: where to write
     py-spy's samples of the hub during the rush (see :func:`sampled`)."""
     import docker
@@ -128,23 +144,48 @@ async def run_hub(requests: int, gpus: int, db: str = "sqlite", limits: str = "n
     from tests.fixtures.hub import NOTEBOOK_IMAGE, Hub
     from tests.fixtures.oidc import running_provider
 
-    with tempfile.TemporaryDirectory() as tmp, \
-            running_provider(Path(tmp) / "oidc.log") as oidc, \
-            hub_database(db) as (db_env, db_label):
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        running_provider(Path(tmp) / "oidc.log") as oidc,
+        hub_database(db) as (db_env, db_label),
+    ):
         profiles = Path(tmp) / "profiles.json"
-        profiles.write_text(json.dumps([{"display_name": "gpu", "slug": "gpu", "gpus": 1,
-                                         "spawner_override": {"image": NOTEBOOK_IMAGE}}]))
-        hub = Hub(Path(tmp), {"GPUHUB_PROFILES": str(profiles), "GPUHUB_CREDITS": "off",
-                              "GPUHUB_GPUS": f"simulated:{gpus}",
-                              **LIMITS[limits], **db_env},
-                  extra_config="c.JupyterHub.log_level = 'INFO'\n", oidc=oidc)
+        profiles.write_text(
+            json.dumps(
+                [
+                    {
+                        "display_name": "gpu",
+                        "slug": "gpu",
+                        "gpus": 1,
+                        "spawner_override": {"image": NOTEBOOK_IMAGE},
+                    }
+                ]
+            )
+        )
+        hub = Hub(
+            Path(tmp),
+            {
+                "GPUHUB_PROFILES": str(profiles),
+                "GPUHUB_CREDITS": "off",
+                "GPUHUB_GPUS": f"simulated:{gpus}",
+                **LIMITS[limits],
+                **db_env,
+            },
+            extra_config="c.JupyterHub.log_level = 'INFO'\n",
+            oidc=oidc,
+        )
         client = docker.APIClient()
         try:
             await hub.start()
             users = [f"user{i}" for i in range(requests)]
             logins = asyncio.Semaphore(8)
-            browsers = dict(zip(users, await asyncio.gather(
-                *(member(hub, u, logins) for u in users)), strict=True))
+            browsers = dict(
+                zip(
+                    users,
+                    await asyncio.gather(*(member(hub, u, logins) for u in users)),
+                    strict=True,
+                )
+            )
 
             async def call(method: str, user: str, path: str, **kw):
                 tic = time.perf_counter()
@@ -154,18 +195,34 @@ async def run_hub(requests: int, gpus: int, db: str = "sqlite", limits: str = "n
             floor = await asyncio.gather(*(call("GET", u, "") for u in users))
             assert {code for code, _ in floor} == {200}, floor
             async with contextlib.AsyncExitStack() as stack:
-                clients = [await stack.enter_async_context(
-                    httpx.AsyncClient(base_url=hub.url, timeout=120)) for _ in users]
+                clients = [
+                    await stack.enter_async_context(
+                        httpx.AsyncClient(base_url=hub.url, timeout=120)
+                    )
+                    for _ in users
+                ]
                 transport = await asyncio.gather(*(anonymous(c) for c in clients))
             with sampled(hub.proc.pid, profile):
-                answers = dict(zip(users, await asyncio.gather(
-                    *(call("POST", u, "/server", json={"profile": "gpu"}) for u in users)),
-                    strict=True))
+                answers = dict(
+                    zip(
+                        users,
+                        await asyncio.gather(
+                            *(call("POST", u, "/server", json={"profile": "gpu"}) for u in users)
+                        ),
+                        strict=True,
+                    )
+                )
             started = [u for u, (code, _) in answers.items() if code in (201, 202)]
-            ends = dict(zip(started, await asyncio.gather(*(outcome(hub, u) for u in started)),
-                            strict=True))
-            held = [u for c in hub.containers(client) if c["State"] == "running"
-                    for u in c["Labels"]["io.gpuhub.devices"].split(",") if u]
+            ends = dict(
+                zip(started, await asyncio.gather(*(outcome(hub, u) for u in started)), strict=True)
+            )
+            held = [
+                u
+                for c in hub.containers(client)
+                if c["State"] == "running"
+                for u in c["Labels"]["io.gpuhub.devices"].split(",")
+                if u
+            ]
         finally:
             await hub.close(client)
     by_code: dict[int, list[float]] = {}
@@ -189,8 +246,9 @@ async def run_hub(requests: int, gpus: int, db: str = "sqlite", limits: str = "n
         "floor_p99_ms": 1000 * percentile([t for _, t in floor], 0.99),
         "transport_p50_ms": 1000 * statistics.median(transport),
         "transport_p99_ms": 1000 * percentile(transport, 0.99),
-        "grant_p50_ms": statistics.median([1000 * answers[u][1] for u, e in ends.items()
-                                           if e == "ready"] or [float("nan")]),
+        "grant_p50_ms": statistics.median(
+            [1000 * answers[u][1] for u, e in ends.items() if e == "ready"] or [float("nan")]
+        ),
     }
 
 
@@ -198,21 +256,37 @@ def report(result: dict, requests: int, gpus: int, limits: str) -> bool:
     """Print one run's figures; True when it passed (exactly ``gpus`` granted, none
     double-booked, no other answer)."""
     limit = "the hub's default server limits" if limits == "default" else "no server limits"
-    print(f"through a real hub on {result['db']}: {requests} concurrent spawn requests, "
-          f"{gpus} simulated GPUs, {limit}")
-    print(f"  granted              : {result['granted']} (answer p50 "
-          f"{result['grant_p50_ms']:.0f} ms); GPUs held by running containers "
-          f"{result['held']}, double-booked {result['double_booked']}")
-    print(f"  refused              : {result['refused_pool']} by the pool (409), "
-          f"{result['refused_limits']} by the server limits (429), {result['late_refused']} "
-          f"after a 202; other answers: {result['other'] or 'none'}"
-          + (f"; {result['not_ready']} never ready" if result["not_ready"] else ""))
-    print(f"  refusal HTTP latency : p50 {result['refusal_p50_ms']:.0f} ms, "
-          f"p99 {result['refusal_p99_ms']:.0f} ms, max {result['refusal_max_ms']:.0f} ms "
-          f"(target p99 < 500 ms)")
-    print(f"  the same rush of GET /hub/api/users/<name> (JupyterHub's own request handling): "
-          f"p50 {result['floor_p50_ms']:.0f} ms, p99 {result['floor_p99_ms']:.0f} ms")
-    print(f"  the same rush of GET /hub/api/ without a login (proxy, tornado, client): "
-          f"p50 {result['transport_p50_ms']:.0f} ms, p99 {result['transport_p99_ms']:.0f} ms")
-    return (result["granted"] == gpus and not result["double_booked"]
-            and not result["other"] and not result["not_ready"])
+    print(
+        f"through a real hub on {result['db']}: {requests} concurrent spawn requests, "
+        f"{gpus} simulated GPUs, {limit}"
+    )
+    print(
+        f"  granted              : {result['granted']} (answer p50 "
+        f"{result['grant_p50_ms']:.0f} ms); GPUs held by running containers "
+        f"{result['held']}, double-booked {result['double_booked']}"
+    )
+    print(
+        f"  refused              : {result['refused_pool']} by the pool (409), "
+        f"{result['refused_limits']} by the server limits (429), {result['late_refused']} "
+        f"after a 202; other answers: {result['other'] or 'none'}"
+        + (f"; {result['not_ready']} never ready" if result["not_ready"] else "")
+    )
+    print(
+        f"  refusal HTTP latency : p50 {result['refusal_p50_ms']:.0f} ms, "
+        f"p99 {result['refusal_p99_ms']:.0f} ms, max {result['refusal_max_ms']:.0f} ms "
+        f"(target p99 < 500 ms)"
+    )
+    print(
+        f"  the same rush of GET /hub/api/users/<name> (JupyterHub's own request handling): "
+        f"p50 {result['floor_p50_ms']:.0f} ms, p99 {result['floor_p99_ms']:.0f} ms"
+    )
+    print(
+        f"  the same rush of GET /hub/api/ without a login (proxy, tornado, client): "
+        f"p50 {result['transport_p50_ms']:.0f} ms, p99 {result['transport_p99_ms']:.0f} ms"
+    )
+    return (
+        result["granted"] == gpus
+        and not result["double_booked"]
+        and not result["other"]
+        and not result["not_ready"]
+    )

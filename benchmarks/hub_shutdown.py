@@ -44,8 +44,12 @@ from tests.fixtures.oidc import running_provider  # noqa: E402
 MEMBERS = ("alice", "bob")
 #: The demo's settings that differ from the harness's hub (scripts/demo.sh); every
 #: GPUHUB_CREDITS_* of the caller's environment is cleared, so the hub runs its own service.
-DEMO_ENV = {"GPUHUB_INITIAL_CREDITS": "10", "GPUHUB_GPUS": "simulated:2",
-            "GPUHUB_DOCKER_NETWORK": "host", "GPUHUB_PROFILES": ""}
+DEMO_ENV = {
+    "GPUHUB_INITIAL_CREDITS": "10",
+    "GPUHUB_GPUS": "simulated:2",
+    "GPUHUB_DOCKER_NETWORK": "host",
+    "GPUHUB_PROFILES": "",
+}
 
 #: The hub's log lines that begin a phase of its shutdown, in order (jupyterhub/app.py
 #: cleanup(), jupyterhub/services/service.py stop(), hub_ext/common/periodic.py).
@@ -76,11 +80,13 @@ def phases(log: str, exited_at: float) -> list[tuple[float, float, str, str]]:
         for marker, name in PHASES:
             if marker in line and not any(n == name for _, n, _ in found):
                 when = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S.%f").timestamp()
-                found.append((when, name, line[stamp.end():].strip()[:90]))
+                found.append((when, name, line[stamp.end() :].strip()[:90]))
     found.append((exited_at, "process gone", ""))
     first = found[0][0]
-    return [(at - first, (found[i + 1][0] - at) if i + 1 < len(found) else 0.0, name, text)
-            for i, (at, name, text) in enumerate(found)]
+    return [
+        (at - first, (found[i + 1][0] - at) if i + 1 < len(found) else 0.0, name, text)
+        for i, (at, name, text) in enumerate(found)
+    ]
 
 
 async def one_shutdown(hub: Hub) -> tuple[float, float]:
@@ -94,8 +100,7 @@ async def one_shutdown(hub: Hub) -> tuple[float, float]:
 
 async def main(runs: int, after_kill: bool, sigint_default: bool) -> None:
     env = {**{k: "" for k in os.environ if k.startswith("GPUHUB_CREDITS")}, **DEMO_ENV}
-    with tempfile.TemporaryDirectory() as tmp, \
-            running_provider(Path(tmp) / "oidc.log") as oidc:
+    with tempfile.TemporaryDirectory() as tmp, running_provider(Path(tmp) / "oidc.log") as oidc:
         hub = Hub(Path(tmp), env, oidc=oidc, sigint_ignored=not sigint_default)
         await hub.start()
         seconds = []
@@ -118,14 +123,20 @@ async def main(runs: int, after_kill: bool, sigint_default: bool) -> None:
                 for name in MEMBERS:
                     assert await hub.running(name), f"{name}'s server did not survive"
             print(f"machine: {load}")
-            print(f"started as {'from a terminal' if sigint_default else 'scripts/demo.sh &'}"
-                  f"; {len(MEMBERS)} members' PyTorch servers running")
-            print(f"SIGTERM to exit : median {statistics.median(seconds):.2f} s  "
-                  f"runs {[round(s, 2) for s in seconds]}  (target < 5 s)")
+            print(
+                f"started as {'from a terminal' if sigint_default else 'scripts/demo.sh &'}"
+                f"; {len(MEMBERS)} members' PyTorch servers running"
+            )
+            print(
+                f"SIGTERM to exit : median {statistics.median(seconds):.2f} s  "
+                f"runs {[round(s, 2) for s in seconds]}  (target < 5 s)"
+            )
             print("last run: at (s after the signal)  took (s)  phase")
             for at, took, name, text in phases(log, exited_at):
-                print(f"  {at:6.2f}  {took:6.2f}  {name}"
-                      + (f"\n                  {text}" if text else ""))
+                print(
+                    f"  {at:6.2f}  {took:6.2f}  {name}"
+                    + (f"\n                  {text}" if text else "")
+                )
         finally:
             if hub.proc.poll() is None:  # however long it takes (Hub.close waits 30 s)
                 await one_shutdown(hub)
@@ -136,7 +147,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--after-kill", action="store_true")
-    parser.add_argument("--sigint-default", action="store_true",
-                        help="start the hub with SIGINT at its default (as from a terminal)")
+    parser.add_argument(
+        "--sigint-default",
+        action="store_true",
+        help="start the hub with SIGINT at its default (as from a terminal)",
+    )
     args = parser.parse_args()
     asyncio.run(main(args.runs, args.after_kill, args.sigint_default))

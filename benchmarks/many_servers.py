@@ -53,8 +53,8 @@ from benchmarks.spawn_latency import hub_refusal, hub_spawn  # noqa: E402
 from tests.fixtures.hub import Hub  # noqa: E402
 from tests.fixtures.oidc import running_provider  # noqa: E402
 
-MIB = 1024 ** 2
-HEADROOM = 2 * 1024 ** 3  # bytes of memory left free
+MIB = 1024**2
+HEADROOM = 2 * 1024**3  # bytes of memory left free
 
 
 def container_memory(client: docker.APIClient, container: str) -> int:
@@ -94,20 +94,27 @@ async def measure(hub: Hub, runs: int) -> dict:
         parts.append(where["hub"])
         await hub.stop_server("probe")
     refusals = [await hub_refusal(hub, "refused") for _ in range(runs * 5)]
-    return {"spawn": statistics.median(spawns), "spawns": spawns,
-            "hub": statistics.median(parts), "hubs": parts,
-            "refusal": statistics.median(refusals), "refusals": refusals}
+    return {
+        "spawn": statistics.median(spawns),
+        "spawns": spawns,
+        "hub": statistics.median(parts),
+        "hubs": parts,
+        "refusal": statistics.median(refusals),
+        "refusals": refusals,
+    }
 
 
 def containers_cpu(ids: list[str]) -> float:
     """CPU seconds the containers ``ids`` used so far (cgroup v1 ``cpuacct.usage``)."""
-    return sum(int(Path(f"/sys/fs/cgroup/cpuacct/docker/{i}/cpuacct.usage").read_text())
-               for i in ids) / 1e9
+    return (
+        sum(int(Path(f"/sys/fs/cgroup/cpuacct/docker/{i}/cpuacct.usage").read_text()) for i in ids)
+        / 1e9
+    )
 
 
 async def start_servers(hub: Hub, names: list[str], at_once: int = 5) -> None:
     for i in range(0, len(names), at_once):
-        batch = names[i:i + at_once]
+        batch = names[i : i + at_once]
         answers = await asyncio.gather(*(hub.spawn(n, {"profile": "cpu"}) for n in batch))
         for name, r in zip(batch, answers, strict=True):
             assert r.status_code in (201, 202), (name, r.text)
@@ -116,22 +123,38 @@ async def start_servers(hub: Hub, names: list[str], at_once: int = 5) -> None:
 
 async def main(servers: int, runs: int, image: str, idle: float) -> None:
     client = docker.APIClient(timeout=120)
-    with tempfile.TemporaryDirectory() as tmp, \
-            running_provider(Path(tmp) / "oidc.log") as oidc:
+    with tempfile.TemporaryDirectory() as tmp, running_provider(Path(tmp) / "oidc.log") as oidc:
         profiles = Path(tmp) / "profiles.json"
-        profiles.write_text(json.dumps([
-            {"display_name": "cpu", "slug": "cpu", "spawner_override": {"image": image}},
-            {"display_name": "gpu", "slug": "gpu", "gpus": 1,
-             "spawner_override": {"image": image}}]))
-        hub = Hub(Path(tmp), {"GPUHUB_PROFILES": str(profiles), "GPUHUB_CREDITS": "off",
-                              "GPUHUB_GPUS": "simulated:1",
-                              "GPUHUB_ACTIVE_SERVER_LIMIT": str(servers + 10)},
-                  extra_config="c.JupyterHub.log_level = 'INFO'\n", oidc=oidc)
+        profiles.write_text(
+            json.dumps(
+                [
+                    {"display_name": "cpu", "slug": "cpu", "spawner_override": {"image": image}},
+                    {
+                        "display_name": "gpu",
+                        "slug": "gpu",
+                        "gpus": 1,
+                        "spawner_override": {"image": image},
+                    },
+                ]
+            )
+        )
+        hub = Hub(
+            Path(tmp),
+            {
+                "GPUHUB_PROFILES": str(profiles),
+                "GPUHUB_CREDITS": "off",
+                "GPUHUB_GPUS": "simulated:1",
+                "GPUHUB_ACTIVE_SERVER_LIMIT": str(servers + 10),
+            },
+            extra_config="c.JupyterHub.log_level = 'INFO'\n",
+            oidc=oidc,
+        )
         members = [f"m{i:03d}" for i in range(servers)]
         try:
             await hub.start()
-            r = await hub.api("POST", "/users",
-                              json={"usernames": ["holder", "probe", "refused", *members]})
+            r = await hub.api(
+                "POST", "/users", json={"usernames": ["holder", "probe", "refused", *members]}
+            )
             assert r.status_code == 201, r.text
             r = await hub.spawn("holder", {"profile": "gpu"})
             assert r.status_code in (201, 202), r.text
@@ -140,15 +163,21 @@ async def main(servers: int, runs: int, image: str, idle: float) -> None:
             before = await measure(hub, runs)
 
             await start_servers(hub, members[:5])
-            first = [container_memory(client, c["Id"]) for c in hub.containers(client)
-                     if c["Labels"].get("io.gpuhub.user") in members[:5]]
+            first = [
+                container_memory(client, c["Id"])
+                for c in hub.containers(client)
+                if c["Labels"].get("io.gpuhub.user") in members[:5]
+            ]
             need = statistics.mean(first) * (servers - 5)
             if need + HEADROOM > available_memory():
-                sys.exit(f"{servers} servers do not fit: {statistics.mean(first) / MIB:.0f} MiB "
-                         f"each, {available_memory() / MIB:.0f} MiB available")
+                sys.exit(
+                    f"{servers} servers do not fit: {statistics.mean(first) / MIB:.0f} MiB "
+                    f"each, {available_memory() / MIB:.0f} MiB available"
+                )
             await start_servers(hub, members[5:])
-            running = [c for c in hub.containers(client)
-                       if c["Labels"].get("io.gpuhub.user") in members]
+            running = [
+                c for c in hub.containers(client) if c["Labels"].get("io.gpuhub.user") in members
+            ]
             assert len(running) == servers, len(running)
             memory = [container_memory(client, c["Id"]) for c in running]
             ids = [c["Id"] for c in running]
@@ -157,30 +186,42 @@ async def main(servers: int, runs: int, image: str, idle: float) -> None:
             servers_cpu = (containers_cpu(ids) - servers_cpu) / idle
             full = await measure(hub, runs)
             for i in range(0, servers, 10):  # and empty again: the machine's load drifts
-                await asyncio.gather(*(hub.stop_server(n) for n in members[i:i + 10]))
+                await asyncio.gather(*(hub.stop_server(n) for n in members[i : i + 10]))
             again = await measure(hub, runs)
-            empty = {key: statistics.median(before[key + "s"] + again[key + "s"])
-                     for key in ("spawn", "hub", "refusal")}
+            empty = {
+                key: statistics.median(before[key + "s"] + again[key + "s"])
+                for key in ("spawn", "hub", "refusal")
+            }
         finally:
             await hub.close(client)
-    print(f"{servers} running CPU servers ({image}) on one hub; {runs} spawns and "
-          f"{runs * 5} refusals per phase; load average "
-          f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}, {os.cpu_count()} cores")
-    for what, key, unit in (("spawn-to-ready of a CPU server", "spawn", "s"),
-                            ("  of it the hub's own work", "hub", "s"),
-                            ("GPU refusal (POST until the 409)", "refusal", "ms")):
+    print(
+        f"{servers} running CPU servers ({image}) on one hub; {runs} spawns and "
+        f"{runs * 5} refusals per phase; load average "
+        f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}, {os.cpu_count()} cores"
+    )
+    for what, key, unit in (
+        ("spawn-to-ready of a CPU server", "spawn", "s"),
+        ("  of it the hub's own work", "hub", "s"),
+        ("GPU refusal (POST until the 409)", "refusal", "ms"),
+    ):
         scale = 1000 if unit == "ms" else 1
         ratio = full[key] / empty[key]
-        print(f"  {what}: empty hub {empty[key] * scale:.3f} {unit} (before "
-              f"{statistics.median(before[key + 's']) * scale:.3f}, after "
-              f"{statistics.median(again[key + 's']) * scale:.3f}), with {servers} servers "
-              f"{full[key] * scale:.3f} {unit}: {ratio:.2f}x (target <= 1.2: "
-              f"{'met' if ratio <= 1.2 else 'NOT met'})")
-    print(f"  memory per server: median {statistics.median(memory) / MIB:.0f} MiB, "
-          f"max {max(memory) / MIB:.0f} MiB, all {servers}: {sum(memory) / MIB:.0f} MiB")
-    print(f"  the hub's own CPU while idle with {servers} servers: {100 * hub_cpu:.1f}% of "
-          f"one core over {idle:.0f} s; the {servers} servers together "
-          f"{100 * servers_cpu:.1f}%")
+        print(
+            f"  {what}: empty hub {empty[key] * scale:.3f} {unit} (before "
+            f"{statistics.median(before[key + 's']) * scale:.3f}, after "
+            f"{statistics.median(again[key + 's']) * scale:.3f}), with {servers} servers "
+            f"{full[key] * scale:.3f} {unit}: {ratio:.2f}x (target <= 1.2: "
+            f"{'met' if ratio <= 1.2 else 'NOT met'})"
+        )
+    print(
+        f"  memory per server: median {statistics.median(memory) / MIB:.0f} MiB, "
+        f"max {max(memory) / MIB:.0f} MiB, all {servers}: {sum(memory) / MIB:.0f} MiB"
+    )
+    print(
+        f"  the hub's own CPU while idle with {servers} servers: {100 * hub_cpu:.1f}% of "
+        f"one core over {idle:.0f} s; the {servers} servers together "
+        f"{100 * servers_cpu:.1f}%"
+    )
 
 
 if __name__ == "__main__":
@@ -188,7 +229,8 @@ if __name__ == "__main__":
     parser.add_argument("--servers", type=int, default=50)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--image", default="gpuhub/base:latest")
-    parser.add_argument("--idle", type=float, default=30.0,
-                        help="seconds over which the hub's idle CPU is measured")
+    parser.add_argument(
+        "--idle", type=float, default=30.0, help="seconds over which the hub's idle CPU is measured"
+    )
     args = parser.parse_args()
     asyncio.run(main(args.servers, args.runs, args.image, args.idle))

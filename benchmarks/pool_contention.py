@@ -43,10 +43,20 @@ sys.path.insert(0, str(REPO))
 
 
 def build_standin(out: Path) -> Path:
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wl,-soname,libnvidia-ml.so.1", "-o",
-                    str(out / "libnvidia-ml.so.1"),
-                    str(REPO / "tests" / "nvml_standin" / "libnvidia-ml.c"), "-lpthread"],
-                   check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-Wl,-soname,libnvidia-ml.so.1",
+            "-o",
+            str(out / "libnvidia-ml.so.1"),
+            str(REPO / "tests" / "nvml_standin" / "libnvidia-ml.c"),
+            "-lpthread",
+        ],
+        check=True,
+    )
     return out
 
 
@@ -99,17 +109,35 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--nvml", action="store_true")
-    parser.add_argument("--driver", action="store_true",
-                        help="the machine's own NVIDIA driver instead of a simulated node")
-    parser.add_argument("--hub", action="store_true",
-                        help="through a real hub and proxy (HTTP latency of the refusals)")
-    parser.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both",
-                        help="the hub's database with --hub")
-    parser.add_argument("--limits", choices=("none", "default"), default="none",
-                        help="with --hub: the hub's server limits off, or its defaults")
-    parser.add_argument("--profile", type=Path, metavar="OUT",
-                        help="with --hub: py-spy samples of the hub during the rush, as "
-                             "collapsed stacks in OUT.sqlite.txt and OUT.postgres.txt")
+    parser.add_argument(
+        "--driver",
+        action="store_true",
+        help="the machine's own NVIDIA driver instead of a simulated node",
+    )
+    parser.add_argument(
+        "--hub",
+        action="store_true",
+        help="through a real hub and proxy (HTTP latency of the refusals)",
+    )
+    parser.add_argument(
+        "--db",
+        choices=("sqlite", "postgres", "both"),
+        default="both",
+        help="the hub's database with --hub",
+    )
+    parser.add_argument(
+        "--limits",
+        choices=("none", "default"),
+        default="none",
+        help="with --hub: the hub's server limits off, or its defaults",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="OUT",
+        help="with --hub: py-spy samples of the hub during the rush, as "
+        "collapsed stacks in OUT.sqlite.txt and OUT.postgres.txt",
+    )
     args = parser.parse_args()
     if args.hub:
         from benchmarks.hub_rush import report, run_hub
@@ -117,14 +145,16 @@ def main() -> None:
         passed = True
         for db in ("sqlite", "postgres") if args.db == "both" else (args.db,):
             profile = args.profile and args.profile.with_suffix(f".{db}.txt")
-            result = asyncio.run(run_hub(args.requests, args.gpus, db, args.limits,
-                                         profile))
+            result = asyncio.run(run_hub(args.requests, args.gpus, db, args.limits, profile))
             passed &= report(result, args.requests, args.gpus, args.limits)
         if not passed:
             sys.exit("FAIL: wrong number of grants, a double booking or another answer")
         return
-    doc = {"devices": [{"uuid": f"GPU-bench-{i:04d}", "memory_total_mib": 16384}
-                       for i in range(args.gpus)]}
+    doc = {
+        "devices": [
+            {"uuid": f"GPU-bench-{i:04d}", "memory_total_mib": 16384} for i in range(args.gpus)
+        ]
+    }
     with tempfile.TemporaryDirectory() as tmp:
         node = Path(tmp) / "node.json"
         node.write_text(json.dumps(doc))
@@ -137,8 +167,11 @@ def main() -> None:
             from hub_ext.docker.nvml import NVMLInventory
 
             inventory = NVMLInventory()
-            label = ("this machine's NVIDIA driver via pynvml" if args.driver
-                     else "NVML stand-in via pynvml")
+            label = (
+                "this machine's NVIDIA driver via pynvml"
+                if args.driver
+                else "NVML stand-in via pynvml"
+            )
         else:
             from hub_ext.docker.inventory import SimulatedInventory
 
@@ -146,10 +179,11 @@ def main() -> None:
         result = asyncio.run(run(args.requests, args.gpus, inventory))
     print(f"inventory            : {label}")
     print(f"requests / free GPUs : {args.requests} / {result['free']}")
-    print(f"granted              : {result['granted']}  (double-booked: "
-          f"{result['double_booked']})")
-    print(f"refusal latency      : p50 {result['refusal_p50_ms']:.2f} ms, "
-          f"p99 {result['refusal_p99_ms']:.2f} ms  (target p99 < 50 ms)")
+    print(f"granted              : {result['granted']}  (double-booked: {result['double_booked']})")
+    print(
+        f"refusal latency      : p50 {result['refusal_p50_ms']:.2f} ms, "
+        f"p99 {result['refusal_p99_ms']:.2f} ms  (target p99 < 50 ms)"
+    )
     print(f"longest loop stall   : {result['max_loop_stall_ms']:.2f} ms  (target < 10 ms)")
     expected = result["free"] if args.driver else args.gpus
     if result["granted"] != expected or result["double_booked"]:

@@ -85,8 +85,14 @@ async def run(waiting: int, gpus: int, releases: int, db_path: Path) -> dict:
     for key in holders:
         pool.take(pool._devices, key, 1)
     for i in range(waiting):
-        await line.join(ServerKey(f"member{i:03d}"), profile="pytorch", profile_name="PyTorch",
-                  units="gpu", count=1, user_options={"profile": "pytorch"})
+        await line.join(
+            ServerKey(f"member{i:03d}"),
+            profile="pytorch",
+            profile_name="PyTorch",
+            units="gpu",
+            count=1,
+            user_options={"profile": "pytorch"},
+        )
     order = line.ordered_keys()
 
     released_at: dict[ServerKey, float] = {}
@@ -99,9 +105,15 @@ async def run(waiting: int, gpus: int, releases: int, db_path: Path) -> dict:
         allocation = await line.wait_turn(key, lambda place: updates.append(place["sentence"]))
         granted = time.perf_counter()
         freed = released_at.pop(allocation.uuids[0])
-        container = await loop.run_in_executor(None, lambda: client.create_container(
-            IMAGE, command=["true"], name=f"{prefix}-{key.user}",
-            labels={"io.gpuhub.benchmark": prefix}))
+        container = await loop.run_in_executor(
+            None,
+            lambda: client.create_container(
+                IMAGE,
+                command=["true"],
+                name=f"{prefix}-{key.user}",
+                labels={"io.gpuhub.benchmark": prefix},
+            ),
+        )
         done = time.perf_counter()
         line.forget(key)
         created.append(container["Id"])
@@ -158,23 +170,35 @@ def main() -> int:
     parser.add_argument("--releases", type=int, default=40)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        result = asyncio.run(run(args.waiting, args.gpus, args.releases,
-                                 Path(tmp) / "jupyterhub.sqlite"))
+        result = asyncio.run(
+            run(args.waiting, args.gpus, args.releases, Path(tmp) / "jupyterhub.sqlite")
+        )
     grant, created = result["grant_ms"], result["created_ms"]
     print(f"{args.waiting} waiting, {args.gpus} GPUs, {args.releases} releases")
-    print(f"first come, first served: {result['fcfs']}; double-booked: "
-          f"{result['double_booked']}")
-    print(f"release -> grant            : median {statistics.median(grant):7.2f} ms, "
-          f"p99 {percentile(grant, 0.99):7.2f} ms")
-    print(f"release -> container created: median {statistics.median(created):7.2f} ms, "
-          f"p99 {percentile(created, 0.99):7.2f} ms  (target < 100 ms)")
-    print(f"longest loop stall          : {result['max_loop_stall_ms']:7.2f} ms  "
-          "(target < 10 ms; wall time, other processes included)")
-    print(f"longest loop CPU stretch    : {result['max_loop_busy_ms']:7.2f} ms  "
-          "(the hub's own work between two ticks)")
+    print(f"first come, first served: {result['fcfs']}; double-booked: {result['double_booked']}")
+    print(
+        f"release -> grant            : median {statistics.median(grant):7.2f} ms, "
+        f"p99 {percentile(grant, 0.99):7.2f} ms"
+    )
+    print(
+        f"release -> container created: median {statistics.median(created):7.2f} ms, "
+        f"p99 {percentile(created, 0.99):7.2f} ms  (target < 100 ms)"
+    )
+    print(
+        f"longest loop stall          : {result['max_loop_stall_ms']:7.2f} ms  "
+        "(target < 10 ms; wall time, other processes included)"
+    )
+    print(
+        f"longest loop CPU stretch    : {result['max_loop_busy_ms']:7.2f} ms  "
+        "(the hub's own work between two ticks)"
+    )
     print(f"load average                : {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
-    ok = (result["fcfs"] and not result["double_booked"]
-          and percentile(created, 0.99) < 100 and result["max_loop_stall_ms"] < 10)
+    ok = (
+        result["fcfs"]
+        and not result["double_booked"]
+        and percentile(created, 0.99) < 100
+        and result["max_loop_stall_ms"] < 10
+    )
     return 0 if ok else 1
 
 

@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-INSIDE = r'''
+INSIDE = r"""
 import json, os, socket, subprocess, sys, threading, time, urllib.error, urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -88,7 +88,7 @@ cpu = (int(fields[11]) + int(fields[12])) / tick
 proc.terminate()
 proc.wait(10)
 print(json.dumps({"wall": wall, "cpu": cpu}))
-'''
+"""
 
 
 def one_start(image: str, command: str, script: Path, hub_version: str) -> dict:
@@ -96,10 +96,25 @@ def one_start(image: str, command: str, script: Path, hub_version: str) -> dict:
     ``lab``); returns ``{"wall": seconds until it answered, "cpu": its CPU seconds}``.
     Raises ``CalledProcessError`` when the server never answered."""
     out = subprocess.run(
-        ["docker", "run", "--rm", "--network", "host", "-e", f"HUB_VERSION={hub_version}",
-         "-v", f"{script}:/tmp/gpuhub-bench.py:ro", image, "python", "/tmp/gpuhub-bench.py",
-         command],
-        check=True, capture_output=True, text=True)
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "host",
+            "-e",
+            f"HUB_VERSION={hub_version}",
+            "-v",
+            f"{script}:/tmp/gpuhub-bench.py:ro",
+            image,
+            "python",
+            "/tmp/gpuhub-bench.py",
+            command,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -117,23 +132,28 @@ def main(runs: int, images: list[str], commands: list[str]) -> None:
         for pair in pairs:  # warm-up: the page cache, Docker's image layers
             one_start(*pair, script, jupyterhub.__version__)
         for r in range(runs):
-            for pair in pairs[r % len(pairs):] + pairs[:r % len(pairs)]:
+            for pair in pairs[r % len(pairs) :] + pairs[: r % len(pairs)]:
                 times[pair].append(one_start(*pair, script, jupyterhub.__version__))
-    print(f"load average before {' '.join(load)}, after "
-          f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}; {runs} rounds")
+    print(
+        f"load average before {' '.join(load)}, after "
+        f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}; {runs} rounds"
+    )
     for image, command in pairs:
         walls = [t["wall"] for t in times[image, command]]
         cpus = [t["cpu"] for t in times[image, command]]
-        print(f"  {image:<28} {command:<10} until it answers: median "
-              f"{statistics.median(walls):.3f} s (CPU {statistics.median(cpus):.2f} s)  runs "
-              f"{[round(w, 3) for w in walls]}")
+        print(
+            f"  {image:<28} {command:<10} until it answers: median "
+            f"{statistics.median(walls):.3f} s (CPU {statistics.median(cpus):.2f} s)  runs "
+            f"{[round(w, 3) for w in walls]}"
+        )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--images", nargs="+", default=["gpuhub/base:latest"])
-    parser.add_argument("--commands", nargs="+", default=["singleuser", "lab"],
-                        choices=["singleuser", "lab"])
+    parser.add_argument(
+        "--commands", nargs="+", default=["singleuser", "lab"], choices=["singleuser", "lab"]
+    )
     args = parser.parse_args()
     main(args.runs, args.images, args.commands)

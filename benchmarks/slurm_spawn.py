@@ -45,8 +45,9 @@ SCRIPT = REPO / "scripts" / "slurm-cluster.sh"
 
 def sh(*argv: str, user: str | None = None) -> str:
     cmd = ["runuser", "-u", user, "--", *argv] if user else list(argv)
-    return subprocess.run(cmd, env=ENV, check=True, capture_output=True, text=True,
-                          cwd="/").stdout.strip()
+    return subprocess.run(
+        cmd, env=ENV, check=True, capture_output=True, text=True, cwd="/"
+    ).stdout.strip()
 
 
 def member(name: str) -> None:
@@ -62,20 +63,32 @@ def job_state(job_id: str) -> str:
 
 def profiles(tmp: Path, image: str) -> str:
     path = tmp / "profiles.json"
-    path.write_text(json.dumps([
-        {"display_name": "cpu", "slug": "cpu", "spawner_override": {"image": image}},
-        {"display_name": "gpu", "slug": "gpu", "gpus": 1,
-         "spawner_override": {"image": image}},
-    ]))
+    path.write_text(
+        json.dumps(
+            [
+                {"display_name": "cpu", "slug": "cpu", "spawner_override": {"image": image}},
+                {
+                    "display_name": "gpu",
+                    "slug": "gpu",
+                    "gpus": 1,
+                    "spawner_override": {"image": image},
+                },
+            ]
+        )
+    )
     return str(path)
 
 
 def slurm_env(image: str) -> dict:
-    controller = next(line.split("(", 1)[1].rstrip(")") for line in
-                      (DIR / "slurm.conf").read_text().splitlines()
-                      if line.startswith("SlurmctldHost="))
+    controller = next(
+        line.split("(", 1)[1].rstrip(")")
+        for line in (DIR / "slurm.conf").read_text().splitlines()
+        if line.startswith("SlurmctldHost=")
+    )
     return {
-        "GPUHUB_BACKEND": "slurm", "GPUHUB_CREDITS": "off", "GPUHUB_IMAGE": image,
+        "GPUHUB_BACKEND": "slurm",
+        "GPUHUB_CREDITS": "off",
+        "GPUHUB_IMAGE": image,
         "GPUHUB_SLURM_CONF": str(DIR / "slurm.conf"),
         "GPUHUB_SLURM_IMAGE_DIR": str(DIR / "images"),
         "GPUHUB_SLURM_WORKSPACE": str(DIR / "shared" / "home" / "{username}"),
@@ -90,8 +103,9 @@ def slurm_split(hub: Hub) -> list[tuple[float, float]]:
     from datetime import datetime
 
     def stamp(line: str) -> float:
-        return datetime.strptime(line.split(" JupyterHub")[0][3:],
-                                 "%Y-%m-%d %H:%M:%S.%f").timestamp()
+        return datetime.strptime(
+            line.split(" JupyterHub")[0][3:], "%Y-%m-%d %H:%M:%S.%f"
+        ).timestamp()
 
     out, submitted, running = [], None, None
     for line in hub.log().splitlines():
@@ -108,8 +122,17 @@ def slurm_split(hub: Hub) -> list[tuple[float, float]]:
 
 
 async def freed_to_running(hub: Hub, user: str, holder: str) -> tuple[float, float]:
-    holds = [sh("sbatch", "--parsable", "--gres=gpu:1", "--output=/dev/null",
-                "--wrap=sleep 600", user=holder) for _ in range(4)]
+    holds = [
+        sh(
+            "sbatch",
+            "--parsable",
+            "--gres=gpu:1",
+            "--output=/dev/null",
+            "--wrap=sleep 600",
+            user=holder,
+        )
+        for _ in range(4)
+    ]
     while not all(job_state(j) == "RUNNING" for j in holds):
         await asyncio.sleep(0.1)
     r = await hub.spawn(user, {"profile": "gpu", "wait": True})  # a place in line
@@ -137,47 +160,57 @@ async def main(runs: int, image: str) -> None:
         member(name)
     config = sh("scontrol", "show", "config")
     sched = config.split("SchedulerParameters", 1)[1].split("=", 1)[1].splitlines()[0].strip()
-    with tempfile.TemporaryDirectory() as tmp, \
-            running_provider(Path(tmp) / "oidc.log") as oidc:
+    with tempfile.TemporaryDirectory() as tmp, running_provider(Path(tmp) / "oidc.log") as oidc:
         tmp = Path(tmp)
         (tmp / "d").mkdir()
         (tmp / "s").mkdir()
-        docker_hub = Hub(tmp / "d", {"GPUHUB_PROFILES": profiles(tmp, image),
-                                     "GPUHUB_CREDITS": "off"}, oidc=oidc)
+        docker_hub = Hub(
+            tmp / "d", {"GPUHUB_PROFILES": profiles(tmp, image), "GPUHUB_CREDITS": "off"}, oidc=oidc
+        )
         await docker_hub.start()
         try:
             await docker_hub.create_user("ghs-bench")
             docker_runs = [(await hub_spawn_gpu(docker_hub, "ghs-bench")) for _ in range(runs)]
         finally:
             await docker_hub.close(docker.APIClient())
-        slurm_hub = Hub(tmp / "s", {"GPUHUB_PROFILES": profiles(tmp, image),
-                                    **slurm_env(image)}, oidc=oidc)
+        slurm_hub = Hub(
+            tmp / "s", {"GPUHUB_PROFILES": profiles(tmp, image), **slurm_env(image)}, oidc=oidc
+        )
         await slurm_hub.start()
         try:
             await slurm_hub.create_user("ghs-bench")
             slurm_runs = [(await hub_spawn_gpu(slurm_hub, "ghs-bench")) for _ in range(runs)]
             split = slurm_split(slurm_hub)
-            freed = [await freed_to_running(slurm_hub, "ghs-bench", "ghs-holder")
-                     for _ in range(max(3, runs // 2))]
+            freed = [
+                await freed_to_running(slurm_hub, "ghs-bench", "ghs-holder")
+                for _ in range(max(3, runs // 2))
+            ]
         finally:
             sh("scancel", "-u", "ghs-holder")
             await slurm_hub.close(docker.APIClient())
     d, s = statistics.median(docker_runs), statistics.median(slurm_runs)
     print(f"SchedulerParameters: {sched}")
-    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}"
-          f" (1, 5, 15 min) on {os.cpu_count()} CPUs")
+    print(
+        f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}"
+        f" (1, 5, 15 min) on {os.cpu_count()} CPUs"
+    )
     print(f"docker backend spawn : median {d:.2f} s  runs {[round(x, 2) for x in docker_runs]}")
     print(f"slurm backend spawn  : median {s:.2f} s  runs {[round(x, 2) for x in slurm_runs]}")
     if split:
-        print(f"  submit -> RUNNING  : median {statistics.median(a for a, _ in split):.2f} s"
-              "  (Slurm's scheduling)")
-        print(f"  RUNNING -> ready   : median {statistics.median(b for _, b in split):.2f} s"
-              "  (container, JupyterLab, the hub's wait)")
-    print(f"GPU freed -> next job RUNNING : median "
-          f"{statistics.median(a for a, _ in freed):.2f} s  runs "
-          f"{[round(a, 2) for a, _ in freed]}")
-    print(f"GPU freed -> its server ready : median "
-          f"{statistics.median(b for _, b in freed):.2f} s")
+        print(
+            f"  submit -> RUNNING  : median {statistics.median(a for a, _ in split):.2f} s"
+            "  (Slurm's scheduling)"
+        )
+        print(
+            f"  RUNNING -> ready   : median {statistics.median(b for _, b in split):.2f} s"
+            "  (container, JupyterLab, the hub's wait)"
+        )
+    print(
+        f"GPU freed -> next job RUNNING : median "
+        f"{statistics.median(a for a, _ in freed):.2f} s  runs "
+        f"{[round(a, 2) for a, _ in freed]}"
+    )
+    print(f"GPU freed -> its server ready : median {statistics.median(b for _, b in freed):.2f} s")
 
 
 async def hub_spawn_gpu(hub: Hub, user: str) -> float:

@@ -52,17 +52,34 @@ async def plain_run(image: str) -> float:
     name = f"bench-plain-{port}"
     tic = time.perf_counter()
     subprocess.run(
-        ["docker", "run", "-d", "--rm", "--name", name, "--network", "host", image,
-         "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         "--IdentityProvider.token=bench"],
-        check=True, stdout=subprocess.DEVNULL,
+        [
+            "docker",
+            "run",
+            "-d",
+            "--rm",
+            "--name",
+            name,
+            "--network",
+            "host",
+            image,
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            "--IdentityProvider.token=bench",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
     try:
         async with httpx.AsyncClient() as client:
             while True:
                 try:
-                    r = await client.get(f"http://127.0.0.1:{port}/api/status",
-                                         headers={"Authorization": "token bench"})
+                    r = await client.get(
+                        f"http://127.0.0.1:{port}/api/status",
+                        headers={"Authorization": "token bench"},
+                    )
                     if r.status_code == 200:
                         return time.perf_counter() - tic
                 except httpx.HTTPError:
@@ -93,16 +110,25 @@ def breakdown(hub: Hub, user: str, requested: float, total: float) -> dict:
     ``hub``: the hub's own work (request to ``docker create``, and first answer to ready);
     ``docker``: create to started; ``server``: started until jupyterhub-singleuser answers
     its first HTTP request (its own start-up, inside the container)."""
-    [container] = [c for c in docker.APIClient().containers(
-        filters={"label": [f"io.gpuhub.hub={hub.id}", f"io.gpuhub.user={user}"]})]
+    [container] = [
+        c
+        for c in docker.APIClient().containers(
+            filters={"label": [f"io.gpuhub.hub={hub.id}", f"io.gpuhub.user={user}"]}
+        )
+    ]
     info = docker.APIClient().inspect_container(container["Id"])
     created, started = _docker_time(info["Created"]), _docker_time(info["State"]["StartedAt"])
-    logs = subprocess.run(["docker", "logs", "-t", container["Id"]], capture_output=True,
-                          text=True).stderr.splitlines()
-    answered = next(_docker_time(line.split()[0]) for line in logs
-                    if f"GET /user/{user}/api " in line)
-    return {"hub": total - (answered - created), "docker": started - created,
-            "server": answered - started}
+    logs = subprocess.run(
+        ["docker", "logs", "-t", container["Id"]], capture_output=True, text=True
+    ).stderr.splitlines()
+    answered = next(
+        _docker_time(line.split()[0]) for line in logs if f"GET /user/{user}/api " in line
+    )
+    return {
+        "hub": total - (answered - created),
+        "docker": started - created,
+        "server": answered - started,
+    }
 
 
 async def hub_refusal(hub: Hub, user: str) -> float:
@@ -117,8 +143,11 @@ async def hub_refusal(hub: Hub, user: str) -> float:
 def floor_run(image: str) -> float:
     """``docker run --rm IMAGE python -c pass``: seconds until it exited."""
     tic = time.perf_counter()
-    subprocess.run(["docker", "run", "--rm", "--network", "none", image, "python", "-c", "pass"],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", image, "python", "-c", "pass"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return time.perf_counter() - tic
 
 
@@ -128,8 +157,9 @@ async def spawn_until_ready(hub: Hub, user: str, options: dict) -> float:
     r = await hub.spawn(user, options)
     assert r.status_code in (201, 202), r.text
     headers = {"Authorization": f"token {hub.admin_token}"}
-    async with hub.client.stream("GET", f"/hub/api/users/{user}/server/progress",
-                                 headers=headers, timeout=120) as stream:
+    async with hub.client.stream(
+        "GET", f"/hub/api/users/{user}/server/progress", headers=headers, timeout=120
+    ) as stream:
         async for line in stream.aiter_lines():
             if line.startswith("data:") and json.loads(line[5:]).get("ready"):
                 break
@@ -140,10 +170,11 @@ PROFILES = ("cpu", "gpu")
 KINDS = ("ours", "stock", "plain", "floor")
 
 
-async def one_round(i: int, profile: str, image: str, ours: Hub, stock: StockHub,
-                    times: dict, parts: list) -> None:
+async def one_round(
+    i: int, profile: str, image: str, ours: Hub, stock: StockHub, times: dict, parts: list
+) -> None:
     """Run the four kinds once for ``profile``, starting with kind ``i % 4``."""
-    for kind in KINDS[i % 4:] + KINDS[:i % 4]:
+    for kind in KINDS[i % 4 :] + KINDS[: i % 4]:
         if kind == "ours":
             seconds, where = await hub_spawn(ours, "bench", profile)
             parts.append(where)
@@ -166,18 +197,33 @@ async def main(runs: int, images: dict[str, str]) -> None:
     times = {(p, k): [] for p in PROFILES for k in KINDS}
     parts = {p: [] for p in PROFILES}
     load_before = _loadavg()
-    with tempfile.TemporaryDirectory() as tmp, \
-            running_provider(Path(tmp) / "oidc.log") as oidc:
+    with tempfile.TemporaryDirectory() as tmp, running_provider(Path(tmp) / "oidc.log") as oidc:
         profiles = Path(tmp) / "profiles.json"
-        profiles.write_text(json.dumps([
-            {"display_name": "cpu", "slug": "cpu", "spawner_override": {"image": images["cpu"]}},
-            {"display_name": "gpu", "slug": "gpu", "gpus": 1,
-             "spawner_override": {"image": images["gpu"]}},
-        ]))
+        profiles.write_text(
+            json.dumps(
+                [
+                    {
+                        "display_name": "cpu",
+                        "slug": "cpu",
+                        "spawner_override": {"image": images["cpu"]},
+                    },
+                    {
+                        "display_name": "gpu",
+                        "slug": "gpu",
+                        "gpus": 1,
+                        "spawner_override": {"image": images["gpu"]},
+                    },
+                ]
+            )
+        )
         # JupyterHub's default log level, as deployed and as the stock hub runs: the test
         # fixture's DEBUG would log every request, poll and proxy call of ours alone
-        ours = Hub(Path(tmp), {"GPUHUB_PROFILES": str(profiles), "GPUHUB_CREDITS": "off"},
-                   extra_config="c.JupyterHub.log_level = 'INFO'\n", oidc=oidc)
+        ours = Hub(
+            Path(tmp),
+            {"GPUHUB_PROFILES": str(profiles), "GPUHUB_CREDITS": "off"},
+            extra_config="c.JupyterHub.log_level = 'INFO'\n",
+            oidc=oidc,
+        )
         stock = StockHub(Path(tmp) / "stock", images)
         await ours.start()
         await stock.start()
@@ -186,12 +232,12 @@ async def main(runs: int, images: dict[str, str]) -> None:
                 await ours.create_user(user)
             await stock.create_user("bench")
             for profile in PROFILES:
-                await one_round(0, profile, images[profile], ours, stock,
-                                defaultdict(list), [])  # warm-up, not counted
+                await one_round(
+                    0, profile, images[profile], ours, stock, defaultdict(list), []
+                )  # warm-up, not counted
             for i in range(runs):
                 for profile in PROFILES:
-                    await one_round(i, profile, images[profile], ours, stock, times,
-                                    parts[profile])
+                    await one_round(i, profile, images[profile], ours, stock, times, parts[profile])
             for holder in ("holder1", "holder2"):  # the simulated node's two GPUs
                 r = await ours.spawn(holder, {"profile": "gpu"})
                 assert r.status_code in (201, 202), r.text
@@ -200,31 +246,46 @@ async def main(runs: int, images: dict[str, str]) -> None:
         finally:
             await ours.close(docker.APIClient())
             await stock.close(docker.APIClient())
-    print(f"load average before {load_before}, after {_loadavg()} ({os.cpu_count()} cores); "
-          f"{runs} interleaved rounds per profile")
+    print(
+        f"load average before {load_before}, after {_loadavg()} ({os.cpu_count()} cores); "
+        f"{runs} interleaved rounds per profile"
+    )
     for profile in PROFILES:
         med = {k: statistics.median(times[profile, k]) for k in KINDS}
         print(f"\n{profile} profile ({images[profile]})")
         for kind in KINDS:
-            print(f"  {kind:<6}: median {med[kind]:.3f} s  runs "
-                  f"{[round(x, 3) for x in times[profile, kind]]}")
+            print(
+                f"  {kind:<6}: median {med[kind]:.3f} s  runs "
+                f"{[round(x, 3) for x in times[profile, kind]]}"
+            )
         for other, target in (("stock", 0.35), ("plain", 1.0), ("floor", 5.0)):
             ratio = med["ours"] / med[other]
-            print(f"  ours/{other:<6}: {ratio:.2f}  (target <= {target}: "
-                  f"{'met' if ratio <= target else 'NOT met'})")
-        for part, what in (("hub", "the hub's own work"), ("docker", "docker create to started"),
-                           ("server", "jupyterhub-singleuser's start-up in the container")):
-            print(f"    {part:<7}: median "
-                  f"{statistics.median(x[part] for x in parts[profile]):.3f} s  ({what})")
+            print(
+                f"  ours/{other:<6}: {ratio:.2f}  (target <= {target}: "
+                f"{'met' if ratio <= target else 'NOT met'})"
+            )
+        for part, what in (
+            ("hub", "the hub's own work"),
+            ("docker", "docker create to started"),
+            ("server", "jupyterhub-singleuser's start-up in the container"),
+        ):
+            print(
+                f"    {part:<7}: median "
+                f"{statistics.median(x[part] for x in parts[profile]):.3f} s  ({what})"
+            )
         # what no hub can take away from a spawn that creates the container at the click:
         # Docker's create-to-started and the server's own start-up
         bound = statistics.median(x["docker"] + x["server"] for x in parts[profile])
-        print(f"    container and server alone: {bound:.3f} s, so with the hub's own work at "
-              f"zero ours/stock about {bound / med['stock']:.2f}, ours/plain about "
-              f"{bound / med['plain']:.2f}")
+        print(
+            f"    container and server alone: {bound:.3f} s, so with the hub's own work at "
+            f"zero ours/stock about {bound / med['stock']:.2f}, ours/plain about "
+            f"{bound / med['plain']:.2f}"
+        )
     p99 = refusals[min(len(refusals) - 1, round(0.99 * (len(refusals) - 1)))]
-    print(f"\nours GPU refusal: median {statistics.median(refusals) * 1000:.1f} ms, "
-          f"p99 {p99 * 1000:.1f} ms over {len(refusals)} requests (POST until the 409)")
+    print(
+        f"\nours GPU refusal: median {statistics.median(refusals) * 1000:.1f} ms, "
+        f"p99 {p99 * 1000:.1f} ms over {len(refusals)} requests (POST until the 409)"
+    )
 
 
 if __name__ == "__main__":

@@ -62,12 +62,19 @@ class StockHub(Hub):
         tmp.mkdir(parents=True, exist_ok=True)
         super().__init__(tmp, {})
         self.config_path = tmp / "stock_jupyterhub_config.py"
-        self.config_path.write_text(CONFIG.format(
-            port=self.port, hub_port=self.hub_port, proxy_api_port=self.proxy_api_port,
-            proxy=str(REPO / "node_modules" / ".bin" / "configurable-http-proxy"),
-            tmp=tmp, token=self.admin_token, images=images, server_port=random_port(),
-            prefix=f"{self.id}-stock",
-        ))
+        self.config_path.write_text(
+            CONFIG.format(
+                port=self.port,
+                hub_port=self.hub_port,
+                proxy_api_port=self.proxy_api_port,
+                proxy=str(REPO / "node_modules" / ".bin" / "configurable-http-proxy"),
+                tmp=tmp,
+                token=self.admin_token,
+                images=images,
+                server_port=random_port(),
+                prefix=f"{self.id}-stock",
+            )
+        )
         self.state_dir = tmp / f"stock-{secrets.token_hex(4)}"  # nothing of ours runs there
 
     def containers(self, client) -> list[dict]:

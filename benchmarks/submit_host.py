@@ -38,8 +38,9 @@ MEMBER = "ghbench-submit"
 
 def login_settings() -> dict[str, str]:
     subprocess.run(["bash", str(SCRIPT), "start"], check=True, capture_output=True)
-    out = subprocess.run(["bash", str(SCRIPT), "login-env"], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        ["bash", str(SCRIPT), "login-env"], check=True, capture_output=True, text=True
+    ).stdout
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
@@ -52,15 +53,21 @@ async def main(runs: int) -> None:
     options = tuple(shlex.split(settings["GPUHUB_SLURM_SSH_OPTIONS"]))
     host = settings["GPUHUB_SLURM_SUBMIT_HOST"]
     ways = {
-        "ssh, shared connection (default)": (SubmitHost(host, (*DEFAULT_SSH, *options)),
-                                             settings["GPUHUB_SLURM_CONF"]),
+        "ssh, shared connection (default)": (
+            SubmitHost(host, (*DEFAULT_SSH, *options)),
+            settings["GPUHUB_SLURM_CONF"],
+        ),
         "ssh, a connection per command": (
-            SubmitHost(host, ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
-                              *options)), settings["GPUHUB_SLURM_CONF"]),
+            SubmitHost(host, ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", *options)),
+            settings["GPUHUB_SLURM_CONF"],
+        ),
         "the hub's own host": (SubmitHost(), str(DIR / "slurm.conf")),
     }
-    commands = {"true": ["true"], "sinfo": ["sinfo", "-h"],
-                "member": ["runuser", "-u", MEMBER, "--", "squeue", "-h", "-u", MEMBER]}
+    commands = {
+        "true": ["true"],
+        "sinfo": ["sinfo", "-h"],
+        "member": ["runuser", "-u", MEMBER, "--", "squeue", "-h", "-u", MEMBER],
+    }
     times: dict[tuple[str, str], list[float]] = {}
     for submit, conf in ways.values():  # warm-up: the shared connection opens
         await submit.run(["true"], env={"SLURM_CONF": conf}, timeout=30)
@@ -73,9 +80,13 @@ async def main(runs: int) -> None:
     print(f"medians of {runs} (min), seconds; load average {os.getloadavg()[0]:.1f}")
     print(f"{'':36}" + "".join(f"{what:>16}" for what in commands))
     for way in ways:
-        print(f"{way:36}" + "".join(
-            f"{statistics.median(times[way, w]):>9.3f} ({min(times[way, w]):.3f})"
-            for w in commands))
+        print(
+            f"{way:36}"
+            + "".join(
+                f"{statistics.median(times[way, w]):>9.3f} ({min(times[way, w]):.3f})"
+                for w in commands
+            )
+        )
     subprocess.run(["userdel", MEMBER], capture_output=True)
 
 

@@ -67,8 +67,7 @@ def backend(name: str) -> Backend:
     from traitlets.utils.importstring import import_item
 
     if name not in BACKENDS:
-        raise ValueError(f"GPUHUB_BACKEND={name!r}: use " +
-                         " or ".join(repr(n) for n in BACKENDS))
+        raise ValueError(f"GPUHUB_BACKEND={name!r}: use " + " or ".join(repr(n) for n in BACKENDS))
     return import_item(BACKENDS[name])()
 
 

@@ -70,8 +70,11 @@ def gpus(args) -> int:
     print(header)
     print("-" * len(header))
     for r in board["devices"]:
-        mem = (f"{r['memory_used_mib']}/{r['memory_total_mib']}"
-               if r["memory_total_mib"] is not None else "?")
+        mem = (
+            f"{r['memory_used_mib']}/{r['memory_total_mib']}"
+            if r["memory_total_mib"] is not None
+            else "?"
+        )
         util = f"{r['utilization_pct']}%" if r["utilization_pct"] is not None else "?"
         owner = r["owner"]
         if owner:
@@ -100,14 +103,21 @@ def print_cluster(board: dict) -> None:
             print(f"node {n['name']} is {n['state']}: {n['reason'] or 'no reason given'}")
     pending = board.get("pending") or []
     if pending:
-        print(f"\n{'POS':>3}  {'JOB':<10} {'PARTITION':<12} {'REASON':<14} "
-              f"{'EXPECTED START':<20} MEMBER")
+        print(
+            f"\n{'POS':>3}  {'JOB':<10} {'PARTITION':<12} {'REASON':<14} "
+            f"{'EXPECTED START':<20} MEMBER"
+        )
         for j in pending:
             who = j["user"] + (f":{j['server']}" if j["server"] else "")
-            who += f" ({j['profile']})" if j["profile"] else (" (not the hub's)"
-                                                             if not j["known"] else "")
-            print(f"{j['position']:>3}  {j['job']:<10} {j['partition']:<12} {j['reason']:<14} "
-                  f"{j['expected_start'] or 'unknown':<20} {who}")
+            who += (
+                f" ({j['profile']})"
+                if j["profile"]
+                else (" (not the hub's)" if not j["known"] else "")
+            )
+            print(
+                f"{j['position']:>3}  {j['job']:<10} {j['partition']:<12} {j['reason']:<14} "
+                f"{j['expected_start'] or 'unknown':<20} {who}"
+            )
 
 
 def init(args) -> int:
@@ -117,14 +127,18 @@ def init(args) -> int:
     try:
         path = write_env(Path(args.env_file), force=args.force, socket=args.docker_socket)
     except EnvFileExists:
-        print(f"gpuhub init: {args.env_file} exists. Its secrets are in use once the hub ran "
-              "(the crypt key, the database passwords); `gpuhub init --force` replaces it "
-              "with new ones (docs/howto/upgrades-backups.md, \"Change a secret\")",
-              file=sys.stderr)
+        print(
+            f"gpuhub init: {args.env_file} exists. Its secrets are in use once the hub ran "
+            "(the crypt key, the database passwords); `gpuhub init --force` replaces it "
+            'with new ones (docs/howto/upgrades-backups.md, "Change a secret")',
+            file=sys.stderr,
+        )
         return 1
-    print(f"gpuhub init: wrote {path} (mode 600) with fresh secrets. Fill in the login "
-          "settings (GPUHUB_OIDC_*), put the TLS certificate and key in ./tls, then follow "
-          "docs/tutorial/first-hub.md.")
+    print(
+        f"gpuhub init: wrote {path} (mode 600) with fresh secrets. Fill in the login "
+        "settings (GPUHUB_OIDC_*), put the TLS certificate and key in ./tls, then follow "
+        "docs/tutorial/first-hub.md."
+    )
     return 0
 
 
@@ -157,10 +171,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=gpus)
     p = sub.add_parser("init", help="write a deployment's .env with fresh secrets (mode 600)")
     p.add_argument("--env-file", default=".env", help="where to write it (default: .env)")
-    p.add_argument("--force", action="store_true",
-                   help="replace an existing file, and its secrets, with new ones")
-    p.add_argument("--docker-socket", default="/var/run/docker.sock",
-                   help="the socket whose group the hub joins (default /var/run/docker.sock)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing file, and its secrets, with new ones",
+    )
+    p.add_argument(
+        "--docker-socket",
+        default="/var/run/docker.sock",
+        help="the socket whose group the hub joins (default /var/run/docker.sock)",
+    )
     p.set_defaults(func=init)
     p = sub.add_parser("upgrade", help="migrate the hub database and the credits ledger")
     p.set_defaults(func=upgrade)
@@ -175,11 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .config_cli import add_arguments as add_config_arguments
 
-    p = sub.add_parser("config", help="the effective settings (show) and whether the hub "
-                       "would start with them (check)")
+    p = sub.add_parser(
+        "config",
+        help="the effective settings (show) and whether the hub would start with them (check)",
+    )
     add_config_arguments(p)
-    sub.add_parser("credits", help="the credit ledger: grant, balance, history",
-                   add_help=False)
+    sub.add_parser("credits", help="the credit ledger: grant, balance, history", add_help=False)
     return parser
 
 

@@ -14,8 +14,15 @@ from pathlib import Path
 from .common.dburl import hub_db_url, with_password
 from .settings import Settings
 
-__all__ = ["DEFAULT_PROFILES", "Settings", "apply_config", "hub_db_url", "load_profiles",
-           "proxy_command", "with_password"]
+__all__ = [
+    "DEFAULT_PROFILES",
+    "Settings",
+    "apply_config",
+    "hub_db_url",
+    "load_profiles",
+    "proxy_command",
+    "with_password",
+]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -94,7 +101,8 @@ def apply_config(c, settings: Settings) -> None:
     # JupyterHub logs some request bodies whole: no line longer than a few thousand
     # characters, whatever a request carried
     c.JupyterHub.logging_config = logging_config(
-        c.JupyterHub.logging_config if "logging_config" in c.JupyterHub else None)
+        c.JupyterHub.logging_config if "logging_config" in c.JupyterHub else None
+    )
     from .common.templates import template_dir
 
     c.JupyterHub.template_paths = [str(template_dir())]

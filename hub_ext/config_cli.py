@@ -39,16 +39,26 @@ TIMEOUT = 5  # seconds, for each --reach question
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
-    for name, help_ in (("show", "print every setting, its value and where it came from"),
-                        ("check", "validate the settings and the files they name; exit 1 "
-                                  "when the hub would not start")):
+    for name, help_ in (
+        ("show", "print every setting, its value and where it came from"),
+        (
+            "check",
+            "validate the settings and the files they name; exit 1 when the hub would not start",
+        ),
+    ):
         p = sub.add_parser(name, help=help_)
-        p.add_argument("--env-file", default=None,
-                       help="the .env file to read (default: ./.env when it exists)")
+        p.add_argument(
+            "--env-file",
+            default=None,
+            help="the .env file to read (default: ./.env when it exists)",
+        )
         if name == "check":
-            p.add_argument("--reach", action="store_true",
-                           help="also ask the OIDC provider, the Credits API, the Docker "
-                                "engine or Slurm's controller, as the settings use them")
+            p.add_argument(
+                "--reach",
+                action="store_true",
+                help="also ask the OIDC provider, the Credits API, the Docker "
+                "engine or Slurm's controller, as the settings use them",
+            )
     parser.set_defaults(func=config)
 
 
@@ -111,8 +121,10 @@ def check(reading: Reading, reach: bool = False) -> int:
     if problems:
         print(f"gpuhub config check: {len(problems)} problem(s)")
         return 1
-    print("gpuhub config check: the settings are good" + (" and every service answers"
-                                                            if reach else ""))
+    print(
+        "gpuhub config check: the settings are good"
+        + (" and every service answers" if reach else "")
+    )
     return 0
 
 
@@ -127,8 +139,9 @@ def check_files(settings) -> list[str]:
     problems = []
     if settings.profiles_file:
         try:
-            init_profiles(load_profiles(settings.profiles_file),
-                          backend(settings.backend).profile_keys())
+            init_profiles(
+                load_profiles(settings.profiles_file), backend(settings.backend).profile_keys()
+            )
         except (OSError, ValueError, KeyError, TypeError) as e:
             problems.append(f"GPUHUB_PROFILES={settings.profiles_file}: {reason(e)}")
     if settings.datasets_file:
@@ -202,11 +215,14 @@ def check_reach(settings) -> list[str]:
     if settings.credits and settings.credits_url:
         url = settings.credits_url.rstrip("/") + "/v1/accounts/gpuhub-config-check"
         try:
-            r = httpx.get(url, timeout=TIMEOUT,
-                          headers={"Authorization": f"Bearer {settings.credits_token}"})
+            r = httpx.get(
+                url, timeout=TIMEOUT, headers={"Authorization": f"Bearer {settings.credits_token}"}
+            )
             if r.status_code in (401, 403):
-                problems.append(f"GPUHUB_CREDITS_TOKEN: the Credits API at "
-                                f"{settings.credits_url} refused it ({r.status_code})")
+                problems.append(
+                    f"GPUHUB_CREDITS_TOKEN: the Credits API at "
+                    f"{settings.credits_url} refused it ({r.status_code})"
+                )
             elif r.status_code not in (200, 404):
                 problems.append(f"GPUHUB_CREDITS_URL: {url} answered {r.status_code}")
             else:

@@ -22,14 +22,30 @@ PROFILES = [
 
 def node(utilization: int = 0) -> dict:
     """Three GPUs: one free (at ``utilization``), one used outside the hub, one unhealthy."""
-    return {"devices": [
-        {"uuid": FREE, "name": "Stand-in", "memory_total_mib": 16384, "memory_used_mib": 1024,
-         "utilization_gpu": utilization},
-        {"uuid": OUTSIDE, "name": "Stand-in", "memory_total_mib": 16384,
-         "processes": [{"pid": 31337, "used_memory_mib": 2048}], "utilization_gpu": 99},
-        {"uuid": SICK, "name": "Stand-in", "memory_total_mib": 16384,
-         "ecc_uncorrected_volatile": 2},
-    ]}
+    return {
+        "devices": [
+            {
+                "uuid": FREE,
+                "name": "Stand-in",
+                "memory_total_mib": 16384,
+                "memory_used_mib": 1024,
+                "utilization_gpu": utilization,
+            },
+            {
+                "uuid": OUTSIDE,
+                "name": "Stand-in",
+                "memory_total_mib": 16384,
+                "processes": [{"pid": 31337, "used_memory_mib": 2048}],
+                "utilization_gpu": 99,
+            },
+            {
+                "uuid": SICK,
+                "name": "Stand-in",
+                "memory_total_mib": 16384,
+                "ecc_uncorrected_volatile": 2,
+            },
+        ]
+    }
 
 
 async def test_only_admins_see_the_gpu_board(gpu_hub):
@@ -58,8 +74,13 @@ async def test_only_admins_see_the_gpu_board(gpu_hub):
     assert devices[OUTSIDE]["processes"] == [{"pid": 31337, "used_memory_mib": 2048}]
     assert devices[SICK]["state"] == "unhealthy"
     assert "ECC" in devices[SICK]["health_reason"]
-    assert r.json()["summary"] == {"total": 3, "free": 1, "allocated": 0, "outside": 1,
-                                   "unhealthy": 1}
+    assert r.json()["summary"] == {
+        "total": 3,
+        "free": 1,
+        "allocated": 0,
+        "outside": 1,
+        "unhealthy": 1,
+    }
     r = await boss.get("/hub/gpus")
     assert r.status_code == 200
     assert "outside: pid 31337" in r.text

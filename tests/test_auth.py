@@ -68,8 +68,9 @@ def hub(hub_factory, profiles):
     """A hub with credits on (its managed reference service) and 10 initial credits."""
 
     async def make(extra_config: str = "", **env):
-        return await hub_factory(extra_config=extra_config, GPUHUB_PROFILES=profiles,
-                                 GPUHUB_INITIAL_CREDITS="10", **env)
+        return await hub_factory(
+            extra_config=extra_config, GPUHUB_PROFILES=profiles, GPUHUB_INITIAL_CREDITS="10", **env
+        )
 
     return make
 
@@ -139,14 +140,18 @@ def test_a_valid_id_token_gives_its_claims():
     assert claims["groups"] == ["a"]
 
 
-@pytest.mark.parametrize("change, why", [
-    pytest.param({"aud": "another-client"}, "not meant for client", id="wrong-aud"),
-    pytest.param({"iss": "https://evil.example"}, "issued by 'https://evil.example'",
-                 id="wrong-iss"),
-    pytest.param({"exp": -600}, "expired", id="expired"),
-    pytest.param({"iat": 3600, "exp": 7200}, "future", id="issued-in-the-future"),
-    pytest.param({"aud": ["hub", "other"]}, "several audiences", id="no-azp"),
-])
+@pytest.mark.parametrize(
+    "change, why",
+    [
+        pytest.param({"aud": "another-client"}, "not meant for client", id="wrong-aud"),
+        pytest.param(
+            {"iss": "https://evil.example"}, "issued by 'https://evil.example'", id="wrong-iss"
+        ),
+        pytest.param({"exp": -600}, "expired", id="expired"),
+        pytest.param({"iat": 3600, "exp": 7200}, "future", id="issued-in-the-future"),
+        pytest.param({"aud": ["hub", "other"]}, "several audiences", id="no-azp"),
+    ],
+)
 def test_id_token_checks_refuse(change, why):
     now = int(time.time())
     claims = {**GOOD, "iat": now, "exp": now + 60}
@@ -173,12 +178,17 @@ def test_id_token_signed_by_another_key_or_with_a_shared_secret_is_refused():
 
 
 def test_discovery_document_of_another_issuer_is_refused():
-    doc = {"issuer": "https://evil.example", "authorization_endpoint": "https://evil.example/a",
-           "token_endpoint": "https://evil.example/t", "jwks_uri": "https://evil.example/k"}
+    doc = {
+        "issuer": "https://evil.example",
+        "authorization_endpoint": "https://evil.example/a",
+        "token_endpoint": "https://evil.example/t",
+        "jwks_uri": "https://evil.example/k",
+    }
     with pytest.raises(ValueError, match="must be exactly the provider's issuer"):
         oidc.provider_metadata(doc, "https://idp.example")
-    assert oidc.provider_metadata({**doc, "issuer": "https://idp.example"},
-                                  "https://idp.example").token_endpoint.endswith("/t")
+    assert oidc.provider_metadata(
+        {**doc, "issuer": "https://idp.example"}, "https://idp.example"
+    ).token_endpoint.endswith("/t")
 
 
 # -- members, admins, groups ------------------------------------------------------------------
@@ -229,8 +239,7 @@ async def test_admin_group_member_is_an_admin_and_others_are_not(hub):
 
 
 @real_hub
-async def test_non_member_is_refused_with_a_page_saying_why_and_whom_to_ask(
-        hub, oidc_provider):
+async def test_non_member_is_refused_with_a_page_saying_why_and_whom_to_ask(hub, oidc_provider):
     hub = await hub()
     oidc_provider.member("mallory", groups=["guests"])
     r = await oidc_login(browser(hub), hub.url, "mallory")
@@ -351,8 +360,7 @@ async def test_wrong_iss_is_refused(hub, oidc_provider):
     client = browser(hub)
     r = await oidc_login(client, hub.url, "alice")
     assert r.status_code == 403, r.text[:500]
-    assert (f"issued by 'http://localhost:{port}', not by '{oidc_provider.url}'"
-            in hub.log())
+    assert f"issued by 'http://localhost:{port}', not by '{oidc_provider.url}'" in hub.log()
     assert not await is_logged_in(client)
     assert_no_secrets(hub)
 
@@ -376,10 +384,14 @@ async def test_expired_id_token_is_refused(hub, oidc_provider_factory):
 @real_hub
 async def test_login_succeeds_when_the_credit_api_is_down(hub_factory, profiles):
     nowhere = f"http://127.0.0.1:{random_port()}"  # nothing listens there
-    hub = await hub_factory(extra_config=FAST_CREDITS, GPUHUB_PROFILES=profiles,
-                            GPUHUB_CREDITS_URL=nowhere, GPUHUB_CREDITS_TOKEN="hub-token",
-                            GPUHUB_INITIAL_CREDITS="10",
-                            GPUHUB_CREDITS_ADMIN_TOKEN="admin-token")
+    hub = await hub_factory(
+        extra_config=FAST_CREDITS,
+        GPUHUB_PROFILES=profiles,
+        GPUHUB_CREDITS_URL=nowhere,
+        GPUHUB_CREDITS_TOKEN="hub-token",
+        GPUHUB_INITIAL_CREDITS="10",
+        GPUHUB_CREDITS_ADMIN_TOKEN="admin-token",
+    )
     client = await hub.login("alice")
     assert (await auth_state(hub, "alice"))["gpuhub"]["credits"]["status"] == "unknown"
     assert balance_shown((await client.get("/hub/home")).text) == "unknown"
@@ -412,7 +424,8 @@ async def test_admin_adds_and_removes_a_user(hub):
 
 @real_hub
 async def test_admin_stops_a_members_server_freeing_the_gpu_and_refunding_credits(
-        hub, docker_client):
+    hub, docker_client
+):
     hub = await hub()
     admin = await hub.login("boss", groups=[ADMINS])
     alice = await hub.login("alice")

@@ -37,10 +37,12 @@ async def test_the_hub_does_not_buffer_huge_bodies_without_a_token(hub_factory, 
     async with httpx.AsyncClient(base_url=hub.url, timeout=120) as client:
         answers = await asyncio.gather(
             *[client.post("/hub/api/batchspawner", content=body) for _ in range(POSTS)],
-            return_exceptions=True)
+            return_exceptions=True,
+        )
     # refused (413, or the connection closed) rather than read
     grown_mib = (peak_kib(hub.proc.pid) - before) / 1024
     assert (await hub.client.get("/hub/api/")).status_code == 200  # the hub still answers
     assert grown_mib < BODY_MIB, (
         f"the hub's peak memory grew {grown_mib:.0f} MiB for {POSTS} posts of {BODY_MIB} MiB "
-        f"without a token; answers: {[getattr(a, 'status_code', a) for a in answers]}")
+        f"without a token; answers: {[getattr(a, 'status_code', a) for a in answers]}"
+    )

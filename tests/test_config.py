@@ -73,7 +73,11 @@ def test_host_network_sets_what_docker_needs(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_DOCKER_NETWORK="host")
     s = c.GPUDockerSpawner
     assert (s.host_network, s.network_name, s.use_internal_ip, s.ip) == (
-        True, "host", True, "127.0.0.1")
+        True,
+        "host",
+        True,
+        "127.0.0.1",
+    )
 
 
 def test_simulated_gpus_are_explicit(tmp_path, monkeypatch):
@@ -103,17 +107,24 @@ OIDC = {
 
 
 def test_oidc_settings_reach_the_authenticator(tmp_path, monkeypatch):
-    c = configure(tmp_path, monkeypatch, **OIDC,
-                  GPUHUB_ALLOWED_GROUPS="gpu-members, ml101",
-                  GPUHUB_ADMIN_GROUPS="hub-admins",
-                  GPUHUB_OIDC_GROUPS_CLAIM="roles",
-                  GPUHUB_OIDC_USERNAME_CLAIM="email",
-                  GPUHUB_OIDC_SCOPES="openid profile roles",
-                  GPUHUB_OIDC_TOKEN_URL="https://login.example.org/token",
-                  GPUHUB_ADMIN_CONTACT="hub-admins@example.org")
+    c = configure(
+        tmp_path,
+        monkeypatch,
+        **OIDC,
+        GPUHUB_ALLOWED_GROUPS="gpu-members, ml101",
+        GPUHUB_ADMIN_GROUPS="hub-admins",
+        GPUHUB_OIDC_GROUPS_CLAIM="roles",
+        GPUHUB_OIDC_USERNAME_CLAIM="email",
+        GPUHUB_OIDC_SCOPES="openid profile roles",
+        GPUHUB_OIDC_TOKEN_URL="https://login.example.org/token",
+        GPUHUB_ADMIN_CONTACT="hub-admins@example.org",
+    )
     a = c.CreditAuthenticator
     assert (a.issuer, a.client_id, a.client_secret) == (
-        "https://login.example.org/realms/club", "gpuhub", "s3cret")
+        "https://login.example.org/realms/club",
+        "gpuhub",
+        "s3cret",
+    )
     assert a.allowed_groups == {"gpu-members", "ml101"}
     assert a.admin_groups == {"hub-admins"}
     assert a.auth_state_groups_key == "oauth_user.roles"
@@ -153,12 +164,16 @@ def test_initial_grant_uses_the_managed_services_admin_token(tmp_path, monkeypat
 
 
 def test_initial_grant_with_an_external_api_needs_its_admin_token(tmp_path, monkeypatch):
-    external = {"GPUHUB_CREDITS_URL": "https://credits.example.org",
-                "GPUHUB_CREDITS_TOKEN": "hub-token", "GPUHUB_INITIAL_CREDITS": "10"}
+    external = {
+        "GPUHUB_CREDITS_URL": "https://credits.example.org",
+        "GPUHUB_CREDITS_TOKEN": "hub-token",
+        "GPUHUB_INITIAL_CREDITS": "10",
+    }
     with pytest.raises(ValueError, match="GPUHUB_CREDITS_ADMIN_TOKEN"):
         configure(tmp_path, monkeypatch, **OIDC, **external)
-    c = configure(tmp_path, monkeypatch, **OIDC, **external,
-                  GPUHUB_CREDITS_ADMIN_TOKEN="admin-token")
+    c = configure(
+        tmp_path, monkeypatch, **OIDC, **external, GPUHUB_CREDITS_ADMIN_TOKEN="admin-token"
+    )
     assert c.CreditAuthenticator.credits_admin_token == "admin-token"
 
 
@@ -172,12 +187,12 @@ def test_malformed_initial_credits_name_the_trait(tmp_path, monkeypatch, amount)
 
 
 def test_credits_off_reads_no_accounts_and_shows_no_balance(tmp_path, monkeypatch):
-    c = configure(tmp_path, monkeypatch, **OIDC, GPUHUB_CREDITS="off",
-                  GPUHUB_INITIAL_CREDITS="10")
+    c = configure(tmp_path, monkeypatch, **OIDC, GPUHUB_CREDITS="off", GPUHUB_INITIAL_CREDITS="10")
     assert c.CreditAuthenticator.credits_enabled is False
     assert "initial_credits" not in c.CreditAuthenticator
-    assert "gpuhub_member" not in (c.JupyterHub.template_vars if "template_vars" in c.JupyterHub
-                                   else {})
+    assert "gpuhub_member" not in (
+        c.JupyterHub.template_vars if "template_vars" in c.JupyterHub else {}
+    )
 
 
 def test_malformed_number_names_the_variable(tmp_path, monkeypatch):
@@ -201,9 +216,14 @@ def test_idle_culler_runs_as_a_managed_service_with_only_its_scopes(tmp_path, mo
     c = configure(tmp_path, monkeypatch)
     culler = service(c, "idle-culler")
     command = culler["command"]
-    assert command[command.index("--") + 1:] == [
-        sys.executable, "-m", "jupyterhub_idle_culler", "--timeout=3600", "--cull-every=300",
-        f"--config={tmp_path / 'idle_culler_config.py'}"]
+    assert command[command.index("--") + 1 :] == [
+        sys.executable,
+        "-m",
+        "jupyterhub_idle_culler",
+        "--timeout=3600",
+        "--cull-every=300",
+        f"--config={tmp_path / 'idle_culler_config.py'}",
+    ]
     assert (tmp_path / "idle_culler_config.py").read_text() == CONFIG_TEXT
     assert [p["slug"] for p in json.loads(culler["environment"][ENV])] == ["cpu", "pytorch"]
     assert "api_token" not in culler and "admin" not in culler  # JupyterHub makes its token
@@ -224,9 +244,14 @@ def test_culler_hook_follows_credits_and_sees_every_request(tmp_path, monkeypatc
 
 
 def test_site_wide_limits_become_the_spawners_defaults(tmp_path, monkeypatch):
-    c = configure(tmp_path, monkeypatch, GPUHUB_CULL_IDLE_TIMEOUT="1800",
-                  GPUHUB_GPU_IDLE_TIMEOUT="900", GPUHUB_CULL_MAX_AGE="28800",
-                  GPUHUB_CULL_WARNING="600")
+    c = configure(
+        tmp_path,
+        monkeypatch,
+        GPUHUB_CULL_IDLE_TIMEOUT="1800",
+        GPUHUB_GPU_IDLE_TIMEOUT="900",
+        GPUHUB_CULL_MAX_AGE="28800",
+        GPUHUB_CULL_WARNING="600",
+    )
     s = spawner_reads(c)
     assert (s.cull_idle_timeout, s.gpu_idle_timeout, s.cull_max_age) == (1800, 900, 28800)
     assert c.Culler.max_age_warning == 600
@@ -248,28 +273,44 @@ def test_no_idle_timeout_anywhere_means_no_idle_culler(tmp_path, monkeypatch):
 
 def test_a_profiles_idle_timeout_runs_the_culler_often_enough(tmp_path, monkeypatch):
     profiles = tmp_path / "profiles.json"
-    profiles.write_text(json.dumps([
-        {"display_name": "CPU", "default": True},
-        {"display_name": "GPU", "gpus": 1, "cull_idle_timeout": 120}]))
-    c = configure(tmp_path, monkeypatch, GPUHUB_PROFILES=str(profiles),
-                  GPUHUB_CULL_IDLE_TIMEOUT="0")
+    profiles.write_text(
+        json.dumps(
+            [
+                {"display_name": "CPU", "default": True},
+                {"display_name": "GPU", "gpus": 1, "cull_idle_timeout": 120},
+            ]
+        )
+    )
+    c = configure(
+        tmp_path, monkeypatch, GPUHUB_PROFILES=str(profiles), GPUHUB_CULL_IDLE_TIMEOUT="0"
+    )
     assert "--cull-every=60" in service(c, "idle-culler")["command"]
     assert "--timeout=0" in service(c, "idle-culler")["command"]
 
 
-@pytest.mark.parametrize(("timeout", "limits", "every"), [
-    pytest.param(3600, set(), 300, id="at-most-five-minutes"),
-    pytest.param(300, set(), 150, id="half-the-timeout"),
-    pytest.param(3600, {600.0, 0.0}, 300, id="profiles-longer"),
-    pytest.param(3600, {120.0}, 60, id="a-stricter-profile"),
-    pytest.param(2, set(), 1, id="at-least-a-second"),
-])
+@pytest.mark.parametrize(
+    ("timeout", "limits", "every"),
+    [
+        pytest.param(3600, set(), 300, id="at-most-five-minutes"),
+        pytest.param(300, set(), 150, id="half-the-timeout"),
+        pytest.param(3600, {600.0, 0.0}, 300, id="profiles-longer"),
+        pytest.param(3600, {120.0}, 60, id="a-stricter-profile"),
+        pytest.param(2, set(), 1, id="at-least-a-second"),
+    ],
+)
 def test_cull_every_is_half_the_shortest_timeout(timeout, limits, every):
     assert cull_every(timeout, limits) == every
 
 
-@pytest.mark.parametrize("variable", ["GPUHUB_CULL_IDLE_TIMEOUT", "GPUHUB_GPU_IDLE_TIMEOUT",
-                                      "GPUHUB_CULL_MAX_AGE", "GPUHUB_CULL_WARNING"])
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "GPUHUB_CULL_IDLE_TIMEOUT",
+        "GPUHUB_GPU_IDLE_TIMEOUT",
+        "GPUHUB_CULL_MAX_AGE",
+        "GPUHUB_CULL_WARNING",
+    ],
+)
 def test_negative_limits_name_the_variable(tmp_path, monkeypatch, variable):
     with pytest.raises(ValueError, match=f"{variable}=-1"):
         configure(tmp_path, monkeypatch, **{variable: "-1"})
@@ -278,8 +319,11 @@ def test_negative_limits_name_the_variable(tmp_path, monkeypatch, variable):
 def test_gpu_board_scope_goes_to_the_admin_groups(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_ADMIN_GROUPS="hub-admins, staff")
     assert GPUS_SCOPE in c.JupyterHub.custom_scopes
-    assert role(c, "gpuhub-gpu-admins")["scopes"] == [GPUS_SCOPE, LINE_ADMIN_SCOPE,
-                                                      RESERVATIONS_SCOPE]
+    assert role(c, "gpuhub-gpu-admins")["scopes"] == [
+        GPUS_SCOPE,
+        LINE_ADMIN_SCOPE,
+        RESERVATIONS_SCOPE,
+    ]
     assert RESERVATIONS_SCOPE in c.JupyterHub.custom_scopes
     assert role(c, "gpuhub-gpu-admins")["groups"] == ["hub-admins", "staff"]
     routes = [route for route, _ in c.JupyterHub.extra_handlers]
@@ -287,7 +331,8 @@ def test_gpu_board_scope_goes_to_the_admin_groups(tmp_path, monkeypatch):
 
 
 def test_the_cli_service_reads_the_gpu_board_manages_reservations_and_nothing_else(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     c = configure(tmp_path, monkeypatch)
     assert service(c, "gpuhub-cli") == {
         "name": "gpuhub-cli",
@@ -297,7 +342,7 @@ def test_the_cli_service_reads_the_gpu_board_manages_reservations_and_nothing_el
     assert role(c, "gpuhub-cli") == {
         "name": "gpuhub-cli",
         "description": "gpuhub gpus and gpuhub reservations on the hub's machine: read the "
-                       "GPU board, manage reservations",
+        "GPU board, manage reservations",
         "scopes": [GPUS_SCOPE, RESERVATIONS_SCOPE],
         "services": ["gpuhub-cli"],
     }
@@ -310,8 +355,18 @@ def test_on_slurm_runs_are_recorded_and_the_culler_reads_no_local_gpus(tmp_path,
     assert c.Culler.gpu_units is None  # no NVML readings on the hub's machine
 
 
-SHARED = {"profile_list", "image", "datasets", "before_container_hooks", "gpu_idle_timeout",
-          "cull_idle_timeout", "cull_max_age", "default_url", "start_timeout", "http_timeout"}
+SHARED = {
+    "profile_list",
+    "image",
+    "datasets",
+    "before_container_hooks",
+    "gpu_idle_timeout",
+    "cull_idle_timeout",
+    "cull_max_age",
+    "default_url",
+    "start_timeout",
+    "http_timeout",
+}
 
 
 @pytest.mark.parametrize("backend", ["docker", "slurm"])
@@ -321,12 +376,22 @@ def test_shared_settings_are_set_once_for_both_backends(tmp_path, monkeypatch, b
     backend's section to the other's."""
     datasets = tmp_path / "datasets.json"
     datasets.write_text(json.dumps({"imagenet": {"path": "/data/imagenet"}}))
-    c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND=backend, GPUHUB_IMAGE="site/img:1",
-                  GPUHUB_DATASETS=str(datasets), GPUHUB_GPU_IDLE_TIMEOUT="900")
+    c = configure(
+        tmp_path,
+        monkeypatch,
+        GPUHUB_BACKEND=backend,
+        GPUHUB_IMAGE="site/img:1",
+        GPUHUB_DATASETS=str(datasets),
+        GPUHUB_GPU_IDLE_TIMEOUT="900",
+    )
     reads = spawner_reads(c, backend)
     assert SHARED <= set(reads)
     assert (reads.image, reads.datasets, reads.gpu_idle_timeout, reads.default_url) == (
-        "site/img:1", {"imagenet": {"path": "/data/imagenet"}}, 900, "/lab")
+        "site/img:1",
+        {"imagenet": {"path": "/data/imagenet"}},
+        900,
+        "/lab",
+    )
     assert [p["slug"] for p in reads.profile_list] == ["cpu", "pytorch"]
     for section in ("GPUDockerSpawner", "GPUSlurmSpawner"):  # nothing shared set twice
         assert not SHARED & set(c.get(section, {})) - {"start_timeout"}, section
@@ -339,8 +404,13 @@ def test_shared_settings_are_set_once_for_both_backends(tmp_path, monkeypatch, b
 def test_each_setting_a_spawner_reads_is_one_of_its_traits(tmp_path, monkeypatch, backend):
     """A backend's own setting on the core's section would reach the other backend's
     spawner as an unknown option (traitlets: "Config option not recognized")."""
-    c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND=backend,
-                  GPUHUB_DOCKER_NETWORK="host", GPUHUB_SLURM_PARTITION="gpu")
+    c = configure(
+        tmp_path,
+        monkeypatch,
+        GPUHUB_BACKEND=backend,
+        GPUHUB_DOCKER_NETWORK="host",
+        GPUHUB_SLURM_PARTITION="gpu",
+    )
     traits = spawner_class(backend).class_traits(config=True)
     assert set(spawner_reads(c, backend)) - set(traits) == set()
 
@@ -350,20 +420,39 @@ def slurm_spawner(c: Config):
 
     from hub_ext.slurm.spawner import GPUSlurmSpawner
 
-    user = SimpleNamespace(name="alice", url="/user/alice/", escaped_name="alice", server=None,
-                           settings={}, db=None, orm_user=None, id=1)
+    user = SimpleNamespace(
+        name="alice",
+        url="/user/alice/",
+        escaped_name="alice",
+        server=None,
+        settings={},
+        db=None,
+        orm_user=None,
+        id=1,
+    )
     return GPUSlurmSpawner(config=c, user=user)
 
 
 def test_a_slurm_spawner_reads_the_core_sections_and_its_own(tmp_path, monkeypatch):
     """traitlets' section inheritance on a real spawner: what the hub set once on
     ``c.SpawnerCore`` and ``c.Spawner`` reaches it, with Slurm's own settings."""
-    c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND="slurm", GPUHUB_IMAGE="site/img:1",
-                  GPUHUB_CULL_MAX_AGE="7200", GPUHUB_SLURM_PARTITION="gpu")
+    c = configure(
+        tmp_path,
+        monkeypatch,
+        GPUHUB_BACKEND="slurm",
+        GPUHUB_IMAGE="site/img:1",
+        GPUHUB_CULL_MAX_AGE="7200",
+        GPUHUB_SLURM_PARTITION="gpu",
+    )
     spawner = slurm_spawner(c)
-    assert (spawner.image, spawner.cull_max_age, spawner.default_url, spawner.http_timeout,
-            spawner.start_timeout, spawner.req_partition) == (
-        "site/img:1", 7200, "/lab", 60, 3600, "gpu")
+    assert (
+        spawner.image,
+        spawner.cull_max_age,
+        spawner.default_url,
+        spawner.http_timeout,
+        spawner.start_timeout,
+        spawner.req_partition,
+    ) == ("site/img:1", 7200, "/lab", 60, 3600, "gpu")
     assert spawner.before_container_hooks == [CREDITS_HOOK, HOOK]
     assert [p["slug"] for p in spawner.profile_list] == ["cpu", "pytorch"]
 
@@ -371,6 +460,9 @@ def test_a_slurm_spawner_reads_the_core_sections_and_its_own(tmp_path, monkeypat
 def test_a_hook_that_is_no_hook_is_refused_naming_the_setting(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND="slurm")
     c.SpawnerCore.before_container_hooks = [CREDITS_HOOK, object()]
-    with pytest.raises(ValueError, match=r"before_container_hooks: <object .*> is not a "
-                                         r"hub_ext\.spawn\.hooks\.Hook"):
+    with pytest.raises(
+        ValueError,
+        match=r"before_container_hooks: <object .*> is not a "
+        r"hub_ext\.spawn\.hooks\.Hook",
+    ):
         slurm_spawner(c)

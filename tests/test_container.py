@@ -12,8 +12,12 @@ pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
 PROFILES = [
     {"display_name": "CPU only", "slug": "cpu", "default": True},
-    {"display_name": "GPU", "slug": "gpu", "gpus": 1,
-     "spawner_override": {"mem_limit": "2G", "cpu_limit": 1.5, "pids_limit": 512}},
+    {
+        "display_name": "GPU",
+        "slug": "gpu",
+        "gpus": 1,
+        "spawner_override": {"mem_limit": "2G", "cpu_limit": 1.5, "pids_limit": 512},
+    },
 ]
 
 
@@ -34,8 +38,10 @@ def config(site, **extra) -> str:
         "imagenet": {"path": str(site / "datasets" / "imagenet"), "groups": ["vision"]},
         **extra.pop("datasets", {}),
     }
-    lines = [f"c.GPUDockerSpawner.datasets = {datasets!r}",
-             f"c.GPUDockerSpawner.uid_map_file = {str(site / 'uids.json')!r}"]
+    lines = [
+        f"c.GPUDockerSpawner.datasets = {datasets!r}",
+        f"c.GPUDockerSpawner.uid_map_file = {str(site / 'uids.json')!r}",
+    ]
     lines += [f"c.GPUDockerSpawner.{k} = {v!r}" for k, v in extra.items()]
     return "\n".join(lines) + "\n"
 
@@ -55,7 +61,8 @@ async def started(hub, docker_client, user, profile="cpu"):
 
 
 async def test_workspace_survives_stop_profile_change_and_hub_restart(
-        hub_factory, docker_client, site):
+    hub_factory, docker_client, site
+):
     hub = await hub_factory(extra_config=config(site), GPUHUB_PROFILES=str(site / "profiles.json"))
     await hub.create_user("bob")
     cid = await started(hub, docker_client, "bob", "cpu")
@@ -71,13 +78,16 @@ async def test_workspace_survives_stop_profile_change_and_hub_restart(
 
 
 async def test_host_path_workspace_lives_under_its_root_owned_by_the_member(
-        hub_factory, docker_client, site):
+    hub_factory, docker_client, site
+):
     root = site / "home"
     root.mkdir()
-    hub = await hub_factory(extra_config=config(site),
-                            GPUHUB_PROFILES=str(site / "profiles.json"),
-                            GPUHUB_WORKSPACE=str(root / "{username}"),
-                            GPUHUB_WORKSPACE_ROOT=str(root))
+    hub = await hub_factory(
+        extra_config=config(site),
+        GPUHUB_PROFILES=str(site / "profiles.json"),
+        GPUHUB_WORKSPACE=str(root / "{username}"),
+        GPUHUB_WORKSPACE_ROOT=str(root),
+    )
     await hub.create_user("alice")
     cid = await started(hub, docker_client, "alice")
     assert exec_in(docker_client, cid, "sh", "-c", "echo mine > ~/work/notes.txt")[0] == 0
@@ -88,12 +98,15 @@ async def test_host_path_workspace_lives_under_its_root_owned_by_the_member(
 
 
 async def test_host_path_workspace_outside_its_root_is_refused_and_creates_nothing(
-        hub_factory, docker_client, site):
+    hub_factory, docker_client, site
+):
     root = site / "home"
-    hub = await hub_factory(extra_config=config(site, workspace="/srv/elsewhere/{username}"),
-                            GPUHUB_PROFILES=str(site / "profiles.json"),
-                            GPUHUB_WORKSPACE=str(root / "{username}"),
-                            GPUHUB_WORKSPACE_ROOT=str(root))
+    hub = await hub_factory(
+        extra_config=config(site, workspace="/srv/elsewhere/{username}"),
+        GPUHUB_PROFILES=str(site / "profiles.json"),
+        GPUHUB_WORKSPACE=str(root / "{username}"),
+        GPUHUB_WORKSPACE_ROOT=str(root),
+    )
     await hub.create_user("bob")
     r = await hub.spawn("bob", {"profile": "gpu"})
     assert r.status_code == 500, r.text
@@ -129,8 +142,9 @@ async def test_only_the_members_own_workspace_is_mounted(hub_factory, docker_cli
         await started(hub, docker_client, user)
     for c in hub.containers(docker_client):
         user = c["Labels"]["io.gpuhub.user"]
-        sources = {m.get("Name") or m["Source"] for m in
-                   docker_client.inspect_container(c["Id"])["Mounts"]}
+        sources = {
+            m.get("Name") or m["Source"] for m in docker_client.inspect_container(c["Id"])["Mounts"]
+        }
         workspaces = {s for s in sources if "-user-" in s}
         assert workspaces == {hub.workspace(user)}
 
@@ -160,17 +174,21 @@ async def test_limits_and_security_options_reach_docker(hub_factory, docker_clie
     assert host["ShmSize"] == 2 * 1024**3
     assert host["SecurityOpt"] == ["no-new-privileges"]
     assert host["CapDrop"] == ["ALL"]
-    assert host["LogConfig"] == {"Type": "json-file",
-                                 "Config": {"max-file": "3", "max-size": "50m"}}
+    assert host["LogConfig"] == {
+        "Type": "json-file",
+        "Config": {"max-file": "3", "max-size": "50m"},
+    }
     assert host["AutoRemove"] is False  # stop() removes it, after a failed start too
 
 
 async def test_missing_dataset_path_is_a_clear_error_and_creates_nothing(
-        hub_factory, docker_client, site):
+    hub_factory, docker_client, site
+):
     missing = site / "datasets" / "coco"
     hub = await hub_factory(
         extra_config=config(site, datasets={"coco": {"path": str(missing)}}),
-        GPUHUB_PROFILES=str(site / "profiles.json"))
+        GPUHUB_PROFILES=str(site / "profiles.json"),
+    )
     await hub.create_user("bob")
     r = await hub.spawn("bob", {"profile": "gpu"})
     assert r.status_code == 500, r.text
@@ -180,17 +198,20 @@ async def test_missing_dataset_path_is_a_clear_error_and_creates_nothing(
     assert not docker_client.volumes(filters={"name": hub.workspace("bob")})["Volumes"]
 
 
-@pytest.mark.parametrize("entry", [
-    pytest.param({"gid": 1234}, id="no-uid"),
-    pytest.param({"uid": "alice"}, id="not-a-number"),
-    pytest.param({"uid": 0}, id="root"),
-    pytest.param({"uid": 1234, "gid": 0}, id="root-group"),
-])
+@pytest.mark.parametrize(
+    "entry",
+    [
+        pytest.param({"gid": 1234}, id="no-uid"),
+        pytest.param({"uid": "alice"}, id="not-a-number"),
+        pytest.param({"uid": 0}, id="root"),
+        pytest.param({"uid": 1234, "gid": 0}, id="root-group"),
+    ],
+)
 async def test_bad_uid_mapping_is_a_clear_error_and_creates_nothing(
-        hub_factory, docker_client, site, entry):
+    hub_factory, docker_client, site, entry
+):
     (site / "uids.json").write_text(json.dumps({"bob": entry}))
-    hub = await hub_factory(extra_config=config(site),
-                            GPUHUB_PROFILES=str(site / "profiles.json"))
+    hub = await hub_factory(extra_config=config(site), GPUHUB_PROFILES=str(site / "profiles.json"))
     await hub.create_user("bob")
     r = await hub.spawn("bob", {"profile": "gpu"})
     assert r.status_code == 403, r.text
@@ -200,9 +221,11 @@ async def test_bad_uid_mapping_is_a_clear_error_and_creates_nothing(
 
 
 async def test_uid_and_gid_can_come_from_the_login_service(hub_factory, docker_client, site):
-    hub = await hub_factory(GPUHUB_PROFILES=str(site / "profiles.json"),
-                            GPUHUB_OIDC_UID_CLAIM="uidNumber",
-                            GPUHUB_OIDC_GID_CLAIM="gidNumber")
+    hub = await hub_factory(
+        GPUHUB_PROFILES=str(site / "profiles.json"),
+        GPUHUB_OIDC_UID_CLAIM="uidNumber",
+        GPUHUB_OIDC_GID_CLAIM="gidNumber",
+    )
     browser = await hub.login("carol", uidNumber=4242, gidNumber=4343)
     r = await hub.browser_api(browser, "POST", "/users/carol/server", json={"profile": "cpu"})
     assert r.status_code in (201, 202), r.text
@@ -213,9 +236,12 @@ async def test_uid_and_gid_can_come_from_the_login_service(hub_factory, docker_c
 
 
 async def test_unknown_uid_mapping_is_a_clear_error_and_creates_nothing(
-        hub_factory, docker_client, site):
-    hub = await hub_factory(extra_config=config(site, require_uid_mapping=True),
-                            GPUHUB_PROFILES=str(site / "profiles.json"))
+    hub_factory, docker_client, site
+):
+    hub = await hub_factory(
+        extra_config=config(site, require_uid_mapping=True),
+        GPUHUB_PROFILES=str(site / "profiles.json"),
+    )
     await hub.create_user("bob")
     r = await hub.spawn("bob", {"profile": "gpu"})
     assert r.status_code == 403, r.text

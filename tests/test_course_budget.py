@@ -43,9 +43,11 @@ def test_a_record_written_before_the_course_budget_is_the_members():
 
 def test_the_course_pays_for_the_servers_inside_its_reservation_only():
     window = Window(1, "ml101", "ML101", "gpu", 1, T0, T0 + timedelta(hours=2))
-    holdings = [Holding(("bob", ""), "bob", "gpu", 1, 200.0, frozenset({"ml101"})),
-                Holding(("alice", ""), "alice", "gpu", 1, 100.0, frozenset({"ml101"})),
-                Holding(("eve", ""), "eve", "gpu", 1, 50.0, frozenset())]
+    holdings = [
+        Holding(("bob", ""), "bob", "gpu", 1, 200.0, frozenset({"ml101"})),
+        Holding(("alice", ""), "alice", "gpu", 1, 100.0, frozenset({"ml101"})),
+        Holding(("eve", ""), "eve", "gpu", 1, 50.0, frozenset()),
+    ]
     rules = SimpleNamespace(open=[window], _holdings=lambda: holdings)
     courses = {"ml101": {"group": "ml101", "account": "course-ml101", "display_name": "ML101"}}
     payer = course_payer(rules, ("alice", ""), courses)  # the first of the group

@@ -12,8 +12,12 @@ from hub_ext.config import apply_config
 from hub_ext.courses import Course, load_courses
 from tests.test_config import settings_from
 
-ML101 = {"display_name": "ML101", "group": "ml101", "instructors": ["ml101-instructors"],
-         "account": "course-ml101"}
+ML101 = {
+    "display_name": "ML101",
+    "group": "ml101",
+    "instructors": ["ml101-instructors"],
+    "account": "course-ml101",
+}
 
 
 def write(tmp_path, data) -> str:
@@ -23,33 +27,48 @@ def write(tmp_path, data) -> str:
 
 
 def test_courses_are_read_by_slug(tmp_path):
-    path = write(tmp_path, {"ml101": ML101, "ml102": {"group": "ml102",
-                                                      "instructors": ["ml102-staff"]}})
+    path = write(
+        tmp_path, {"ml101": ML101, "ml102": {"group": "ml102", "instructors": ["ml102-staff"]}}
+    )
     assert load_courses(path) == {
         "ml101": Course("ml101", "ML101", "ml101", ("ml101-instructors",), "course-ml101"),
         "ml102": Course("ml102", "ml102", "ml102", ("ml102-staff",), None),
     }
 
 
-@pytest.mark.parametrize(("data", "words"), [
-    pytest.param("{", "not JSON", id="not-json"),
-    pytest.param([ML101], "must be a JSON object of courses", id="a-list"),
-    pytest.param({"ML 101": ML101}, "course 'ML 101': a course's key is", id="bad-slug"),
-    pytest.param({"ml101": {**ML101, "instructor": ["x"]}},
-                 "course 'ml101': instructor: unknown field", id="unknown-field"),
-    pytest.param({"ml101": {"instructors": ["t"]}}, "course 'ml101': group: ", id="no-group"),
-    pytest.param({"ml101": {**ML101, "instructors": []}}, "course 'ml101': instructors: a "
-                 "non-empty list", id="no-instructors"),
-    pytest.param({"ml101": {**ML101, "instructors": ["ml101"]}},
-                 "instructors: 'ml101' is the students' group", id="students-as-instructors"),
-    pytest.param({"ml101": {**ML101, "account": "a/b"}}, "course 'ml101': account: ",
-                 id="bad-account"),
-    pytest.param({"ml101": ML101, "ml101b": {**ML101, "display_name": "B"}},
-                 "course 'ml101b': group: 'ml101' is already the group of course 'ml101'",
-                 id="one-group-two-courses"),
-])
-def test_a_malformed_course_file_is_refused_naming_file_course_and_field(tmp_path, data,
-                                                                          words):
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        pytest.param("{", "not JSON", id="not-json"),
+        pytest.param([ML101], "must be a JSON object of courses", id="a-list"),
+        pytest.param({"ML 101": ML101}, "course 'ML 101': a course's key is", id="bad-slug"),
+        pytest.param(
+            {"ml101": {**ML101, "instructor": ["x"]}},
+            "course 'ml101': instructor: unknown field",
+            id="unknown-field",
+        ),
+        pytest.param({"ml101": {"instructors": ["t"]}}, "course 'ml101': group: ", id="no-group"),
+        pytest.param(
+            {"ml101": {**ML101, "instructors": []}},
+            "course 'ml101': instructors: a non-empty list",
+            id="no-instructors",
+        ),
+        pytest.param(
+            {"ml101": {**ML101, "instructors": ["ml101"]}},
+            "instructors: 'ml101' is the students' group",
+            id="students-as-instructors",
+        ),
+        pytest.param(
+            {"ml101": {**ML101, "account": "a/b"}}, "course 'ml101': account: ", id="bad-account"
+        ),
+        pytest.param(
+            {"ml101": ML101, "ml101b": {**ML101, "display_name": "B"}},
+            "course 'ml101b': group: 'ml101' is already the group of course 'ml101'",
+            id="one-group-two-courses",
+        ),
+    ],
+)
+def test_a_malformed_course_file_is_refused_naming_file_course_and_field(tmp_path, data, words):
     path = write(tmp_path, data)
     with pytest.raises(ValueError, match=r"^" + __import__("re").escape(path)) as e:
         load_courses(path)
@@ -60,37 +79,51 @@ def roles_of(c) -> dict[str, dict]:
     return {r["name"]: r for r in c.JupyterHub.load_roles}
 
 
-def test_each_course_gives_its_instructors_a_role_limited_to_its_group(tmp_path,
-                                                                         monkeypatch):
-    path = write(tmp_path, {"ml101": ML101, "ml102": {"group": "ml102",
-                                                      "instructors": ["ml102-staff"]}})
+def test_each_course_gives_its_instructors_a_role_limited_to_its_group(tmp_path, monkeypatch):
+    path = write(
+        tmp_path, {"ml101": ML101, "ml102": {"group": "ml102", "instructors": ["ml102-staff"]}}
+    )
     c = Config()
-    apply_config(c, settings_from(tmp_path, monkeypatch, GPUHUB_COURSES=path,
-                                  GPUHUB_OIDC_ISSUER="https://login.example.org",
-                                  GPUHUB_OIDC_CLIENT_ID="hub", GPUHUB_GPUS="simulated:2",
-                                  GPUHUB_ALLOWED_GROUPS="students",
-                                  GPUHUB_ADMIN_GROUPS="hub-admins"))
+    apply_config(
+        c,
+        settings_from(
+            tmp_path,
+            monkeypatch,
+            GPUHUB_COURSES=path,
+            GPUHUB_OIDC_ISSUER="https://login.example.org",
+            GPUHUB_OIDC_CLIENT_ID="hub",
+            GPUHUB_GPUS="simulated:2",
+            GPUHUB_ALLOWED_GROUPS="students",
+            GPUHUB_ADMIN_GROUPS="hub-admins",
+        ),
+    )
     roles = roles_of(c)
     ml101 = roles["gpuhub-course-ml101"]
     assert ml101["groups"] == ["ml101-instructors"]
-    assert sorted(ml101["scopes"]) == sorted([
-        "admin-ui", "list:users!group=ml101", "read:users!group=ml101",
-        "read:servers!group=ml101", "delete:servers!group=ml101", "list:groups!group=ml101",
-        "read:groups!group=ml101", "custom:gpuhub:gpus:read!group=ml101",
-        "custom:gpuhub:reservations:admin!group=ml101",
-        "custom:gpuhub:courses:grant!group=ml101"])
+    assert sorted(ml101["scopes"]) == sorted(
+        [
+            "admin-ui",
+            "list:users!group=ml101",
+            "read:users!group=ml101",
+            "read:servers!group=ml101",
+            "delete:servers!group=ml101",
+            "list:groups!group=ml101",
+            "read:groups!group=ml101",
+            "custom:gpuhub:gpus:read!group=ml101",
+            "custom:gpuhub:reservations:admin!group=ml101",
+            "custom:gpuhub:courses:grant!group=ml101",
+        ]
+    )
     assert all("ml102" not in s for s in ml101["scopes"])
     assert roles["gpuhub-course-ml102"]["groups"] == ["ml102-staff"]
     # instructors may log in; the site's own groups stay
-    assert c.CreditAuthenticator.allowed_groups == {"students", "ml101-instructors",
-                                                    "ml102-staff"}
+    assert c.CreditAuthenticator.allowed_groups == {"students", "ml101-instructors", "ml102-staff"}
     assert "custom:gpuhub:courses:grant" in c.JupyterHub.custom_scopes
     # the grant endpoint knows the accounts, and has the managed service's admin token
     assert c.CourseGrants.courses["ml101"]["account"] == "course-ml101"
     assert c.CourseGrants.admin_token == (tmp_path / "credits-admin-token").read_text().strip()
     # the admins' role is unchanged
-    assert "gpuhub-gpu-admins" in roles and roles["gpuhub-gpu-admins"]["groups"] == [
-        "hub-admins"]
+    assert "gpuhub-gpu-admins" in roles and roles["gpuhub-gpu-admins"]["groups"] == ["hub-admins"]
 
 
 def test_the_roles_are_valid_jupyterhub_roles(tmp_path, monkeypatch):
@@ -99,9 +132,17 @@ def test_the_roles_are_valid_jupyterhub_roles(tmp_path, monkeypatch):
     from jupyterhub import scopes
 
     c = Config()
-    apply_config(c, settings_from(tmp_path, monkeypatch, GPUHUB_COURSES=write(
-        tmp_path, {"ml101": ML101}), GPUHUB_OIDC_ISSUER="https://login.example.org",
-        GPUHUB_OIDC_CLIENT_ID="hub", GPUHUB_GPUS="simulated:2"))
+    apply_config(
+        c,
+        settings_from(
+            tmp_path,
+            monkeypatch,
+            GPUHUB_COURSES=write(tmp_path, {"ml101": ML101}),
+            GPUHUB_OIDC_ISSUER="https://login.example.org",
+            GPUHUB_OIDC_CLIENT_ID="hub",
+            GPUHUB_GPUS="simulated:2",
+        ),
+    )
     saved = dict(scopes.scope_definitions)
     try:
         scopes.define_custom_scopes(c.JupyterHub.custom_scopes)

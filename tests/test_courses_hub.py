@@ -39,26 +39,40 @@ async def admin_ledger(credits_service):
 
 
 async def test_an_instructor_runs_her_course_and_nothing_else(
-        hub_factory, credits_service, admin_ledger, faults, tmp_path):
+    hub_factory, credits_service, admin_ledger, faults, tmp_path
+):
     tag = uuid.uuid4().hex[:6]
     alice, bob, carol = f"alice-{tag}", f"bob-{tag}", f"carol-{tag}"
     ml101_account, ml102_account = f"course-ml101-{tag}", f"course-ml102-{tag}"
     courses = tmp_path / "courses.json"
-    courses.write_text(json.dumps({
-        "ml101": {"display_name": "ML101", "group": "ml101",
-                  "instructors": ["ml101-instructors"], "account": ml101_account},
-        "ml102": {"display_name": "ML102", "group": "ml102",
-                  "instructors": ["ml102-instructors"], "account": ml102_account},
-    }))
+    courses.write_text(
+        json.dumps(
+            {
+                "ml101": {
+                    "display_name": "ML101",
+                    "group": "ml101",
+                    "instructors": ["ml101-instructors"],
+                    "account": ml101_account,
+                },
+                "ml102": {
+                    "display_name": "ML102",
+                    "group": "ml102",
+                    "instructors": ["ml102-instructors"],
+                    "account": ml102_account,
+                },
+            }
+        )
+    )
     for account in (ml101_account, ml102_account):
         await admin_ledger.grant(account, "20.00", key=f"test-{account}")
     await admin_ledger.grant(bob, "10.00", key=f"test-{bob}")
-    hub = await hub_factory(extra_config="c.CreditsClient.timeout = 1\n"
-                                         "c.CreditsClient.max_attempts = 2\n",
-                            GPUHUB_COURSES=str(courses),
-                            GPUHUB_CREDITS_URL=faults.url,
-                            GPUHUB_CREDITS_TOKEN=credits_service.hub_token,
-                            GPUHUB_CREDITS_ADMIN_TOKEN=credits_service.admin_token)
+    hub = await hub_factory(
+        extra_config="c.CreditsClient.timeout = 1\nc.CreditsClient.max_attempts = 2\n",
+        GPUHUB_COURSES=str(courses),
+        GPUHUB_CREDITS_URL=faults.url,
+        GPUHUB_CREDITS_TOKEN=credits_service.hub_token,
+        GPUHUB_CREDITS_ADMIN_TOKEN=credits_service.admin_token,
+    )
     alice_web = await hub.login(alice, groups=[MEMBERS, "ml101"])
     bob_web = await hub.login(bob, groups=[MEMBERS, "ml102"])
     # an instructor's group may log in although it is none of GPUHUB_ALLOWED_GROUPS
@@ -89,15 +103,15 @@ async def test_an_instructor_runs_her_course_and_nothing_else(
     assert r.status_code == 201, r.text
     assert (await admin_ledger.balance(ml101_account)).balance == Decimal("13.00")
     assert (await admin_ledger.balance(alice)).balance == Decimal("7.00")
-    r = await as_carol("POST", "/gpuhub/courses/ml101/grants",
-                       json={"user": alice, "amount": "100"})
+    r = await as_carol(
+        "POST", "/gpuhub/courses/ml101/grants", json={"user": alice, "amount": "100"}
+    )
     assert r.status_code == 402, r.text
     assert "ML101's account has 13.00 credits; it cannot pay 100.00" in r.json()["message"]
 
     # -- both members start a GPU server: one GPU each ------------------------------------
     for name, web in ((alice, alice_web), (bob, bob_web)):
-        r = await hub.browser_api(web, "POST", f"/users/{name}/server",
-                                  json={"profile": "pytorch"})
+        r = await hub.browser_api(web, "POST", f"/users/{name}/server", json={"profile": "pytorch"})
         assert r.status_code in (201, 202), r.text
         await hub.wait_ready(name)
 
@@ -126,9 +140,16 @@ async def test_an_instructor_runs_her_course_and_nothing_else(
         ("GET", f"/users/{bob}", None),
         ("GET", "/groups/ml102", None),
         ("DELETE", f"/users/{bob}/server", None),
-        ("POST", "/gpuhub/reservations", {"group": "ml102", "gpus": 1,
-                                          "start": "2030-01-08T14:00:00+00:00",
-                                          "end": "2030-01-08T16:00:00+00:00"}),
+        (
+            "POST",
+            "/gpuhub/reservations",
+            {
+                "group": "ml102",
+                "gpus": 1,
+                "start": "2030-01-08T14:00:00+00:00",
+                "end": "2030-01-08T16:00:00+00:00",
+            },
+        ),
         ("POST", "/gpuhub/courses/ml102/grants", {"user": bob, "amount": "1"}),
         ("POST", "/gpuhub/courses/ml101/grants", {"user": bob, "amount": "1"}),
         ("POST", f"/users/{bob}/tokens", {}),
@@ -143,9 +164,17 @@ async def test_an_instructor_runs_her_course_and_nothing_else(
     assert not await hub.is_admin(alice)
 
     # -- a reservation for her course ------------------------------------------------------
-    r = await as_carol("POST", "/gpuhub/reservations", json={
-        "group": "ml101", "gpus": 1, "start": "2030-01-08T14:00:00+00:00",
-        "end": "2030-01-08T16:00:00+00:00", "note": "ML101 lab"})
+    r = await as_carol(
+        "POST",
+        "/gpuhub/reservations",
+        json={
+            "group": "ml101",
+            "gpus": 1,
+            "start": "2030-01-08T14:00:00+00:00",
+            "end": "2030-01-08T16:00:00+00:00",
+            "note": "ML101 lab",
+        },
+    )
     assert r.status_code == 201, r.text
 
     # -- she stops alice's server, as the board's Stop does ---------------------------------

@@ -35,18 +35,36 @@ from tests.fixtures.oidc import ADMINS
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
-PROFILES = json.dumps([
-    {"display_name": "CPU only", "slug": "cpu", "default": True},
-    {"display_name": "One GPU", "slug": "gpu", "gpus": 1, "credits_per_hour": 4},
-    {"display_name": "Two GPUs", "slug": "gpu2", "gpus": 2, "credits_per_hour": 4},
-    {"display_name": "Broken", "slug": "broken", "gpus": 1, "credits_per_hour": 4,
-     "spawner_override": {"image": "gpuhub/no-such-image:latest"}},
-    {"display_name": "Hangs", "slug": "hangs", "gpus": 1, "credits_per_hour": 4,
-     "spawner_override": {"cmd": ["sh", "-c", "sleep 600", "--"]}},
-    {"display_name": "Slow to answer", "slug": "slow", "gpus": 1, "credits_per_hour": 4,
-     "spawner_override": {"cmd": ["sh", "-c", 'sleep 8; exec jupyterhub-singleuser "$@"',
-                                  "--"]}},
-])
+PROFILES = json.dumps(
+    [
+        {"display_name": "CPU only", "slug": "cpu", "default": True},
+        {"display_name": "One GPU", "slug": "gpu", "gpus": 1, "credits_per_hour": 4},
+        {"display_name": "Two GPUs", "slug": "gpu2", "gpus": 2, "credits_per_hour": 4},
+        {
+            "display_name": "Broken",
+            "slug": "broken",
+            "gpus": 1,
+            "credits_per_hour": 4,
+            "spawner_override": {"image": "gpuhub/no-such-image:latest"},
+        },
+        {
+            "display_name": "Hangs",
+            "slug": "hangs",
+            "gpus": 1,
+            "credits_per_hour": 4,
+            "spawner_override": {"cmd": ["sh", "-c", "sleep 600", "--"]},
+        },
+        {
+            "display_name": "Slow to answer",
+            "slug": "slow",
+            "gpus": 1,
+            "credits_per_hour": 4,
+            "spawner_override": {
+                "cmd": ["sh", "-c", 'sleep 8; exec jupyterhub-singleuser "$@"', "--"]
+            },
+        },
+    ]
+)
 
 # Quick failure detection, so that a refusal is the answer to the spawn request itself.
 FAST = (
@@ -160,8 +178,9 @@ async def spawn_with_progress(hub, user, profile) -> list[str]:
     messages: list[str] = []
     deadline = time.monotonic() + 60
     while not messages and time.monotonic() < deadline:
-        async with hub.client.stream("GET", f"/hub/api/users/{user}/server/progress",
-                                     headers=headers) as r:
+        async with hub.client.stream(
+            "GET", f"/hub/api/users/{user}/server/progress", headers=headers
+        ) as r:
             if r.status_code != 200:
                 await asyncio.sleep(0.02)
                 continue
@@ -182,23 +201,24 @@ async def test_paid_spawn_debits_the_first_interval(credits_hub, admin, member, 
     assert "Debiting 1.00 credits for the first 15 minutes" in messages, messages
     assert "Debited 1.00 credits; your balance is 9.00" in messages, messages
     [grant_entry, debit] = await entries(admin, member)
-    assert (debit.kind, debit.amount, debit.balance) == ("debit", Decimal("1.00"),
-                                                          Decimal("9.00"))
+    assert (debit.kind, debit.amount, debit.balance) == ("debit", Decimal("1.00"), Decimal("9.00"))
     assert debit.metadata["hub_user"] == member
     assert debit.metadata["interval"] == "0"
     assert debit.metadata["profile"] == "gpu"
     assert "15 min" in debit.reason
 
 
-async def test_member_with_too_little_balance_is_refused_at_once(credits_hub, admin, member,
-                                                                 docker_client):
+async def test_member_with_too_little_balance_is_refused_at_once(
+    credits_hub, admin, member, docker_client
+):
     hub = await credits_hub()
     await hub.create_user(member)
     await grant(admin, member, "0.50")
     r = await hub.spawn(member, {"profile": "gpu"})
     assert r.status_code == 402, r.text  # the answer to the request itself
     assert r.json()["message"].startswith(
-        "This profile costs 4.00 credits per hour; your balance is 0.50.")
+        "This profile costs 4.00 credits per hour; your balance is 0.50."
+    )
     assert hub.containers(docker_client) == []
     assert await ledger(admin, member) == [("grant", "0.50")]
 
@@ -226,14 +246,18 @@ async def test_free_profile_makes_no_api_call(credits_hub, faults, member):
     assert faults.requests == []
 
 
-@pytest.mark.parametrize("mode", [
-    pytest.param("hang", id="times-out"),
-    pytest.param("error500", id="answers-500"),
-    pytest.param("malformed", id="malformed-json"),
-    pytest.param("refused", id="connection-refused"),
-])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pytest.param("hang", id="times-out"),
+        pytest.param("error500", id="answers-500"),
+        pytest.param("malformed", id="malformed-json"),
+        pytest.param("refused", id="connection-refused"),
+    ],
+)
 async def test_unreachable_api_refuses_the_spawn_and_keeps_nothing(
-        credits_hub, clock, faults, admin, member, credits_service, docker_client, mode):
+    credits_hub, clock, faults, admin, member, credits_service, docker_client, mode
+):
     faults.set(mode)
     hub = await credits_hub(url=faults.url)
     await hub.create_user(member)
@@ -257,8 +281,7 @@ async def test_unreachable_api_refuses_the_spawn_and_keeps_nothing(
     assert credits_service.hub_token not in hub.log()
 
 
-async def test_debit_whose_answer_was_lost_is_refunded(credits_hub, clock, faults, admin,
-                                                       member):
+async def test_debit_whose_answer_was_lost_is_refunded(credits_hub, clock, faults, admin, member):
     faults.set("answer_lost")
     hub = await credits_hub(url=faults.url)
     await hub.create_user(member)
@@ -267,15 +290,15 @@ async def test_debit_whose_answer_was_lost_is_refunded(credits_hub, clock, fault
     assert r.status_code == 503, r.text
     faults.set("forward")
     # the debit was made; the meter finds it and gives it back
-    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "1.00")],
-                  hub)
+    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "1.00")], hub)
     clock.at(1)
     await spawn_ready(hub, member)
     assert await balance(admin, member) == Decimal("9.00")
 
 
-async def test_a_stop_while_the_debit_is_unanswered_refunds_it(credits_hub, clock, faults,
-                                                              admin, member, docker_client):
+async def test_a_stop_while_the_debit_is_unanswered_refunds_it(
+    credits_hub, clock, faults, admin, member, docker_client
+):
     # the member presses Stop while the spawn's debit is on its way: the ledger has it,
     # the hub has no answer yet; JupyterHub cancels the start, and the debit comes back
     faults.set("answer_lost")
@@ -292,20 +315,24 @@ async def test_a_stop_while_the_debit_is_unanswered_refunds_it(credits_hub, cloc
     await hub.stop_server(member)
     await spawn
     faults.set("forward")
-    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "1.00")],
-                  hub)
+    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "1.00")], hub)
     [refund] = [t for t in await entries(admin, member) if t.kind == "refund"]
     assert "was stopped before it started" in refund.reason
     assert hub.containers(docker_client) == []
     # nothing is held: the next start gets a GPU and pays once
     clock.at(1)
     await spawn_ready(hub, member)
-    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "1.00"),
-                                  ("debit", "1.00")], hub)
+    await settles(
+        admin,
+        member,
+        [("grant", "10.00"), ("debit", "1.00"), ("refund", "1.00"), ("debit", "1.00")],
+        hub,
+    )
 
 
 async def test_fail_open_starts_unpaid_and_charges_when_the_api_answers(
-        credits_hub, faults, admin, member):
+    credits_hub, faults, admin, member
+):
     faults.set("error500")
     hub = await credits_hub(url=faults.url, GPUHUB_CREDITS_FAIL_OPEN="1")
     await hub.create_user(member)
@@ -318,16 +345,16 @@ async def test_fail_open_starts_unpaid_and_charges_when_the_api_answers(
     assert await running(hub, member)
 
 
-async def test_debit_before_a_failed_start_is_refunded(credits_hub, clock, admin, member,
-                                                       docker_client):
+async def test_debit_before_a_failed_start_is_refunded(
+    credits_hub, clock, admin, member, docker_client
+):
     hub = await credits_hub()
     await hub.create_user(member)
     await grant(admin, member, "10.00")
     r = await hub.spawn(member, {"profile": "broken"})
     assert r.status_code >= 400, r.text
     assert "not on this node" in r.json()["message"]
-    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "1.00")],
-                  hub)
+    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "1.00")], hub)
     [_, debit, refund] = await entries(admin, member)
     assert refund.debit_id == debit.transaction_id
     assert hub.containers(docker_client) == []
@@ -339,10 +366,13 @@ async def test_debit_before_a_failed_start_is_refunded(credits_hub, clock, admin
 # -- metering ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("how", [pytest.param(signal.SIGTERM, id="clean-restart"),
-                                 pytest.param(signal.SIGKILL, id="kill-9")])
+@pytest.mark.parametrize(
+    "how",
+    [pytest.param(signal.SIGTERM, id="clean-restart"), pytest.param(signal.SIGKILL, id="kill-9")],
+)
 async def test_three_intervals_across_a_hub_restart_then_a_pro_rata_refund(
-        credits_hub, clock, admin, member, how):
+    credits_hub, clock, admin, member, how
+):
     hub = await credits_hub()
     await hub.create_user(member)
     await grant(admin, member, "10.00")
@@ -368,13 +398,17 @@ async def test_three_intervals_across_a_hub_restart_then_a_pro_rata_refund(
     await settles(admin, member, final, hub)
     *_, last_debit, refund = await entries(admin, member)
     assert refund.debit_id == last_debit.transaction_id
-    assert [t.metadata["interval"] for t in await entries(admin, member)
-            if t.kind == "debit"] == ["0", "1", "2"]
+    assert [t.metadata["interval"] for t in await entries(admin, member) if t.kind == "debit"] == [
+        "0",
+        "1",
+        "2",
+    ]
     assert await balance(admin, member) == Decimal("7.75")
 
 
 async def test_hub_killed_mid_spawn_after_the_debit_keeps_no_credit(
-        credits_hub, clock, admin, member, docker_client):
+    credits_hub, clock, admin, member, docker_client
+):
     # the debit is made, the container exists, and the hub dies before it saves any state
     hub = await credits_hub(extra_config="c.GPUDockerSpawner.http_timeout = 5\n")
     await hub.create_user(member)
@@ -393,14 +427,14 @@ async def test_hub_killed_mid_spawn_after_the_debit_keeps_no_credit(
     await hub.start()
     # the restarted hub finds the server that never answered and stops it: what its
     # container's labels say was paid is settled, two thirds of the interval come back
-    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "0.66")],
-                  hub)
+    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "0.66")], hub)
     assert hub.containers(docker_client) == []
     assert "re-adopted its hook state (credits, culling)" in hub.log()
 
 
 async def test_servers_starting_when_the_hub_was_killed_are_adopted_by_the_next_hub(
-        credits_hub, admin, member, docker_client):
+    credits_hub, admin, member, docker_client
+):
     # two servers are starting (containers up, debits made, not answering yet) when the
     # hub dies; the next hub finds them where their containers serve, not at the address
     # JupyterHub's database holds for a server that never got one
@@ -418,26 +452,35 @@ async def test_servers_starting_when_the_hub_was_killed_are_adopted_by_the_next_
     for name in members:
         await settles(admin, name, [("grant", "10.00"), ("debit", "1.00")], hub, seconds=0)
     assert not any(spawn.done() for spawn in spawns)  # both still starting
-    before = {c["Labels"]["io.gpuhub.user"]: (c["Id"], c["Labels"]["io.gpuhub.devices"])
-              for c in hub.containers(docker_client)}
+    before = {
+        c["Labels"]["io.gpuhub.user"]: (c["Id"], c["Labels"]["io.gpuhub.devices"])
+        for c in hub.containers(docker_client)
+    }
     hub.kill(signal.SIGKILL)
     for spawn in spawns:
         spawn.cancel()
     await hub.start()
 
     for name in members:
-        await eventually(lambda name=name: running(hub, name), timeout=90,
-                         what=f"{name}'s server ready under the new hub")
-    after = {c["Labels"]["io.gpuhub.user"]: (c["Id"], c["Labels"]["io.gpuhub.devices"])
-             for c in hub.containers(docker_client)}
+        await eventually(
+            lambda name=name: running(hub, name),
+            timeout=90,
+            what=f"{name}'s server ready under the new hub",
+        )
+    after = {
+        c["Labels"]["io.gpuhub.user"]: (c["Id"], c["Labels"]["io.gpuhub.devices"])
+        for c in hub.containers(docker_client)
+    }
     assert after == before  # the same containers, not new ones
     boss = await hub.login("boss", groups=[ADMINS])
     board = (await hub.browser_api(boss, "GET", "/gpuhub/gpus")).json()["devices"]
     assert {d["uuid"]: d["owner"]["user"] for d in board if d["owner"]} == {
-        devices: name for name, (_, devices) in before.items()}
+        devices: name for name, (_, devices) in before.items()
+    }
     for name in members:
-        out = await terminal_run(hub, name, tokens[name],
-                                 "echo GPU=$NVIDIA_VISIBLE_DEVICES=END", expect="=END")
+        out = await terminal_run(
+            hub, name, tokens[name], "echo GPU=$NVIDIA_VISIBLE_DEVICES=END", expect="=END"
+        )
         assert f"GPU={before[name][1]}=END" in out, out
         # metered once: the spawn's debit, no second one and no refund
         await settles(admin, name, [("grant", "10.00"), ("debit", "1.00")], hub)
@@ -468,7 +511,8 @@ c.GPUDockerSpawner.before_container_hooks.append(StallAfterDebit.instance())
 
 
 async def test_hub_killed_between_the_debit_and_the_container_refunds_the_debit(
-        credits_hub, clock, admin, member, docker_client):
+    credits_hub, clock, admin, member, docker_client
+):
     # the debit is made, no container exists yet, and the hub dies: the write-ahead
     # record in the hub database lets the restarted hub give the whole debit back
     hub = await credits_hub(extra_config=STALL_AFTER_DEBIT)
@@ -482,8 +526,7 @@ async def test_hub_killed_between_the_debit_and_the_container_refunds_the_debit(
     spawn.cancel()
     clock.at(300)
     await hub.start()
-    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "1.00")],
-                  hub)
+    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "1.00")], hub)
     assert await balance(admin, member) == Decimal("10.00")
     [refund] = [t for t in await entries(admin, member) if t.kind == "refund"]
     assert "did not finish" in refund.reason
@@ -505,14 +548,16 @@ async def test_admin_stop_refunds_the_unused_credits(credits_hub, clock, admin, 
     clock.at(300)  # a third of the interval used
     r = await hub.api("DELETE", f"/users/{member}/server")  # the admin's token
     assert r.status_code in (202, 204), r.text
-    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "0.66")],
-                  hub)
+    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "0.66")], hub)
 
 
-@pytest.mark.parametrize("how", [pytest.param(signal.SIGTERM, id="clean-restart"),
-                                 pytest.param(signal.SIGKILL, id="kill-9")])
+@pytest.mark.parametrize(
+    "how",
+    [pytest.param(signal.SIGTERM, id="clean-restart"), pytest.param(signal.SIGKILL, id="kill-9")],
+)
 async def test_refund_owed_while_the_api_was_down_survives_a_hub_restart(
-        credits_hub, clock, faults, admin, member, docker_client, how):
+    credits_hub, clock, faults, admin, member, docker_client, how
+):
     hub = await credits_hub(url=faults.url)
     await hub.create_user(member)
     await grant(admin, member, "10.00")
@@ -541,7 +586,8 @@ async def test_refund_owed_while_the_api_was_down_survives_a_hub_restart(
 
 
 async def test_server_whose_container_vanished_is_settled_without_stop(
-        credits_hub, clock, admin, member, docker_client):
+    credits_hub, clock, admin, member, docker_client
+):
     hub = await credits_hub()
     await hub.create_user(member)
     await grant(admin, member, "10.00")
@@ -551,13 +597,13 @@ async def test_server_whose_container_vanished_is_settled_without_stop(
         docker_client.remove_container(c["Id"], force=True)
     clock.at(450)
     await hub.start()  # JupyterHub finds it dead and clears its state without stop()
-    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "0.50")],
-                  hub)
+    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("refund", "0.50")], hub)
     assert not await running(hub, member)
 
 
 async def test_api_down_while_running_keeps_the_server_and_retries(
-        credits_hub, clock, faults, admin, member):
+    credits_hub, clock, faults, admin, member
+):
     hub = await credits_hub(url=faults.url, extra_config="c.CreditsHook.grace_period = 0\n")
     await hub.create_user(member)
     await grant(admin, member, "10.00")
@@ -569,13 +615,13 @@ async def test_api_down_while_running_keeps_the_server_and_retries(
         assert await running(hub, member), mode
         assert await ledger(admin, member) == [("grant", "10.00"), ("debit", "1.00")]
     faults.set("forward")
-    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("debit", "1.00")],
-                  hub)
+    await settles(admin, member, [("grant", "10.00"), ("debit", "1.00"), ("debit", "1.00")], hub)
     assert await running(hub, member)
 
 
 async def test_server_stops_after_the_grace_period_when_credits_run_out(
-        credits_hub, clock, admin, member, docker_client):
+    credits_hub, clock, admin, member, docker_client
+):
     hub = await credits_hub()
     await hub.create_user(member)
     await grant(admin, member, "1.00")
@@ -583,8 +629,9 @@ async def test_server_stops_after_the_grace_period_when_credits_run_out(
     assert await balance(admin, member) == Decimal("0.00")
 
     clock.at(900)  # the second interval cannot be paid: the grace period begins
-    await eventually(lambda: _contains(home_page(hub, member), "Your credits ran out"),
-                     what="grace notice")
+    await eventually(
+        lambda: _contains(home_page(hub, member), "Your credits ran out"), what="grace notice"
+    )
     assert "balance 0.00" in await home_page(hub, member)
     assert await running(hub, member)
 
@@ -602,23 +649,27 @@ async def test_server_stops_after_the_grace_period_when_credits_run_out(
     engine = create_engine(f"sqlite:///{hub.state_dir / 'jupyterhub.sqlite'}")
     with Session(engine) as db:
         assert [(r.username, r.stop_reason) for r in db.scalars(select(ServerRun))] == [
-            (member, "credits")]
+            (member, "credits")
+        ]
     engine.dispose()
 
 
-async def test_credits_added_in_the_grace_period_keep_the_server(credits_hub, clock, admin,
-                                                                 member):
+async def test_credits_added_in_the_grace_period_keep_the_server(credits_hub, clock, admin, member):
     hub = await credits_hub()
     await hub.create_user(member)
     await grant(admin, member, "1.00")
     await spawn_ready(hub, member)
     clock.at(900)
-    await eventually(lambda: _contains(home_page(hub, member), "Your credits ran out"),
-                     what="grace notice")
+    await eventually(
+        lambda: _contains(home_page(hub, member), "Your credits ran out"), what="grace notice"
+    )
     await grant(admin, member, "5.00")
-    await settles(admin, member,
-                  [("grant", "1.00"), ("debit", "1.00"), ("grant", "5.00"), ("debit", "1.00")],
-                  hub)
+    await settles(
+        admin,
+        member,
+        [("grant", "1.00"), ("debit", "1.00"), ("grant", "5.00"), ("debit", "1.00")],
+        hub,
+    )
     clock.at(900 + 600)
     await asyncio.sleep(1)
     assert await running(hub, member)
@@ -640,14 +691,17 @@ async def _empty(value) -> bool:
 # -- the default: the reference service managed by the hub -------------------------------------
 
 
-async def test_default_runs_the_reference_service_for_the_hub(hub_factory, clock, tmp_path,
-                                                              member):
+async def test_default_runs_the_reference_service_for_the_hub(hub_factory, clock, tmp_path, member):
     profiles = tmp_path / "profiles.json"
     profiles.write_text(PROFILES)
     port = random_port()
     env = {k: "" for k in os.environ if k.startswith("GPUHUB_CREDITS")}
-    hub = await hub_factory(extra_config=clock.hub_config() + FAST,
-                            GPUHUB_PROFILES=str(profiles), GPUHUB_CREDITS_PORT=str(port), **env)
+    hub = await hub_factory(
+        extra_config=clock.hub_config() + FAST,
+        GPUHUB_PROFILES=str(profiles),
+        GPUHUB_CREDITS_PORT=str(port),
+        **env,
+    )
     admin_token = (hub.state_dir / ADMIN_TOKEN_FILE).read_text().strip()
     for name in (HUB_TOKEN_FILE, ADMIN_TOKEN_FILE):
         assert stat.S_IMODE((hub.state_dir / name).stat().st_mode) == 0o600
@@ -655,6 +709,7 @@ async def test_default_runs_the_reference_service_for_the_hub(hub_factory, clock
 
     url = f"http://127.0.0.1:{port}/services/credits/"
     async with CreditsClient(url=url, token=admin_token, max_attempts=1) as admin:
+
         async def up():
             try:
                 await admin.grant(member, "3.00", key=f"test-grant-{member}")
@@ -669,8 +724,10 @@ async def test_default_runs_the_reference_service_for_the_hub(hub_factory, clock
 
     # and through the proxy, under the service's prefix
     async with httpx.AsyncClient() as http:
-        r = await http.get(f"{hub.url}/services/credits/v1/accounts/{member}",
-                           headers={"Authorization": f"Bearer {admin_token}"})
+        r = await http.get(
+            f"{hub.url}/services/credits/v1/accounts/{member}",
+            headers={"Authorization": f"Bearer {admin_token}"},
+        )
         assert r.status_code == 200, r.text
         assert r.json()["balance"] == "2.00"
 
@@ -678,8 +735,9 @@ async def test_default_runs_the_reference_service_for_the_hub(hub_factory, clock
 # -- affordability before the GPU -------------------------------------------------------------
 
 
-async def test_members_who_cannot_pay_never_hold_the_gpu(credits_hub, clock, admin, member,
-                                                         docker_client):
+async def test_members_who_cannot_pay_never_hold_the_gpu(
+    credits_hub, clock, admin, member, docker_client
+):
     # one GPU, four members without credits and one who can pay, all at once: the ones
     # who cannot pay are refused before they reserve anything, so the GPU is never held
     # by a start that is refused anyway and nobody hears "No GPU free"
@@ -691,17 +749,16 @@ async def test_members_who_cannot_pay_never_hold_the_gpu(credits_hub, clock, adm
     for round_ in range(20):
         clock.at(round_)  # each round is a new run of the server
         everyone = [member, *poor]
-        answers = await asyncio.gather(*(hub.spawn(name, {"profile": "gpu"})
-                                         for name in everyone))
-        said = {name: (r.status_code, r.text)
-                for name, r in zip(everyone, answers, strict=True)}
+        answers = await asyncio.gather(*(hub.spawn(name, {"profile": "gpu"}) for name in everyone))
+        said = {name: (r.status_code, r.text) for name, r in zip(everyone, answers, strict=True)}
         assert not any("No GPU free" in text for _, text in said.values()), (round_, said)
         assert said[member][0] in (201, 202), (round_, said)
         for name in poor:
             code, text = said[name]
             assert code == 402, (round_, said)
             assert json.loads(text)["message"].startswith(
-                "This profile costs 4.00 credits per hour; your balance is 0.00."), text
+                "This profile costs 4.00 credits per hour; your balance is 0.00."
+            ), text
         await hub.wait_ready(member)
         await hub.stop_server(member)
     assert [kind for kind, _ in await ledger(admin, member)].count("debit") == 20

@@ -43,13 +43,29 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def verdict(now=0, *, started=0, watching=0, gpu_idle=2700, max_age=0, devices=(GPU0,),
-            utilization=None, last_busy=None, warning=900):
-    return assess(now=at(now), started_at=at(started), watching_since=at(watching),
-                  limits=Limits(gpu_idle_timeout=gpu_idle, max_age=max_age),
-                  devices=devices, utilization={GPU0: 0, GPU1: 0, **(utilization or {})},
-                  last_busy={k: at(v) for k, v in (last_busy or {}).items()},
-                  busy_utilization=1, warning=warning)
+def verdict(
+    now=0,
+    *,
+    started=0,
+    watching=0,
+    gpu_idle=2700,
+    max_age=0,
+    devices=(GPU0,),
+    utilization=None,
+    last_busy=None,
+    warning=900,
+):
+    return assess(
+        now=at(now),
+        started_at=at(started),
+        watching_since=at(watching),
+        limits=Limits(gpu_idle_timeout=gpu_idle, max_age=max_age),
+        devices=devices,
+        utilization={GPU0: 0, GPU1: 0, **(utilization or {})},
+        last_busy={k: at(v) for k, v in (last_busy or {}).items()},
+        busy_utilization=1,
+        warning=warning,
+    )
 
 
 # -- the decision ------------------------------------------------------------------------------
@@ -71,14 +87,25 @@ def test_idle_time_counts_from_the_last_busy_reading():
     assert verdict(3000, last_busy={GPU0: 1000}).cull is None
 
 
-@pytest.mark.parametrize(("utilization", "why"), [
-    pytest.param({GPU0: None}, "NVML gives no utilization (MIG device, lost GPU)", id="none"),
-    pytest.param({GPU1: 0}, "the device is not in this reading at all", id="missing"),
-])
+@pytest.mark.parametrize(
+    ("utilization", "why"),
+    [
+        pytest.param({GPU0: None}, "NVML gives no utilization (MIG device, lost GPU)", id="none"),
+        pytest.param({GPU1: 0}, "the device is not in this reading at all", id="missing"),
+    ],
+)
 def test_unknown_utilization_is_never_idle(utilization, why):
-    v = assess(now=at(99999), started_at=at(0), watching_since=at(0),
-               limits=Limits(gpu_idle_timeout=60), devices=(GPU0,), utilization=utilization,
-               last_busy={}, busy_utilization=1, warning=0)
+    v = assess(
+        now=at(99999),
+        started_at=at(0),
+        watching_since=at(0),
+        limits=Limits(gpu_idle_timeout=60),
+        devices=(GPU0,),
+        utilization=utilization,
+        last_busy={},
+        busy_utilization=1,
+        warning=0,
+    )
     assert (v.cull, v.busy, v.gpu_idle_for) == (None, False, 0), why
 
 
@@ -109,35 +136,42 @@ def test_max_age_wins_when_both_are_due():
     assert verdict(8000, max_age=7200, gpu_idle=60).cull == "max_age"
 
 
-@pytest.mark.parametrize(("seconds", "text"), [
-    pytest.param(40, "40 s", id="seconds"),
-    pytest.param(2700, "45 min", id="minutes"),
-    pytest.param(7200, "2 h", id="hours"),
-    pytest.param(7500, "2 h 5 min", id="hours-minutes"),
-])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        pytest.param(40, "40 s", id="seconds"),
+        pytest.param(2700, "45 min", id="minutes"),
+        pytest.param(7200, "2 h", id="hours"),
+        pytest.param(7500, "2 h 5 min", id="hours-minutes"),
+    ],
+)
 def test_durations_read_as_people_say_them(seconds, text):
     assert duration(seconds) == text
 
 
 def test_cull_messages_name_the_reason():
     assert cull_message("idle_gpu", "server", 2701, "gpu") == (
-        "Your server was stopped after 45 min with an idle GPU.")
+        "Your server was stopped after 45 min with an idle GPU."
+    )
     assert cull_message("idle", "server 'lab'", 3700, "cpu") == (
-        "Your server 'lab' was stopped after 62 min without activity.")
+        "Your server 'lab' was stopped after 62 min without activity."
+    )
     assert cull_message("max_age", "server", 28800, "pytorch") == (
-        "Your server was stopped after running for 8 h, the longest the pytorch profile "
-        "allows.")
+        "Your server was stopped after running for 8 h, the longest the pytorch profile allows."
+    )
 
 
 def test_out_of_memory_message_names_the_limit_in_sizes_people_read():
     assert out_of_memory_message("server", 400 * 2**20) == (
         "Your server was stopped: it used more than its 400 MB of memory. Save your work "
-        "more often, use less memory, or choose a profile with more.")
+        "more often, use less memory, or choose a profile with more."
+    )
     assert "its 1.5 GB of memory" in out_of_memory_message("server 'lab'", 1.5 * 2**30)
     assert "its 16 GB of memory" in out_of_memory_message("server", 16 * 2**30)
     # a profile that asked Slurm for memory itself (req_memory): no mem_limit to name
     assert out_of_memory_message("server", None).startswith(
-        "Your server was stopped: it used more than its memory limit.")
+        "Your server was stopped: it used more than its memory limit."
+    )
 
 
 def test_culler_traits_validate_at_assignment():
@@ -157,8 +191,11 @@ class RunningServer:
     :meth:`gone` (its container vanished) or the test calls the hooks for a stop."""
 
     def __init__(self, db: Session, username: str, devices=(), profile="gpu", **limits):
-        self.user = SimpleNamespace(name=username, groups=[SimpleNamespace(name="ml101")],
-                                    orm_user=SimpleNamespace(last_activity=None))
+        self.user = SimpleNamespace(
+            name=username,
+            groups=[SimpleNamespace(name="ml101")],
+            orm_user=SimpleNamespace(last_activity=None),
+        )
         self.name = ""
         self.db = db
         self.hook_state: dict = {}
@@ -198,8 +235,9 @@ class Node:
         self(0)
 
     def __call__(self, utilization: int) -> None:
-        self.path.write_text(json.dumps({"devices": [{"uuid": GPU0,
-                                                      "utilization_gpu": utilization}]}))
+        self.path.write_text(
+            json.dumps({"devices": [{"uuid": GPU0, "utilization_gpu": utilization}]})
+        )
 
 
 @pytest.fixture
@@ -239,9 +277,16 @@ async def test_a_run_is_recorded_from_start_to_stop(culler, clock, db):
     await culler.after_stop(server)
     run = the_run(db)
     assert (run.username, run.profile, run.devices, run.groups) == (
-        server.user.name, "gpu", [GPU0], ["ml101"])
+        server.user.name,
+        "gpu",
+        [GPU0],
+        ["ml101"],
+    )
     assert (run.started_at, run.stopped_at, run.stop_reason) == (
-        T0.replace(tzinfo=None), at(600).replace(tzinfo=None), "stopped")
+        T0.replace(tzinfo=None),
+        at(600).replace(tzinfo=None),
+        "stopped",
+    )
     assert notices().for_user(server.user.name) == []
 
 
@@ -271,10 +316,13 @@ async def test_a_failed_start_leaves_no_run(culler, db):
     assert db.scalars(select(ServerRun)).all() == []
 
 
-@pytest.mark.parametrize("answered_before_the_stop", [
-    pytest.param(True, id="202-stop-still-pending"),
-    pytest.param(False, id="204-stop-done"),
-])
+@pytest.mark.parametrize(
+    "answered_before_the_stop",
+    [
+        pytest.param(True, id="202-stop-still-pending"),
+        pytest.param(False, id="204-stop-done"),
+    ],
+)
 async def test_stop_by_the_idle_culler_service_is_a_cull(culler, db, answered_before_the_stop):
     server = RunningServer(db, name("carol"))
     await culler.before_container(server)
@@ -289,7 +337,8 @@ async def test_stop_by_the_idle_culler_service_is_a_cull(culler, db, answered_be
     assert the_run(db).stop_reason == "idle"
     assert culls("idle") == before + 1
     assert notices().for_user(server.user.name) == [
-        "Your server was stopped after 62 min without activity."]
+        "Your server was stopped after 62 min without activity."
+    ]
 
 
 async def test_busy_gpu_moves_last_activity_to_now(culler, node, db):
@@ -309,7 +358,8 @@ async def test_member_is_warned_before_the_maximum_age(culler, clock, db):
     await culler.cull_once()
     assert notices().for_user(server.user.name) == [
         "Your server will be stopped in about 10 min: the gpu profile allows 2 h per "
-        "server. Save your work."]
+        "server. Save your work."
+    ]
     await culler.after_stop(server)  # stopped by the member: the warning goes
     assert notices().for_user(server.user.name) == []
 
@@ -337,8 +387,11 @@ async def test_restored_server_keeps_its_limits_and_counts_idleness_anew(culler,
     clock.now = at(1030)
     await fresh.cull_once()
     assert fresh.server_view(ServerKey(server.user.name, "")) == {
-        "started_at": T0.isoformat(), "limits": Limits(60, 0, 0).to_dict(),
-        "gpu_idle_for": 30.0, "stopping": None}
+        "started_at": T0.isoformat(),
+        "limits": Limits(60, 0, 0).to_dict(),
+        "gpu_idle_for": 30.0,
+        "stopping": None,
+    }
 
 
 # -- the idle culler's arbiter -----------------------------------------------------------------
@@ -347,21 +400,32 @@ PROFILES = [
     {"display_name": "CPU", "slug": "cpu", "default": True},
     {"display_name": "GPU", "slug": "gpu", "gpus": 1, "cull_idle_timeout": 1800},
     {"display_name": "Long", "slug": "long", "cull_idle_timeout": 0},
-    {"display_name": "Sized", "slug": "sized",
-     "profile_options": {"size": {"choices": {
-         "s": {"display_name": "S", "default": True},
-         "l": {"display_name": "L", "spawner_override": {"cull_idle_timeout": 600}}}}}},
+    {
+        "display_name": "Sized",
+        "slug": "sized",
+        "profile_options": {
+            "size": {
+                "choices": {
+                    "s": {"display_name": "S", "default": True},
+                    "l": {"display_name": "L", "spawner_override": {"cull_idle_timeout": 600}},
+                }
+            }
+        },
+    },
 ]
 
 
-@pytest.mark.parametrize(("options", "limit"), [
-    pytest.param({}, 3600, id="default-profile-uses-timeout"),
-    pytest.param({"profile": "gpu"}, 1800, id="stricter-gpu-profile"),
-    pytest.param({"profile": "long"}, 0, id="never"),
-    pytest.param({"profile": "sized", "size": "l"}, 600, id="choice-override"),
-    pytest.param({"profile": "gone"}, 3600, id="profile-removed-since"),
-    pytest.param(None, 3600, id="no-options"),
-])
+@pytest.mark.parametrize(
+    ("options", "limit"),
+    [
+        pytest.param({}, 3600, id="default-profile-uses-timeout"),
+        pytest.param({"profile": "gpu"}, 1800, id="stricter-gpu-profile"),
+        pytest.param({"profile": "long"}, 0, id="never"),
+        pytest.param({"profile": "sized", "size": "l"}, 600, id="choice-override"),
+        pytest.param({"profile": "gone"}, 3600, id="profile-removed-since"),
+        pytest.param(None, 3600, id="no-options"),
+    ],
+)
 def test_arbiter_applies_each_profiles_idle_timeout(options, limit):
     assert ProfileIdleLimits(PROFILES).limit(options, 3600) == limit
 

@@ -109,7 +109,7 @@ os._exit(0)
 
 def attack_command(port: int, seconds: float = 20) -> str:
     script = base64.b64encode(ATTACK.encode()).decode()
-    return f"python -c \"$(echo {script} | base64 -d)\" {port} {seconds}"
+    return f'python -c "$(echo {script} | base64 -d)" {port} {seconds}'
 
 
 async def alice_evaluates_in_bobs_kernel(hub, alice: str, bob: str, tokens: dict) -> tuple:
@@ -122,24 +122,44 @@ async def alice_evaluates_in_bobs_kernel(hub, alice: str, bob: str, tokens: dict
     ws_base = hub.url.replace("http://", "ws://", 1) + f"/user/{bob}"
     before = json.loads(await run_code(ws_base, headers, kernel, LISTENING))
     # bob turns the debugger on, then off (JupyterLab's toggle); gpuhub images refuse it
-    await debug_requests(ws_base, headers, kernel, [
-        ("initialize", {"clientID": "jupyterlab", "adapterID": "python",
-                        "pathFormat": "path", "linesStartAt1": True,
-                        "columnsStartAt1": True}),
-        ("attach", {}), ("configurationDone", {}),
-        ("disconnect", {"restart": False, "terminateDebuggee": False})])
+    await debug_requests(
+        ws_base,
+        headers,
+        kernel,
+        [
+            (
+                "initialize",
+                {
+                    "clientID": "jupyterlab",
+                    "adapterID": "python",
+                    "pathFormat": "path",
+                    "linesStartAt1": True,
+                    "columnsStartAt1": True,
+                },
+            ),
+            ("attach", {}),
+            ("configurationDone", {}),
+            ("disconnect", {"restart": False, "terminateDebuggee": False}),
+        ],
+    )
     opened = set(json.loads(await run_code(ws_base, headers, kernel, LISTENING))) - set(before)
     print(f"ports {bob}'s debug requests opened: {sorted(opened)}")
     if not opened:
         return "no port", ""
-    bobs_cell = asyncio.create_task(run_code(
-        ws_base, headers, kernel,
-        "import time\nfor _ in range(120):\n    time.sleep(0.25)\nprint('done')\n"))
+    bobs_cell = asyncio.create_task(
+        run_code(
+            ws_base,
+            headers,
+            kernel,
+            "import time\nfor _ in range(120):\n    time.sleep(0.25)\nprint('done')\n",
+        )
+    )
     await asyncio.sleep(1)
     step, got = "connect", ""
     for port in sorted(opened):
-        out = await terminal_run(hub, alice, tokens[alice], attack_command(port),
-                                 expect=":END", timeout=60)
+        out = await terminal_run(
+            hub, alice, tokens[alice], attack_command(port), expect=":END", timeout=60
+        )
         step, got = DAP_RE.findall(out)[-1]
         if got:
             break
@@ -169,14 +189,17 @@ async def test_another_member_cannot_attach_to_a_kernels_debugger(hub_factory, t
 @pytest.mark.hub
 @pytest.mark.docker
 async def test_another_member_on_the_node_cannot_attach_to_a_kernels_debugger(
-        slurm_hub, slurm_cluster):
+    slurm_hub, slurm_cluster
+):
     alice, bob = "ghs-d1", "ghs-d2"
     for name in (alice, bob):
         slurm_cluster.member(name)
     # both jobs on node1: one network namespace, one loopback
-    hub = await slurm_hub(CPU_ONLY,
-                          extra_config='c.GPUSlurmSpawner.req_options = "--nodelist=node1"\n',
-                          GPUHUB_CREDITS="off")
+    hub = await slurm_hub(
+        CPU_ONLY,
+        extra_config='c.GPUSlurmSpawner.req_options = "--nodelist=node1"\n',
+        GPUHUB_CREDITS="off",
+    )
     tokens = {name: await hub.create_user(name) for name in (alice, bob)}
     for name in tokens:
         r = await hub.spawn(name, {"profile": "cpu"})

@@ -51,8 +51,14 @@ async def run_demo(tmp_path, docker_client, *args: str):
         "GPUHUB_WORKSPACE": f"{hub_id}-user-{{username}}",
     }
     log = open(tmp_path / "demo.log", "wb")
-    proc = subprocess.Popen(["bash", "scripts/demo.sh", *args], cwd=REPO, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", "scripts/demo.sh", *args],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 600  # setup.sh first: quick when all is there
@@ -66,9 +72,13 @@ async def run_demo(tmp_path, docker_client, *args: str):
                     pass
                 assert time.monotonic() < deadline, (tmp_path / "demo.log").read_text()[-3000:]
                 await asyncio.sleep(0.5)
-        yield SimpleNamespace(url=url, log=tmp_path / "demo.log", env=env,
-                              oidc_port=env["GPUHUB_DEMO_OIDC_PORT"],
-                              secret=printed_secret(tmp_path / "demo.log"))
+        yield SimpleNamespace(
+            url=url,
+            log=tmp_path / "demo.log",
+            env=env,
+            oidc_port=env["GPUHUB_DEMO_OIDC_PORT"],
+            secret=printed_secret(tmp_path / "demo.log"),
+        )
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -108,7 +118,8 @@ async def test_the_readme_demo_serves_a_hub_members_sign_in_to(demo):
 
 @pytest.mark.slurm
 async def test_the_readme_demo_on_slurm_shows_the_clusters_free_gpus(
-        tmp_path, docker_client, notebook_image, slurm_cluster):
+    tmp_path, docker_client, notebook_image, slurm_cluster
+):
     async for demo in run_demo(tmp_path, docker_client, "--backend", "slurm"):
         async with httpx.AsyncClient(timeout=30) as alice:
             r = await oidc_login(alice, demo.url, "alice", provider_auth=("alice", demo.secret))
@@ -128,11 +139,13 @@ async def test_gpuhub_credits_finds_the_demos_own_credits_service(demo):
     # an operator on the hub's machine, with the hub's settings and nothing else
     env = {**demo.env, "GPUHUB_CREDITS_URL": ""}
     gpuhub = [str(REPO / ".venv" / "bin" / "gpuhub"), "credits"]
-    out = subprocess.run([*gpuhub, "grant", "bob", "5"], env=env, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [*gpuhub, "grant", "bob", "5"], env=env, capture_output=True, text=True, check=True
+    ).stdout
     assert "Granted 5.00 credits to bob. Balance: 15.00" in out
-    out = subprocess.run([*gpuhub, "balance", "bob"], env=env, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        [*gpuhub, "balance", "bob"], env=env, capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "bob: 15.00 credits"
 
 
@@ -160,27 +173,33 @@ print("home", call(provider + "/")[0])
 """
 
 
-async def test_code_in_a_members_container_cannot_sign_in_at_the_demo_provider(
-        demo, docker_client):
+async def test_code_in_a_members_container_cannot_sign_in_at_the_demo_provider(demo, docker_client):
     async with httpx.AsyncClient(timeout=30, follow_redirects=True) as alice:
         r = await oidc_login(alice, demo.url, "alice", provider_auth=("alice", demo.secret))
         assert r.status_code == 302, r.text
         await alice.get(demo.url + "/hub/home")  # sets the _xsrf cookie
         xsrf = next(c.value for c in alice.cookies.jar if c.name == "_xsrf")
         api = f"{demo.url}/hub/api/users/alice"
-        r = await alice.post(api + "/server", json={"profile": "cpu"},
-                             headers={"X-XSRFToken": xsrf})
+        r = await alice.post(
+            api + "/server", json={"profile": "cpu"}, headers={"X-XSRFToken": xsrf}
+        )
         assert r.status_code in (201, 202), r.text
         deadline = time.monotonic() + 120
-        while not (await alice.get(api, headers={"X-XSRFToken": xsrf})).json()[
-                "servers"].get("", {}).get("ready"):
+        while (
+            not (await alice.get(api, headers={"X-XSRFToken": xsrf}))
+            .json()["servers"]
+            .get("", {})
+            .get("ready")
+        ):
             assert time.monotonic() < deadline, demo.log.read_text()[-3000:]
             await asyncio.sleep(0.5)
     [container] = docker_client.containers(
-        filters={"label": f"io.gpuhub.hub={demo.env['GPUHUB_HUB_ID']}"})
+        filters={"label": f"io.gpuhub.hub={demo.env['GPUHUB_HUB_ID']}"}
+    )
     provider = f"http://127.0.0.1:{demo.oidc_port}"
-    code, out = exec_in(docker_client, container["Id"], "python3", "-c", SIGN_IN_AS_ADMIN,
-                        demo.url, provider)
+    code, out = exec_in(
+        docker_client, container["Id"], "python3", "-c", SIGN_IN_AS_ADMIN, demo.url, provider
+    )
     assert code == 0, out
     assert out.split() == ["authorize", "401", "pick", "401", "claims", "401", "home", "401"]
 

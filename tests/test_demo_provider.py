@@ -26,16 +26,26 @@ def call(path: str, password: str | None = None, query: str = "") -> str:
     return statuses[0]
 
 
-@pytest.mark.parametrize("path", ["/oauth2/authorize", "/users/admin", "/", "/oidc/login",
-                                  "/users/admin/revoke-tokens", "/oauth2/end_session"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/oauth2/authorize",
+        "/users/admin",
+        "/",
+        "/oidc/login",
+        "/users/admin/revoke-tokens",
+        "/oauth2/end_session",
+    ],
+)
 def test_choosing_or_changing_an_identity_needs_the_secret(path):
     assert call(path) == "401 Unauthorized"
     assert call(path, "wrong") == "401 Unauthorized"
     assert call(path, SECRET) == "200 OK"
 
 
-@pytest.mark.parametrize("path", ["/.well-known/openid-configuration", "/jwks",
-                                  "/oauth2/token", "/userinfo"])
+@pytest.mark.parametrize(
+    "path", ["/.well-known/openid-configuration", "/jwks", "/oauth2/token", "/userinfo"]
+)
 def test_the_hubs_back_channel_calls_stay_open(path):
     assert call(path) == "200 OK"
 

@@ -27,13 +27,19 @@ LOG = logging.getLogger("test.upgrade")
 def read_env(env: Path | str) -> dict[str, str]:
     """The KEY=value lines of a .env file (or of its text)."""
     text = env.read_text() if isinstance(env, Path) else env
-    return dict(line.split("=", 1) for line in text.splitlines()
-                if "=" in line and not line.startswith("#"))
+    return dict(
+        line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#")
+    )
 
 
 def gpuhub(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hub_ext.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "hub_ext.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 # -- init -------------------------------------------------------------------------------------
@@ -90,9 +96,13 @@ def test_init_without_a_docker_socket_says_how_to_find_the_group(tmp_path):
 
 def test_init_needs_no_virtualenv(tmp_path):
     """Before `scripts/setup.sh`, the system's python3 can write .env (stdlib only)."""
-    r = subprocess.run(["/usr/bin/python3", "-m", "hub_ext.cli", "init"], cwd=tmp_path,
-                       capture_output=True, text=True,
-                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)})
+    r = subprocess.run(
+        ["/usr/bin/python3", "-m", "hub_ext.cli", "init"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT)},
+    )
     assert r.returncode == 0, r.stderr
     assert set(SECRETS) <= set(read_env(tmp_path / ".env"))
 
@@ -112,8 +122,12 @@ def test_upgrade_of_the_embedded_sqlite_files(tmp_path, monkeypatch):
 
 
 def test_upgrade_skips_the_ledger_of_a_site_credits_api(tmp_path, monkeypatch):
-    settings = settings_from(tmp_path, monkeypatch, GPUHUB_CREDITS_URL="https://credits.example.org",
-                            GPUHUB_CREDITS_TOKEN="t")
+    settings = settings_from(
+        tmp_path,
+        monkeypatch,
+        GPUHUB_CREDITS_URL="https://credits.example.org",
+        GPUHUB_CREDITS_TOKEN="t",
+    )
     _, credits = upgrade(settings, LOG)
     assert credits.outcome == "skipped: GPUHUB_CREDITS_URL is the site's own Credits API"
     assert not (tmp_path / "credits.sqlite").exists()
@@ -127,15 +141,21 @@ def make_hub_schema_one_revision_old(url: str) -> None:
 
 
 @pytest.mark.postgres
-def test_upgrade_migrates_an_older_hub_database_and_a_new_ledger(tmp_path, monkeypatch,
-                                                                 postgres_server):
+def test_upgrade_migrates_an_older_hub_database_and_a_new_ledger(
+    tmp_path, monkeypatch, postgres_server
+):
     hub_url = postgres_server.create_database("hub")
     credits_url = postgres_server.create_database("ledger")
     make_hub_schema_one_revision_old(hub_url)
     # passwords come separately, so that the URLs can be shown (this server trusts loopback)
-    settings = settings_from(tmp_path, monkeypatch, GPUHUB_DB_URL=hub_url,
-                            GPUHUB_DB_PASSWORD="hub-secret", GPUHUB_CREDITS_DB_URL=credits_url,
-                            GPUHUB_CREDITS_DB_PASSWORD="ledger-secret")
+    settings = settings_from(
+        tmp_path,
+        monkeypatch,
+        GPUHUB_DB_URL=hub_url,
+        GPUHUB_DB_PASSWORD="hub-secret",
+        GPUHUB_CREDITS_DB_URL=credits_url,
+        GPUHUB_CREDITS_DB_PASSWORD="ledger-secret",
+    )
     hub, credits = upgrade(settings, LOG)
     assert re.fullmatch(r"migrated from \w+ to \w+", hub.outcome), hub.outcome
     assert hub.url == hub_url.replace("postgres@", "postgres:***@")
@@ -146,8 +166,11 @@ def test_upgrade_migrates_an_older_hub_database_and_a_new_ledger(tmp_path, monke
 
 
 def test_upgrade_failure_is_one_line_without_the_password(tmp_path):
-    env = {"GPUHUB_STATE_DIR": str(tmp_path), "GPUHUB_DB_PASSWORD": "do-not-show-me",
-           "GPUHUB_DB_URL": "postgresql+psycopg://hub@127.0.0.1:1/jupyterhub"}
+    env = {
+        "GPUHUB_STATE_DIR": str(tmp_path),
+        "GPUHUB_DB_PASSWORD": "do-not-show-me",
+        "GPUHUB_DB_URL": "postgresql+psycopg://hub@127.0.0.1:1/jupyterhub",
+    }
     r = gpuhub("upgrade", cwd=tmp_path, env=env)
     assert r.returncode == 1
     assert "gpuhub upgrade: failed: OperationalError" in r.stderr

@@ -17,8 +17,12 @@ DOCS = REPO / "docs"
 
 def docs_build(src: Path, out: Path) -> subprocess.CompletedProcess:
     """``scripts/docs.sh OUT SOURCE``: the docs command itself, into a tmp dir."""
-    return subprocess.run(["bash", str(REPO / "scripts" / "docs.sh"), str(out), str(src)],
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "docs.sh"), str(out), str(src)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_docs_build_without_warnings(tmp_path):
@@ -39,8 +43,10 @@ def test_broken_internal_link_fails_the_build(tmp_path):
     shutil.copytree(DOCS, repo / "docs", ignore=shutil.ignore_patterns("_build", "_incoming"))
     (repo / "hub_ext").symlink_to(REPO / "hub_ext")  # the reference pages read it
     page = repo / "docs" / "howto" / "culling.md"
-    page.write_text(page.read_text() + "\n\nSee [the gone page](../howto/no-such-page.md) and "
-                    "[a gone heading](../explanation/line.md#no-such-heading).\n")
+    page.write_text(
+        page.read_text() + "\n\nSee [the gone page](../howto/no-such-page.md) and "
+        "[a gone heading](../explanation/line.md#no-such-heading).\n"
+    )
     result = docs_build(repo / "docs", tmp_path / "html")
     assert result.returncode != 0, "a broken link did not fail the build"
     assert "no-such-page" in result.stderr, result.stderr

@@ -47,8 +47,9 @@ async def busy_hub(hub_factory, tmp_path):
     """A hub with one simulated GPU, held by alice's running server."""
     path = tmp_path / "profiles.json"
     path.write_text(json.dumps(PROFILES))
-    hub = await hub_factory(GPUHUB_PROFILES=str(path), GPUHUB_CREDITS="off",
-                            GPUHUB_GPUS="simulated:1")
+    hub = await hub_factory(
+        GPUHUB_PROFILES=str(path), GPUHUB_CREDITS="off", GPUHUB_GPUS="simulated:1"
+    )
     await hub.create_user("alice")
     r = await hub.spawn("alice", {"profile": "gpu"})
     assert r.status_code in (201, 202), r.text
@@ -69,8 +70,11 @@ async def test_early_refusal_answers_what_jupyterhubs_own_path_answers(busy_hub)
     token = await hub.create_user("bob")
     own = await hub.api("POST", "/users/bob/server", token=token, json={"profile": "gpu"})
     assert early(hub, "bob") == 1  # the token's request went JupyterHub's way
-    assert (r.status_code, r.json()) == (own.status_code, own.json()) == (
-        409, {"status": 409, "message": REFUSAL})
+    assert (
+        (r.status_code, r.json())
+        == (own.status_code, own.json())
+        == (409, {"status": 409, "message": REFUSAL})
+    )
     assert r.headers["content-type"] == own.headers["content-type"]
     # a refused start made no server, by either path
     assert (await hub.api("GET", "/users/bob")).json()["servers"] == {}
@@ -86,20 +90,39 @@ async def test_requests_the_early_path_cannot_decide_get_jupyterhubs_own_answer(
     cases = {
         # (client, URL's member, keyword arguments) -> JupyterHub's (status, message)
         "a forged login cookie (bad signature)": (
-            replayed(bob, hub.url, **{LOGIN_COOKIE: forged}), "bob", {},
-            (403, "Missing or invalid credentials.")),
+            replayed(bob, hub.url, **{LOGIN_COOKIE: forged}),
+            "bob",
+            {},
+            (403, "Missing or invalid credentials."),
+        ),
         "no XSRF token": (
-            bob, "bob", {"headers": {"X-XSRFToken": ""}},
-            (403, "'_xsrf' argument missing from POST")),
+            bob,
+            "bob",
+            {"headers": {"X-XSRFToken": ""}},
+            (403, "'_xsrf' argument missing from POST"),
+        ),
         "a wrong XSRF token": (
-            bob, "bob", {"headers": {"X-XSRFToken": "2|forged|token"}},
-            (403, "XSRF cookie does not match POST argument")),
+            bob,
+            "bob",
+            {"headers": {"X-XSRFToken": "2|forged|token"}},
+            (403, "XSRF cookie does not match POST argument"),
+        ),
         "another member's server": (
-            bob, "carol", {}, (404, "No access to resources or resources not found")),
+            bob,
+            "carol",
+            {},
+            (404, "No access to resources or resources not found"),
+        ),
         "a JSON body sent as text/plain (what a cross-site form can send)": (
-            bob, "bob", {"json": None, "content": json.dumps({"profile": "gpu"}),
-                         "headers": {"Content-Type": "text/plain"}},
-            (403, "Missing or invalid credentials.")),
+            bob,
+            "bob",
+            {
+                "json": None,
+                "content": json.dumps({"profile": "gpu"}),
+                "headers": {"Content-Type": "text/plain"},
+            },
+            (403, "Missing or invalid credentials."),
+        ),
     }
     for what, (client, name, kw, expected) in cases.items():
         r = await start(hub, client, name, **kw)
@@ -136,7 +159,9 @@ async def test_requests_the_early_path_cannot_decide_get_jupyterhubs_own_answer(
     assert (await hub.browser_api(carol, "GET", "/user")).json()["name"] == "carla"
     r = await start(hub, carol, "carol")
     assert (r.status_code, r.json()["message"]) == (
-        404, "No access to resources or resources not found")
+        404,
+        "No access to resources or resources not found",
+    )
     assert early(hub, "carla") == 0
     r = await start(hub, carol, "carla")
     assert (r.status_code, r.json()["message"]) == (409, REFUSAL)

@@ -43,16 +43,25 @@ async def alice_spies_on_bob(hub, alice: str, bob: str, tokens: dict) -> dict:
     ws_base = hub.url.replace("http://", "ws://", 1) + f"/user/{bob}"
     facts = facts_of(await run_code(ws_base, headers, kernel, FACTS))
     marker = "gpuhub" + secrets.token_hex(4)
-    loop = (f"import time\nfor _ in range({PRINTS}):\n"
-            f"    print({marker!r}, flush=True)\n    time.sleep(0.25)\n")
+    loop = (
+        f"import time\nfor _ in range({PRINTS}):\n"
+        f"    print({marker!r}, flush=True)\n    time.sleep(0.25)\n"
+    )
     bobs_run = asyncio.create_task(run_code(ws_base, headers, kernel, loop))
     await asyncio.sleep(0.5)  # his loop has started printing
-    out = await terminal_run(hub, alice, tokens[alice], spy_command(facts["info"], marker),
-                             expect=":END", timeout=60)
+    out = await terminal_run(
+        hub, alice, tokens[alice], spy_command(facts["info"], marker), expect=":END", timeout=60
+    )
     reach, got, seen = SPY_RE.findall(out)[-1]
     bobs_out = await bobs_run
-    return {"facts": facts, "reach": reach, "got": int(got), "seen": int(seen),
-            "bob_saw": bobs_out.count(marker), "kernel": kernel}
+    return {
+        "facts": facts,
+        "reach": reach,
+        "got": int(got),
+        "seen": int(seen),
+        "bob_saw": bobs_out.count(marker),
+        "kernel": kernel,
+    }
 
 
 def assert_private(spied: dict) -> None:
@@ -87,15 +96,16 @@ async def test_host_network_members_cannot_read_each_others_kernels(hub_factory,
 @pytest.mark.slurm
 @pytest.mark.hub
 @pytest.mark.docker
-async def test_members_on_one_slurm_node_cannot_read_each_others_kernels(
-        slurm_hub, slurm_cluster):
+async def test_members_on_one_slurm_node_cannot_read_each_others_kernels(slurm_hub, slurm_cluster):
     alice, bob = "ghs-k1", "ghs-k2"
     for name in (alice, bob):
         slurm_cluster.member(name)
     # both jobs on node1: one network namespace, one loopback
-    hub = await slurm_hub(CPU_ONLY,
-                          extra_config='c.GPUSlurmSpawner.req_options = "--nodelist=node1"\n',
-                          GPUHUB_CREDITS="off")
+    hub = await slurm_hub(
+        CPU_ONLY,
+        extra_config='c.GPUSlurmSpawner.req_options = "--nodelist=node1"\n',
+        GPUHUB_CREDITS="off",
+    )
     tokens = {name: await hub.create_user(name) for name in (alice, bob)}
     for name in tokens:
         r = await hub.spawn(name, {"profile": "cpu"})
@@ -107,11 +117,13 @@ async def test_members_on_one_slurm_node_cannot_read_each_others_kernels(
 
     # nor as alice's uid on the node itself, outside her sandbox: bob's kernel's files
     # through /proc/<pid>/root are refused (another uid's process)
-    pids = subprocess.run(["pgrep", "-u", bob, "-f", "ipykernel_launcher"],
-                          capture_output=True, text=True).stdout.split()
+    pids = subprocess.run(
+        ["pgrep", "-u", bob, "-f", "ipykernel_launcher"], capture_output=True, text=True
+    ).stdout.split()
     assert pids, "bob's kernel is not running on the node"
     runtime = f"/proc/{pids[0]}/root/home/jovyan/.local/share/jupyter/runtime"
-    looked = subprocess.run(["runuser", "-u", alice, "--", "ls", runtime],
-                            capture_output=True, text=True)
+    looked = subprocess.run(
+        ["runuser", "-u", alice, "--", "ls", runtime], capture_output=True, text=True
+    )
     assert looked.returncode != 0 and "Permission denied" in looked.stderr, looked
     assert pwd.getpwnam(alice).pw_uid != pwd.getpwnam(bob).pw_uid

@@ -14,8 +14,16 @@ from hub_ext.slurm.spawner import GPUSlurmSpawner
 
 
 def member():
-    return SimpleNamespace(name="ann", url="/user/ann/", escaped_name="ann", server=None,
-                           settings={}, db=None, orm_user=None, id=1)
+    return SimpleNamespace(
+        name="ann",
+        url="/user/ann/",
+        escaped_name="ann",
+        server=None,
+        settings={},
+        db=None,
+        orm_user=None,
+        id=1,
+    )
 
 
 @pytest.mark.parametrize("cls", [GPUDockerSpawner, GPUSlurmSpawner])
@@ -28,13 +36,15 @@ def test_the_server_is_told_to_put_kernels_on_unix_sockets_after_the_sites_args(
 def test_the_slurm_job_runs_the_server_with_it():
     spawner = GPUSlurmSpawner(user=member())
     assert spawner.cmd_formatted_for_batch().endswith(
-        "jupyterhub-singleuser --KernelManager.transport=ipc")
+        "jupyterhub-singleuser --KernelManager.transport=ipc"
+    )
 
 
 @pytest.mark.parametrize("cls", [GPUDockerSpawner, GPUSlurmSpawner])
 def test_a_site_can_leave_it_to_the_image_or_ask_for_tcp(cls):
     assert cls(user=member(), kernel_transport="").get_args() == []
     assert cls(user=member(), kernel_transport="TCP").get_args() == [
-        "--KernelManager.transport=tcp"]
+        "--KernelManager.transport=tcp"
+    ]
     with pytest.raises(TraitError, match="kernel_transport"):
         cls(user=member(), kernel_transport="udp")

@@ -21,18 +21,18 @@ ROOT = Path(__file__).resolve().parent.parent / "hub_ext"
 BACKENDS = ("docker", "slurm")
 #: The core, lowest first. ``hub_ext.<name>`` is a package or a top-level module.
 LAYERS = (
-    ("common",),                             # the clock, tables, records, services, metrics
-    ("settings", "backends"),                # the declaration; the backends by import string
-    ("spawn",),                              # the spawn core: choice, hooks, mounts, page, gate
-    ("credits",),                            # the Credits API client, hook, meter, service
-    ("login", "line"),                       # the authenticator; the line
-    ("culling",),                            # what stops servers and says why
-    ("reservations",),                       # windows for a group, enforced; who pays in one
-    ("courses",),                            # courses: instructors' roles, grants, budget
-    ("ops",),                                # the board, usage, deployment, site additions
-    ("config",),                             # apply_config
-    ("config_cli",),                         # `gpuhub config show|check`
-    ("cli",),                                # `gpuhub`
+    ("common",),  # the clock, tables, records, services, metrics
+    ("settings", "backends"),  # the declaration; the backends by import string
+    ("spawn",),  # the spawn core: choice, hooks, mounts, page, gate
+    ("credits",),  # the Credits API client, hook, meter, service
+    ("login", "line"),  # the authenticator; the line
+    ("culling",),  # what stops servers and says why
+    ("reservations",),  # windows for a group, enforced; who pays in one
+    ("courses",),  # courses: instructors' roles, grants, budget
+    ("ops",),  # the board, usage, deployment, site additions
+    ("config",),  # apply_config
+    ("config_cli",),  # `gpuhub config show|check`
+    ("cli",),  # `gpuhub`
 )
 
 
@@ -56,7 +56,7 @@ def imports_of(path: Path, root: Path = ROOT) -> list[tuple[str, int]]:
             found += [(alias.name, node.lineno) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 target = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 target = node.module or ""
@@ -111,7 +111,8 @@ def test_the_check_sees_each_kind_of_upward_import(tmp_path):
         (fake / pkg).mkdir(parents=True)
     (fake / "config.py").write_text("def f():\n    from .docker.pool import GPUPool\n")
     (fake / "credits" / "hook.py").write_text(
-        "from ..common import metrics\nfrom ..config import with_password\n")
+        "from ..common import metrics\nfrom ..config import with_password\n"
+    )
     (fake / "slurm" / "spawner.py").write_text("import hub_ext.docker.pool\n")
     (fake / "docker" / "spawner.py").write_text("from ..spawn.core import SpawnerCore\n")
     (fake / "common" / "metrics.py").write_text("from ..spawn import core\n")
@@ -132,7 +133,11 @@ def test_no_shared_module_names_a_backends_spawner(section):
     """Shared settings go to the core's section (``c.SpawnerCore``, ``c.Spawner``), which
     both spawners read through traitlets' section inheritance; a backend's own go to its
     own config module."""
-    named = [f"{module_name(p)[0]}:{i}" for p in sorted(ROOT.rglob("*.py"))
-             if part(module_name(p)[0]) not in BACKENDS
-             for i, line in enumerate(p.read_text().splitlines(), 1) if section in line]
+    named = [
+        f"{module_name(p)[0]}:{i}"
+        for p in sorted(ROOT.rglob("*.py"))
+        if part(module_name(p)[0]) not in BACKENDS
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if section in line
+    ]
     assert named == []

@@ -48,13 +48,16 @@ def test_the_hub_runs_a_server_per_gib_at_least_four_per_gpu():
 
 
 def test_built_in_profiles_get_limits_and_a_sites_own_limits_are_kept():
-    site = [{"slug": "big", "gpus": 2, "spawner_override": {"mem_limit": "64G"}},
-            {"slug": "cpu", "spawner_override": {"cpu_limit": 0.5}}]
+    site = [
+        {"slug": "big", "gpus": 2, "spawner_override": {"mem_limit": "64G"}},
+        {"slug": "cpu", "spawner_override": {"cpu_limit": 0.5}},
+    ]
     big, cpu = limited_profiles(site, FOUR_GPU_NODE)
     assert big["spawner_override"] == {"mem_limit": "64G", "cpu_limit": 16.0}
     assert cpu["spawner_override"] == {"cpu_limit": 0.5, "mem_limit": "9216M"}
     assert "mem_limit" not in site[0]["spawner_override"] or site[0]["spawner_override"] == {
-        "mem_limit": "64G"}  # the input is not changed
+        "mem_limit": "64G"
+    }  # the input is not changed
     assert "cpu_limit" not in site[0]["spawner_override"]
 
 
@@ -68,8 +71,11 @@ def test_a_fresh_install_limits_every_built_in_profile(tmp_path, monkeypatch):
     assert overrides(c, "cpu")["mem_limit"] == f"{cpu_memory // 1024**2}M"
     assert overrides(c, "cpu")["cpu_limit"] == cpu_cpus
     assert all("mem_limit" not in p["spawner_override"] for p in DEFAULT_PROFILES)
-    assert (c.JupyterHub.named_server_limit_per_user, c.GPUDockerSpawner.active_server_limit,
-            c.GPUDockerSpawner.concurrent_spawn_limit) == (1, node.active_server_limit(), 20)
+    assert (
+        c.JupyterHub.named_server_limit_per_user,
+        c.GPUDockerSpawner.active_server_limit,
+        c.GPUDockerSpawner.concurrent_spawn_limit,
+    ) == (1, node.active_server_limit(), 20)
     # JupyterHub's own two count places in line: the spawner applies them instead
     assert (c.JupyterHub.active_server_limit, c.JupyterHub.concurrent_spawn_limit) == (0, 0)
 
@@ -82,20 +88,35 @@ def test_a_sites_profile_file_is_used_as_written(tmp_path, monkeypatch):
 
 
 def test_server_limits_are_settings(tmp_path, monkeypatch):
-    c = configure(tmp_path, monkeypatch, GPUHUB_NAMED_SERVER_LIMIT="5",
-                  GPUHUB_ACTIVE_SERVER_LIMIT="0", GPUHUB_CONCURRENT_SPAWN_LIMIT="3")
-    assert (c.JupyterHub.named_server_limit_per_user, c.GPUDockerSpawner.active_server_limit,
-            c.GPUDockerSpawner.concurrent_spawn_limit) == (5, 0, 3)
+    c = configure(
+        tmp_path,
+        monkeypatch,
+        GPUHUB_NAMED_SERVER_LIMIT="5",
+        GPUHUB_ACTIVE_SERVER_LIMIT="0",
+        GPUHUB_CONCURRENT_SPAWN_LIMIT="3",
+    )
+    assert (
+        c.JupyterHub.named_server_limit_per_user,
+        c.GPUDockerSpawner.active_server_limit,
+        c.GPUDockerSpawner.concurrent_spawn_limit,
+    ) == (5, 0, 3)
 
 
 def test_on_slurm_jupyterhub_applies_the_server_limits(tmp_path, monkeypatch):
-    c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND="slurm",
-                  GPUHUB_ACTIVE_SERVER_LIMIT="7", GPUHUB_CONCURRENT_SPAWN_LIMIT="3")
+    c = configure(
+        tmp_path,
+        monkeypatch,
+        GPUHUB_BACKEND="slurm",
+        GPUHUB_ACTIVE_SERVER_LIMIT="7",
+        GPUHUB_CONCURRENT_SPAWN_LIMIT="3",
+    )
     assert (c.JupyterHub.active_server_limit, c.JupyterHub.concurrent_spawn_limit) == (7, 3)
 
 
-@pytest.mark.parametrize("variable", ["GPUHUB_NAMED_SERVER_LIMIT", "GPUHUB_ACTIVE_SERVER_LIMIT",
-                                      "GPUHUB_CONCURRENT_SPAWN_LIMIT"])
+@pytest.mark.parametrize(
+    "variable",
+    ["GPUHUB_NAMED_SERVER_LIMIT", "GPUHUB_ACTIVE_SERVER_LIMIT", "GPUHUB_CONCURRENT_SPAWN_LIMIT"],
+)
 def test_a_negative_server_limit_names_the_variable(tmp_path, monkeypatch, variable):
     with pytest.raises(ValueError, match=f"{variable}=-1: use 0"):
         configure(tmp_path, monkeypatch, **{variable: "-1"})
@@ -103,8 +124,9 @@ def test_a_negative_server_limit_names_the_variable(tmp_path, monkeypatch, varia
 
 def test_the_node_gpu_count_follows_gpuhub_gpus(tmp_path):
     doc = tmp_path / "node.json"
-    doc.write_text(json.dumps({"devices": [{"uuid": "GPU-a"}, {"uuid": "GPU-b"},
-                                           {"uuid": "GPU-c"}]}))
+    doc.write_text(
+        json.dumps({"devices": [{"uuid": "GPU-a"}, {"uuid": "GPU-b"}, {"uuid": "GPU-c"}]})
+    )
     assert node_gpu_count("simulated:6") == 6
     assert node_gpu_count(f"simulated:{doc}") == 3
     assert node_gpu_count("nvml") >= 0  # 0 where NVML finds no driver
@@ -112,10 +134,17 @@ def test_the_node_gpu_count_follows_gpuhub_gpus(tmp_path):
         node_gpu_count(f"simulated:{tmp_path / 'missing.json'}")
 
 
-@pytest.mark.parametrize(("limit", "text"), [
-    ("10847M", "10.6 GB"), ("16G", "16 GB"), ("512m", "512 MB"), (2 * GIB, "2 GB"),
-    (None, ""), ("lots", ""),
-])
+@pytest.mark.parametrize(
+    ("limit", "text"),
+    [
+        ("10847M", "10.6 GB"),
+        ("16G", "16 GB"),
+        ("512m", "512 MB"),
+        (2 * GIB, "2 GB"),
+        (None, ""),
+        ("lots", ""),
+    ],
+)
 def test_memory_limits_read_as_people_say_them(limit, text):
     assert memory_text(limit) == text
 
@@ -157,9 +186,7 @@ async def test_a_members_third_server_is_refused_in_a_sentence_by_default(hub_fa
         r = await hub.spawn("alice", {"profile": "cpu"}, server=server)
         assert r.status_code in (201, 202), r.text
         await hub.wait_ready("alice", server)
-    r = await hub.api("POST", "/users/alice/servers/second", token=token,
-                      json={"profile": "cpu"})
+    r = await hub.api("POST", "/users/alice/servers/second", token=token, json={"profile": "cpu"})
     assert r.status_code == 400
-    assert r.json()["message"].startswith(
-        "User alice already has the maximum of 1 named servers.")
+    assert r.json()["message"].startswith("User alice already has the maximum of 1 named servers.")
     assert await hub.stopped("alice", "second")

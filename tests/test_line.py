@@ -18,9 +18,21 @@ from hub_ext.line.order import (
 )
 
 
-@pytest.mark.parametrize("n, word", [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"),
-                                     (11, "11th"), (12, "12th"), (13, "13th"), (21, "21st"),
-                                     (22, "22nd"), (101, "101st")])
+@pytest.mark.parametrize(
+    "n, word",
+    [
+        (1, "1st"),
+        (2, "2nd"),
+        (3, "3rd"),
+        (4, "4th"),
+        (11, "11th"),
+        (12, "12th"),
+        (13, "13th"),
+        (21, "21st"),
+        (22, "22nd"),
+        (101, "101st"),
+    ],
+)
 def test_ordinal(n, word):
     assert ordinal(n) == word
 
@@ -28,7 +40,8 @@ def test_ordinal(n, word):
 def test_place_sentence_reads_as_the_issue_says():
     assert place_sentence(3, 1, "GPU", "PyTorch", 20 * 60, 58 * 60) == (
         "You are 3rd in line for 1 GPU (PyTorch). Estimated wait: about 20 min. "
-        "Your place is kept for about 58 min more.")
+        "Your place is kept for about 58 min more."
+    )
 
 
 def test_grants_first_come_first_served():
@@ -49,8 +62,11 @@ def test_a_place_not_waiting_yet_blocks_those_behind_it():
 
 
 def test_fair_share_puts_fewer_gpu_hours_first_but_admins_front_wins():
-    keys = {"heavy": sort_key(False, 30.0, 1, True), "light": sort_key(False, 1.0, 2, True),
-            "moved": sort_key(True, 99.0, 0, True)}
+    keys = {
+        "heavy": sort_key(False, 30.0, 1, True),
+        "light": sort_key(False, 1.0, 2, True),
+        "moved": sort_key(True, 99.0, 0, True),
+    }
     assert sorted(keys, key=keys.get) == ["moved", "light", "heavy"]
     off = {"heavy": sort_key(False, 30.0, 1, False), "light": sort_key(False, 1.0, 2, False)}
     assert sorted(off, key=off.get) == ["heavy", "light"]
@@ -62,8 +78,10 @@ def test_estimate_from_running_servers():
     assert estimate_wait(2, frees, 3600) == 1200
     assert estimate_wait(3, frees, 3600) == 600 + 3600  # a second round
     assert estimate_wait(1, [], 3600) is None
-    assert expected_left(age=100, max_age=1000, idle_timeout=60, gpu_idle_timeout=0,
-                         typical_run=3600) == 900
+    assert (
+        expected_left(age=100, max_age=1000, idle_timeout=60, gpu_idle_timeout=0, typical_run=3600)
+        == 900
+    )
     assert expected_left(100, 0, 1800, 900, 3600) == 900
     assert expected_left(100, 0, 0, 0, 3600) == 3500
 
@@ -99,8 +117,14 @@ def line(hub_db):
 
 
 async def join(line, user, profile="gpu", server=""):
-    return await line.join((user, server), profile=profile, profile_name="PyTorch", units="gpu",
-                     count=1, user_options={"profile": profile})
+    return await line.join(
+        (user, server),
+        profile=profile,
+        profile_name="PyTorch",
+        units="gpu",
+        count=1,
+        user_options={"profile": profile},
+    )
 
 
 async def test_places_are_kept_in_the_database_in_order(line, hub_db):
@@ -156,8 +180,11 @@ def test_the_wait_button_picks_its_profile_and_asks_to_wait():
     from hub_ext.spawn.choice import ProfileChoice
 
     form = {"profile": ["cpu"], "gpuhub_wait": ["pytorch"], "pytorch--gpus": ["2"]}
-    assert ProfileChoice().options_from_form(form) == {"profile": "pytorch", "wait": True,
-                                                       "gpus": "2"}
+    assert ProfileChoice().options_from_form(form) == {
+        "profile": "pytorch",
+        "wait": True,
+        "gpus": "2",
+    }
     assert ProfileChoice().options_from_form({"profile": ["cpu"]}) == {"profile": "cpu"}
 
 
@@ -183,8 +210,9 @@ def test_line_config_gives_its_service_a_private_token_and_only_server_scopes(tm
     assert c.Line.api_token == service["api_token"]
 
 
-@pytest.mark.parametrize("trait, value", [("max_wait", 0), ("backfill_age", -1),
-                                          ("fair_share_days", -2)])
+@pytest.mark.parametrize(
+    "trait, value", [("max_wait", 0), ("backfill_age", -1), ("fair_share_days", -2)]
+)
 def test_line_settings_are_checked(trait, value):
     with pytest.raises(ValueError, match=f"c.Line.{trait}"):
         Line(**{trait: value})

@@ -44,8 +44,12 @@ async def line_hub(hub_factory, tmp_path):
 
     async def make(gpus: int = 1, extra_config: str = "", **env):
         env.setdefault("GPUHUB_CREDITS", "off")
-        hub = await hub_factory(extra_config=QUICK + extra_config, GPUHUB_PROFILES=str(path),
-                                GPUHUB_GPUS=f"simulated:{gpus}", **env)
+        hub = await hub_factory(
+            extra_config=QUICK + extra_config,
+            GPUHUB_PROFILES=str(path),
+            GPUHUB_GPUS=f"simulated:{gpus}",
+            **env,
+        )
         hub.tokens, hub.pending = {}, []
         hubs.append(hub)
         return hub
@@ -76,8 +80,9 @@ async def position(hub, name: str) -> int | None:
 
 async def join_line(hub, name: str, profile: str = "gpu", server: str = ""):
     """Ask to wait for ``profile``; returns once ``name`` has a place in line."""
-    hub.pending.append(asyncio.create_task(
-        hub.spawn(name, {"profile": profile, "wait": True}, server=server)))
+    hub.pending.append(
+        asyncio.create_task(hub.spawn(name, {"profile": profile, "wait": True}, server=server))
+    )
     return await eventually(lambda: position(hub, name), what=f"{name} in line")
 
 
@@ -208,14 +213,18 @@ async def test_member_limit_counts_places_and_one_place_per_profile(line_hub):
     assert "You are already in line for PyTorch (your default server)" in r.json()["message"]
     r = await hub.spawn("bob", {"profile": "gpu-b", "wait": True}, server="third")
     assert r.status_code == 409, r.text
-    assert r.json()["message"].startswith("You already hold or wait for 1 GPU(s) and each "
-                                          "member may hold 1.")
+    assert r.json()["message"].startswith(
+        "You already hold or wait for 1 GPU(s) and each member may hold 1."
+    )
     assert [p["server"] for p in await places(hub, "bob")] == [""]
 
 
 async def test_refusals_instead_of_a_place(line_hub, credits_service):
-    hub = await line_hub(GPUHUB_CREDITS="on", GPUHUB_CREDITS_URL=credits_service.url,
-                         GPUHUB_CREDITS_TOKEN=credits_service.hub_token)
+    hub = await line_hub(
+        GPUHUB_CREDITS="on",
+        GPUHUB_CREDITS_URL=credits_service.url,
+        GPUHUB_CREDITS_TOKEN=credits_service.hub_token,
+    )
     poor = f"p{uuid.uuid4().hex[:10]}"
     await add(hub, "alice", poor)
     await start(hub, "alice")  # the free GPU profile: nobody pays
@@ -236,8 +245,9 @@ async def progress_messages(client, name: str, until: str) -> list[str]:
     """The messages of ``name``'s progress event stream, read until one contains ``until``."""
     xsrf = next((c.value for c in client.cookies.jar if c.name == "_xsrf"), "")
     seen = []
-    async with client.stream("GET", f"/hub/api/users/{name}/server/progress",
-                             headers={"X-XSRFToken": xsrf}) as stream:
+    async with client.stream(
+        "GET", f"/hub/api/users/{name}/server/progress", headers={"X-XSRFToken": xsrf}
+    ) as stream:
         async for line in stream.aiter_lines():
             if line.startswith("data:"):
                 seen.append(json.loads(line[5:]).get("message", ""))
@@ -259,8 +269,9 @@ async def test_pages_offer_the_wait_and_show_the_place(line_hub):
     assert "No GPU free: all 1 GPUs are in use." in page  # the refusal sentence stays
 
     xsrf = next(c.value for c in bob.cookies.jar if c.name == "_xsrf")
-    r = await bob.post("/hub/spawn/bob", data={"_xsrf": xsrf, "profile": "cpu",
-                                               "gpuhub_wait": "gpu"})
+    r = await bob.post(
+        "/hub/spawn/bob", data={"_xsrf": xsrf, "profile": "cpu", "gpuhub_wait": "gpu"}
+    )
     assert r.status_code == 200, r.text[:500]
     assert await position(hub, "bob") == 1
     messages = await progress_messages(bob, "bob", "in line")
@@ -273,7 +284,9 @@ async def test_pages_offer_the_wait_and_show_the_place(line_hub):
     await join_line(hub, "carol")
     board = (await hub.browser_api(boss, "GET", "/gpuhub/gpus")).json()
     assert [(p["user"], p["position"], p["profile_name"]) for p in board["line"]] == [
-        ("bob", 1, "PyTorch"), ("carol", 2, "PyTorch")]
+        ("bob", 1, "PyTorch"),
+        ("carol", 2, "PyTorch"),
+    ]
     assert "Move to front" in (await boss.get("/hub/gpus")).text
     cli = (hub.state_dir / CLI_TOKEN_FILE).read_text().strip()  # reads the board only
     for method, path in (("POST", "/gpuhub/line/carol//front"), ("DELETE", "/gpuhub/line/bob/")):

@@ -41,8 +41,10 @@ def test_long_lines_and_tracebacks_are_cut():
 
 
 def test_an_operators_logging_config_is_kept():
-    mine = {"handlers": {"console": {"filters": ["mine"]}, "file": {"class": "x"}},
-            "filters": {"mine": {"()": "logging.Filter"}}}
+    mine = {
+        "handlers": {"console": {"filters": ["mine"]}, "file": {"class": "x"}},
+        "filters": {"mine": {"()": "logging.Filter"}},
+    }
     merged = logging_config(mine)
     assert merged["handlers"]["console"]["filters"] == ["mine", "gpuhub_short_lines"]
     assert merged["handlers"]["file"] == {"class": "x"}

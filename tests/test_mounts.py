@@ -20,18 +20,25 @@ def test_a_plain_path_is_a_dataset_for_everyone():
     m = mounts({"mnist": "/data/mnist", "imagenet": {"path": "/data/in", "groups": ["vision"]}})
     assert m.member_datasets() == {"mnist": "/data/mnist"}
     assert mounts(m.datasets, groups=["vision"]).member_datasets() == {
-        "mnist": "/data/mnist", "imagenet": "/data/in"}
+        "mnist": "/data/mnist",
+        "imagenet": "/data/in",
+    }
     assert mounts(m.datasets, admin=True).member_datasets() == {
-        "mnist": "/data/mnist", "imagenet": "/data/in"}
+        "mnist": "/data/mnist",
+        "imagenet": "/data/in",
+    }
 
 
-@pytest.mark.parametrize("datasets", [
-    {"mnist": "data/mnist"},  # relative: relative to what, on a node?
-    {"mnist": {"groups": ["vision"]}},  # no path
-    {"../etc": "/data/x"},  # would land outside /datasets
-    {"a/b": "/data/x"},
-    {"mnist": 3},
-])
+@pytest.mark.parametrize(
+    "datasets",
+    [
+        {"mnist": "data/mnist"},  # relative: relative to what, on a node?
+        {"mnist": {"groups": ["vision"]}},  # no path
+        {"../etc": "/data/x"},  # would land outside /datasets
+        {"a/b": "/data/x"},
+        {"mnist": 3},
+    ],
+)
 def test_a_dataset_that_cannot_be_mounted_is_a_configuration_error(datasets):
     with pytest.raises(TraitError, match="dataset"):
         MemberMounts(datasets=datasets)

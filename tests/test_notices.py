@@ -12,8 +12,10 @@ def test_messages_are_kept_per_server_and_topic():
     board.post("alice", "", "credits", "Your credits ran out.")
     board.post("alice", "lab", "culling", "Your server 'lab' was stopped.")
     board.post("alice", "", "credits", "Your credits ran out (balance 0.00).")  # replaces
-    assert board.for_user("alice") == ["Your server 'lab' was stopped.",
-                                       "Your credits ran out (balance 0.00)."]
+    assert board.for_user("alice") == [
+        "Your server 'lab' was stopped.",
+        "Your credits ran out (balance 0.00).",
+    ]
     assert board.get("alice", "", "credits") == "Your credits ran out (balance 0.00)."
     board.withdraw("alice", "", "culling")  # another topic: nothing to withdraw
     assert len(board.for_user("alice")) == 2

@@ -418,7 +418,9 @@ def test_real_gpu_used_outside_the_hub_is_never_handed_out():
         pytest.skip("no NVIDIA driver here (NVMLError_LibraryNotFound)")
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_EVERY_GPU, str(count)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     line = holder.stdout.readline()
     if line.startswith("skip"):

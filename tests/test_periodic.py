@@ -21,8 +21,9 @@ def fresh_passes(monkeypatch):
 
 
 def started(step, seconds: float = 0.01, **kw) -> asyncio.Task:
-    return periodic.ensure_task(None, lambda: periodic.every(lambda: seconds, step, log,
-                                                             "test pass", **kw))
+    return periodic.ensure_task(
+        None, lambda: periodic.every(lambda: seconds, step, log, "test pass", **kw)
+    )
 
 
 async def test_a_waiting_pass_is_cancelled_and_a_pass_under_way_ends(caplog):

@@ -25,8 +25,10 @@ def gpu(i, **extra):
 def make_pool(tmp_path):
     def make(devices, **traits):
         path = node(tmp_path, devices)
-        return GPUPool(inventory=SimulatedInventory(path=str(path)), refresh_interval=0,
-                       **traits), path
+        return GPUPool(
+            inventory=SimulatedInventory(path=str(path)), refresh_interval=0, **traits
+        ), path
+
     return make
 
 

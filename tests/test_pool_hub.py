@@ -17,19 +17,34 @@ import pytest
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
-PROFILES = json.dumps([
-    {"display_name": "CPU only", "slug": "cpu", "default": True},
-    {"display_name": "One GPU", "slug": "gpu", "gpus": 1},
-    {"display_name": "Hangs", "slug": "hangs", "gpus": 1,
-     "spawner_override": {"cmd": ["sh", "-c", "sleep 600", "--"]}},
-])
+PROFILES = json.dumps(
+    [
+        {"display_name": "CPU only", "slug": "cpu", "default": True},
+        {"display_name": "One GPU", "slug": "gpu", "gpus": 1},
+        {
+            "display_name": "Hangs",
+            "slug": "hangs",
+            "gpus": 1,
+            "spawner_override": {"cmd": ["sh", "-c", "sleep 600", "--"]},
+        },
+    ]
+)
 
 
 def gpus(n, extra=None):
     """A stand-in node of ``n`` GPUs; ``extra`` maps an index to more keys for it."""
     extra = extra or {}
-    return {"devices": [{"uuid": f"GPU-11111111-2222-3333-4444-{i:012d}", "name": "Stand-in",
-                         "memory_total_mib": 16384, **extra.get(i, {})} for i in range(n)]}
+    return {
+        "devices": [
+            {
+                "uuid": f"GPU-11111111-2222-3333-4444-{i:012d}",
+                "name": "Stand-in",
+                "memory_total_mib": 16384,
+                **extra.get(i, {}),
+            }
+            for i in range(n)
+        ]
+    }
 
 
 @pytest.fixture
@@ -42,7 +57,9 @@ async def nvml_hub(hub_factory, nvml_node, tmp_path):
         nvml_node.write(doc)
         return await hub_factory(
             extra_config="c.GPUPool.refresh_interval = 0.2\n" + extra_config,
-            GPUHUB_GPUS="nvml", GPUHUB_PROFILES=str(profiles), **nvml_node.env,
+            GPUHUB_GPUS="nvml",
+            GPUHUB_PROFILES=str(profiles),
+            **nvml_node.env,
         )
 
     return make
@@ -50,8 +67,7 @@ async def nvml_hub(hub_factory, nvml_node, tmp_path):
 
 async def gauge(hub, state: str) -> float:
     """gpuhub_gpus{state=...} from the hub's /hub/metrics."""
-    r = await hub.client.get("/hub/metrics",
-                             headers={"Authorization": f"token {hub.admin_token}"})
+    r = await hub.client.get("/hub/metrics", headers={"Authorization": f"token {hub.admin_token}"})
     r.raise_for_status()
     m = re.search(rf'^gpuhub_gpus{{state="{state}"}} ([0-9.]+)$', r.text, re.M)
     assert m, r.text[:2000]
@@ -59,8 +75,11 @@ async def gauge(hub, state: str) -> float:
 
 
 def held_devices(hub, docker_client) -> list[str]:
-    return [c["Labels"]["io.gpuhub.devices"] for c in hub.containers(docker_client)
-            if c["State"] == "running" and c["Labels"]["io.gpuhub.devices"]]
+    return [
+        c["Labels"]["io.gpuhub.devices"]
+        for c in hub.containers(docker_client)
+        if c["State"] == "running" and c["Labels"]["io.gpuhub.devices"]
+    ]
 
 
 async def spawn_ready(hub, user, profile="gpu"):
@@ -69,8 +88,10 @@ async def spawn_ready(hub, user, profile="gpu"):
     await hub.wait_ready(user)
 
 
-@pytest.mark.parametrize("how", [pytest.param(signal.SIGTERM, id="clean-restart"),
-                                 pytest.param(signal.SIGKILL, id="kill-9")])
+@pytest.mark.parametrize(
+    "how",
+    [pytest.param(signal.SIGTERM, id="clean-restart"), pytest.param(signal.SIGKILL, id="kill-9")],
+)
 async def test_restart_restores_both_allocations(nvml_hub, docker_client, how):
     hub = await nvml_hub(gpus(3))
     for user in ("alice", "bob", "carol", "dave"):
@@ -128,9 +149,12 @@ async def test_kill_9_mid_spawn_leaks_nothing_and_books_nothing_twice(nvml_hub, 
 
 
 async def test_container_removed_behind_the_hubs_back_is_freed(nvml_hub, docker_client):
-    hub = await nvml_hub(gpus(1), extra_config="c.GPUPool.reconcile_interval = 1\n"
-                         "c.JupyterHub.last_activity_interval = 3600\n"
-                         "c.GPUDockerSpawner.poll_interval = 3600\n")
+    hub = await nvml_hub(
+        gpus(1),
+        extra_config="c.GPUPool.reconcile_interval = 1\n"
+        "c.JupyterHub.last_activity_interval = 3600\n"
+        "c.GPUDockerSpawner.poll_interval = 3600\n",
+    )
     await hub.create_user("alice")
     await hub.create_user("bob")
     await spawn_ready(hub, "alice")
@@ -146,8 +170,7 @@ async def test_container_removed_behind_the_hubs_back_is_freed(nvml_hub, docker_
 
 
 async def test_gpu_used_outside_the_hub_is_skipped(nvml_hub, docker_client):
-    busy = {0: {"processes": [{"pid": 31337, "used_memory_mib": 2048}],
-                "utilization_gpu": 97}}
+    busy = {0: {"processes": [{"pid": 31337, "used_memory_mib": 2048}], "utilization_gpu": 97}}
     hub = await nvml_hub(gpus(2, busy))
     for user in ("alice", "bob"):
         await hub.create_user(user)
@@ -159,8 +182,11 @@ async def test_gpu_used_outside_the_hub_is_skipped(nvml_hub, docker_client):
 
     # gpuhub gpus shows who holds what, and the process outside the hub
     out = subprocess.run(
-        [sys.executable, "-m", "hub_ext.cli", "gpus"], capture_output=True, text=True,
-        env={**hub.env}, check=True,
+        [sys.executable, "-m", "hub_ext.cli", "gpus"],
+        capture_output=True,
+        text=True,
+        env={**hub.env},
+        check=True,
     ).stdout
     assert "outside the hub: pid 31337" in out
     assert re.search(r"GPU-11111111-2222-3333-4444-000000000001\s+held .* alice \(gpu", out)

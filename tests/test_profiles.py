@@ -23,15 +23,16 @@ PROFILES = [
         "slug": "pytorch",
         "gpus": 1,
         "credits_per_hour": 2,
-        "kubespawner_override": {"image": "gpuhub/pytorch:latest",
-                                 "environment": {"A": "1"}},
+        "kubespawner_override": {"image": "gpuhub/pytorch:latest", "environment": {"A": "1"}},
         "profile_options": {
             "gpus": {
                 "display_name": "GPUs",
                 "choices": {
                     "1": {"display_name": "one", "spawner_override": {"gpus": 1}},
-                    "2": {"display_name": "two", "spawner_override": {"gpus": 2,
-                                                                     "environment": {"B": "2"}}},
+                    "2": {
+                        "display_name": "two",
+                        "spawner_override": {"gpus": 2, "environment": {"B": "2"}},
+                    },
                 },
             }
         },
@@ -53,8 +54,9 @@ def test_init_fills_slugs_and_one_default(profiles):
 
 def test_init_refuses_two_defaults():
     with pytest.raises(ProfileError, match="2 defaults"):
-        init_profiles([{"display_name": "a", "default": True},
-                       {"display_name": "b", "default": True}])
+        init_profiles(
+            [{"display_name": "a", "default": True}, {"display_name": "b", "default": True}]
+        )
 
 
 def test_init_refuses_unknown_override_keys():
@@ -64,7 +66,9 @@ def test_init_refuses_unknown_override_keys():
 
 def test_groups_decide_what_a_member_sees(profiles):
     assert [p["slug"] for p in visible_profiles(profiles, [], admin=False)] == [
-        "cpu-only", "pytorch"]
+        "cpu-only",
+        "pytorch",
+    ]
     assert len(visible_profiles(profiles, ["ml101"], admin=False)) == 3
     assert len(visible_profiles(profiles, [], admin=True)) == 3
 
@@ -86,12 +90,16 @@ def test_choices_come_as_kubespawner_user_options(profiles):
 @pytest.mark.parametrize(
     "options, message",
     [
-        pytest.param({"profile": "gpu-x"}, "No such profile: 'gpu-x'. Options include: "
-                     "cpu-only, pytorch", id="unknown-slug"),
+        pytest.param(
+            {"profile": "gpu-x"},
+            "No such profile: 'gpu-x'. Options include: cpu-only, pytorch",
+            id="unknown-slug",
+        ),
         pytest.param({"profile": "course"}, "not open to your groups", id="group-forbidden"),
         pytest.param({"profile": "pytorch", "gpus": "3"}, "Choices: 1, 2", id="bad-choice"),
-        pytest.param({"profile": "pytorch", "image": "evil/miner"}, "Unexpected field",
-                     id="forged-image"),
+        pytest.param(
+            {"profile": "pytorch", "image": "evil/miner"}, "Unexpected field", id="forged-image"
+        ),
         pytest.param({"profile": ["pytorch"]}, "No such profile", id="list-not-string"),
         pytest.param({"profile": "pytorch", "gpus": True}, "not a choice", id="bool-choice"),
     ],
@@ -102,13 +110,17 @@ def test_bad_options_name_the_valid_choices(profiles, options, message):
         select_profile(visible, options, profiles)
 
 
-@pytest.mark.parametrize("options", [
-    pytest.param({"profile": "B" * 100_000}, id="long-slug"),
-    pytest.param({"profile": "pytorch", "gpus": "9" * 100_000}, id="long-choice"),
-    pytest.param({"profile": "pytorch", "x" * 100_000: "1"}, id="long-field"),
-    pytest.param({"profile": "pytorch", **{f"f{i}": "1" for i in range(1000)}},
-                 id="many-fields"),
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param({"profile": "B" * 100_000}, id="long-slug"),
+        pytest.param({"profile": "pytorch", "gpus": "9" * 100_000}, id="long-choice"),
+        pytest.param({"profile": "pytorch", "x" * 100_000: "1"}, id="long-field"),
+        pytest.param(
+            {"profile": "pytorch", **{f"f{i}": "1" for i in range(1000)}}, id="many-fields"
+        ),
+    ],
+)
 def test_bad_values_are_quoted_by_a_short_prefix(profiles, options):
     visible = visible_profiles(profiles, [], admin=False)
     with pytest.raises(ProfileError) as refused:
@@ -127,16 +139,18 @@ def test_overrides_merge_dicts():
     assert s.image == "y"
 
 
-@pytest.mark.parametrize("value, expected", [(0, (0, None)), (2, (2, None)), ("2", (2, None)),
-                                             ("1g.5gb", (1, "1g.5gb"))])
+@pytest.mark.parametrize(
+    "value, expected", [(0, (0, None)), (2, (2, None)), ("2", (2, None)), ("1g.5gb", (1, "1g.5gb"))]
+)
 def test_gpu_request(value, expected):
     assert gpu_request(value) == expected
 
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=8), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
     max_leaves=8,
 )
 forms = st.dictionaries(
@@ -164,8 +178,12 @@ def test_arbitrary_forms_are_refused_cleanly_or_give_a_valid_choice(options):
         assert overrides["image"] in {"gpuhub/base:latest", "gpuhub/pytorch:latest"}
 
 
-SLURM_PROFILE = {"display_name": "A100 long", "slug": "a100", "gpus": 1,
-                 "spawner_override": {"req_partition": "a100", "req_runtime": "8:00:00"}}
+SLURM_PROFILE = {
+    "display_name": "A100 long",
+    "slug": "a100",
+    "gpus": 1,
+    "spawner_override": {"req_partition": "a100", "req_runtime": "8:00:00"},
+}
 
 
 def test_a_slurm_profile_sets_its_partition_and_run_time():

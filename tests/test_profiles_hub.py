@@ -12,13 +12,29 @@ from tests.fixtures.hub import _need
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
 PROFILES = [
-    {"display_name": "CPU only", "slug": "cpu", "default": True, "credits_per_hour": 0,
-     "description": "No GPU, for <b>small</b> work"},
-    {"display_name": "PyTorch", "slug": "pytorch", "gpus": 1, "credits_per_hour": 2,
-     "spawner_override": {"image": "gpuhub/pytorch:latest"},
-     "profile_options": {"gpus": {"display_name": "GPUs", "choices": {
-         "1": {"display_name": "1 GPU", "spawner_override": {"gpus": 1}},
-         "2": {"display_name": "2 GPUs", "spawner_override": {"gpus": 2}}}}}},
+    {
+        "display_name": "CPU only",
+        "slug": "cpu",
+        "default": True,
+        "credits_per_hour": 0,
+        "description": "No GPU, for <b>small</b> work",
+    },
+    {
+        "display_name": "PyTorch",
+        "slug": "pytorch",
+        "gpus": 1,
+        "credits_per_hour": 2,
+        "spawner_override": {"image": "gpuhub/pytorch:latest"},
+        "profile_options": {
+            "gpus": {
+                "display_name": "GPUs",
+                "choices": {
+                    "1": {"display_name": "1 GPU", "spawner_override": {"gpus": 1}},
+                    "2": {"display_name": "2 GPUs", "spawner_override": {"gpus": 2}},
+                },
+            }
+        },
+    },
     {"display_name": "Course", "slug": "course", "gpus": 1, "allowed_groups": ["ml101"]},
 ]
 
@@ -35,8 +51,14 @@ async def hub(hub_factory, tmp_path, docker_client):
 
 
 def cards(html: str) -> dict[str, str]:
-    return dict(re.findall(r'<label class="gpuhub-card[^"]*"\s+for="profile-([a-z0-9-]+)"'
-                           r'[^>]*>(.*?)</label>', html, re.S))
+    return dict(
+        re.findall(
+            r'<label class="gpuhub-card[^"]*"\s+for="profile-([a-z0-9-]+)"'
+            r"[^>]*>(.*?)</label>",
+            html,
+            re.S,
+        )
+    )
 
 
 async def test_spawn_page_shows_cards_with_contents_cost_and_free_gpus(hub):
@@ -110,8 +132,9 @@ c.GPUDockerSpawner.profile_list = _profiles
 """
 
 
-@pytest.mark.parametrize("prefix", [pytest.param("", id="sync"),
-                                    pytest.param("async ", id="async")])
+@pytest.mark.parametrize(
+    "prefix", [pytest.param("", id="sync"), pytest.param("async ", id="async")]
+)
 async def test_profile_list_may_be_a_callable_per_member(hub_factory, prefix):
     hub = await hub_factory(extra_config=PER_USER.format(prefix=prefix), GPUHUB_CREDITS="off")
     alice = await hub.login("alice")
@@ -135,20 +158,27 @@ async def test_availability_needs_login(hub):
 @pytest.mark.parametrize(
     "options, expected",
     [
-        pytest.param({"profile": "gpu-x"}, "No such profile: 'gpu-x'. Options include: cpu, "
-                     "pytorch", id="unknown-slug"),
+        pytest.param(
+            {"profile": "gpu-x"},
+            "No such profile: 'gpu-x'. Options include: cpu, pytorch",
+            id="unknown-slug",
+        ),
         pytest.param({"profile": "course"}, "not open to your groups", id="group-forbidden"),
         pytest.param({"profile": "pytorch", "gpus": "3"}, "Choices: 1, 2", id="bad-choice"),
-        pytest.param({"profile": "pytorch", "colour": "red"}, "Unexpected field",
-                     id="extra-field"),
-        pytest.param({"profile": "pytorch", "image": "evil/miner:latest"}, "Unexpected field",
-                     id="forged-image"),
-        pytest.param({"profile": "pytorch", "gpus": "8"}, "Choices: 1, 2",
-                     id="more-gpus-than-the-profile"),
+        pytest.param({"profile": "pytorch", "colour": "red"}, "Unexpected field", id="extra-field"),
+        pytest.param(
+            {"profile": "pytorch", "image": "evil/miner:latest"},
+            "Unexpected field",
+            id="forged-image",
+        ),
+        pytest.param(
+            {"profile": "pytorch", "gpus": "8"}, "Choices: 1, 2", id="more-gpus-than-the-profile"
+        ),
     ],
 )
 async def test_bad_user_options_get_400_with_the_choices_and_reserve_nothing(
-        hub, docker_client, options, expected):
+    hub, docker_client, options, expected
+):
     await hub.create_user("mallory")
     r = await hub.spawn("mallory", options)
     assert r.status_code == 400, r.text
@@ -208,8 +238,7 @@ async def test_oversized_or_refused_options_stay_small_and_are_not_kept(hub, doc
 
     # the spawn form: the same
     before = log_size()
-    r = await browser.post("/hub/spawn", data={"profile": huge},
-                           headers={"X-XSRFToken": xsrf})
+    r = await browser.post("/hub/spawn", data={"profile": huge}, headers={"X-XSRFToken": xsrf})
     assert 400 <= r.status_code < 500, r.text[-500:]
     assert "B" * 64 not in r.text
     assert log_size() - before < 10_000
@@ -219,8 +248,9 @@ async def test_oversized_or_refused_options_stay_small_and_are_not_kept(hub, doc
     r = await hub.api("PUT", "/users/alice/servers/named", json={"user_options": {}})
     assert r.status_code == 201, r.text[:300]
     before = log_size()
-    r = await hub.api("PATCH", "/users/alice/servers/named",
-                      json={"user_options": {"profile": huge}})
+    r = await hub.api(
+        "PATCH", "/users/alice/servers/named", json={"user_options": {"profile": huge}}
+    )
     assert r.status_code < 500, r.text[:300]
     assert log_size() - before < 10_000
     assert database.stat().st_size - database_before < 1024 * 1024  # never stored

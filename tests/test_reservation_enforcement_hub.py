@@ -36,8 +36,18 @@ START, END = 3600, 7200  # the window, in seconds after the test's start
 
 def node() -> dict:
     """Two busy GPUs (no GPU-idle cull while the clock jumps)."""
-    return {"devices": [{"uuid": uuid, "name": "Stand-in", "memory_total_mib": 16384,
-                         "memory_used_mib": 0, "utilization_gpu": 90} for uuid in GPUS]}
+    return {
+        "devices": [
+            {
+                "uuid": uuid,
+                "name": "Stand-in",
+                "memory_total_mib": 16384,
+                "memory_used_mib": 0,
+                "utilization_gpu": 90,
+            }
+            for uuid in GPUS
+        ]
+    }
 
 
 def hhmm(epoch: float) -> str:
@@ -62,8 +72,11 @@ def last_run(hub, name: str) -> ServerRun:
     engine = create_engine(f"sqlite:///{hub.state_dir / 'jupyterhub.sqlite'}")
     try:
         with Session(engine) as s:
-            return list(s.scalars(select(ServerRun).where(ServerRun.username == name)
-                                  .order_by(ServerRun.id)))[-1]
+            return list(
+                s.scalars(
+                    select(ServerRun).where(ServerRun.username == name).order_by(ServerRun.id)
+                )
+            )[-1]
     finally:
         engine.dispose()
 
@@ -75,11 +88,16 @@ async def spawn_ready(hub, user):
 
 
 async def test_a_reservation_stops_a_non_member_at_its_start_and_serves_its_group_first(
-        gpu_hub, movable_clock, ledger_admin, credits_username, docker_client):
+    gpu_hub, movable_clock, ledger_admin, credits_username, docker_client
+):
     clock = movable_clock
     # the line's own checks are rare: a grant at the window's end comes from the end itself
-    hub = await gpu_hub(node(), PROFILES, clock.hub_config("Reservations")
-                        + "c.Reservations.check_interval = 0.2\nc.Line.update_interval = 30\n")
+    hub = await gpu_hub(
+        node(),
+        PROFILES,
+        clock.hub_config("Reservations")
+        + "c.Reservations.check_interval = 0.2\nc.Line.update_interval = 30\n",
+    )
     amy, dan, eve, bob = (f"{credits_username}-{n}" for n in ("amy", "dan", "eve", "bob"))
     await hub.login(bob, groups=[MEMBERS, "ml101"])  # makes the group ml101
     browsers = {name: await hub.login(name) for name in (amy, dan, eve)}
@@ -91,16 +109,25 @@ async def test_a_reservation_stops_a_non_member_at_its_start_and_serves_its_grou
     # 1 of the 2 GPUs for ml101, from an hour from now for an hour
     cli = (hub.state_dir / CLI_TOKEN_FILE).read_text().strip()
     at = lambda s: datetime.fromtimestamp(clock.start + s, UTC).isoformat()  # noqa: E731
-    r = await hub.api("POST", "/gpuhub/reservations", token=cli, json={
-        "group": "ml101", "gpus": 1, "start": at(START), "end": at(END)})
+    r = await hub.api(
+        "POST",
+        "/gpuhub/reservations",
+        token=cli,
+        json={"group": "ml101", "gpus": 1, "start": at(START), "end": at(END)},
+    )
     assert r.status_code == 201, r.text
-    window = f"1 GPU is reserved for ml101 from {hhmm(clock.start + START)} to " \
-             f"{hhmm(clock.start + END)}"
+    window = (
+        f"1 GPU is reserved for ml101 from {hhmm(clock.start + START)} to {hhmm(clock.start + END)}"
+    )
 
     clock.at(START - 800)  # within the 15 minutes' warning
-    await eventually(lambda: page_says(browsers[dan], "Your server will be stopped in about "
-                                       f"13 min: {window}, and it holds a GPU they need."),
-                     what="the warning on dan's home page")
+    await eventually(
+        lambda: page_says(
+            browsers[dan],
+            f"Your server will be stopped in about 13 min: {window}, and it holds a GPU they need.",
+        ),
+        what="the warning on dan's home page",
+    )
     assert "will be stopped" not in await home(browsers[amy])  # one GPU is enough
 
     # the hub dies at the window's start, before it stopped anyone; the next one does it
@@ -111,7 +138,9 @@ async def test_a_reservation_stops_a_non_member_at_its_start_and_serves_its_grou
     assert await hub.running(amy)
     run = last_run(hub, dan)
     assert (run.stop_reason, run.stop_detail) == (
-        "reservation", f"{window}, and your server held a GPU they need")
+        "reservation",
+        f"{window}, and your server held a GPU they need",
+    )
     assert f"Your server was stopped: {window}" in await home(browsers[dan])
     # five intervals paid (0 to 4), two thirds of the last refunded
     expected = [("grant", "10.00")] + [("debit", "1.00")] * 5 + [("refund", "0.66")]
@@ -137,8 +166,11 @@ async def test_a_reservation_stops_a_non_member_at_its_start_and_serves_its_grou
         assert await _in_line(hub, browsers[eve])
         # the window ends: the GPU goes to the head of the line at once
         clock.at(END + 1)
-        await eventually(lambda: _not(_in_line(hub, browsers[eve])), timeout=3,
-                         what="eve's turn at the window's end")
+        await eventually(
+            lambda: _not(_in_line(hub, browsers[eve])),
+            timeout=3,
+            what="eve's turn at the window's end",
+        )
         await hub.wait_ready(eve)
     finally:
         waiting.cancel()

@@ -46,8 +46,14 @@ async def node(hub_db):
 
 
 async def wait(line, user):
-    await line.join((user, ""), profile="gpu", profile_name="PyTorch", units="gpu", count=1,
-                    user_options={"profile": "gpu"})
+    await line.join(
+        (user, ""),
+        profile="gpu",
+        profile_name="PyTorch",
+        units="gpu",
+        count=1,
+        user_options={"profile": "gpu"},
+    )
     return asyncio.ensure_future(line.wait_turn((user, ""), lambda _: None))
 
 

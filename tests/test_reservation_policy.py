@@ -44,21 +44,36 @@ def test_a_window_is_open_from_its_start_to_its_end_and_named_for_people():
 
 
 def test_weekly_windows_keep_their_wall_clock_time_in_the_reservations_zone():
-    berlin = Spec(group="ml101", gpus=2, start=T, end=T + timedelta(hours=2), id=2,
-                  timezone="Europe/Berlin", rrule="FREQ=WEEKLY;COUNT=3")
+    berlin = Spec(
+        group="ml101",
+        gpus=2,
+        start=T,
+        end=T + timedelta(hours=2),
+        id=2,
+        timezone="Europe/Berlin",
+        rrule="FREQ=WEEKLY;COUNT=3",
+    )
     found = windows([berlin], at(7 * 24 * 60), at(8 * 24 * 60))
     assert len(found) == 1
     assert reason([(found[0], 2)]) == "2 GPUs reserved for ml101 until 17:00 CET"
 
 
-@pytest.mark.parametrize("groups, holdings, closed", [
-    pytest.param({"ml102"}, [], 1, id="a non-member finds the reserved GPU closed"),
-    pytest.param({"ml101"}, [], 0, id="a member finds it open"),
-    pytest.param(set(), [held("bob", 1.0, {"ml101"})], 0,
-                 id="a member's server from before the window counts inside it"),
-    pytest.param(set(), [held("eve", 1.0)], 1,
-                 id="a non-member's server does not count inside it"),
-])
+@pytest.mark.parametrize(
+    "groups, holdings, closed",
+    [
+        pytest.param({"ml102"}, [], 1, id="a non-member finds the reserved GPU closed"),
+        pytest.param({"ml101"}, [], 0, id="a member finds it open"),
+        pytest.param(
+            set(),
+            [held("bob", 1.0, {"ml101"})],
+            0,
+            id="a member's server from before the window counts inside it",
+        ),
+        pytest.param(
+            set(), [held("eve", 1.0)], 1, id="a non-member's server does not count inside it"
+        ),
+    ],
+)
 def test_units_closed_to_a_member(groups, holdings, closed):
     found = open_at(windows([LAB], at(0), at(1)), at(0))
     assert closed_units(found, groups, "gpu", holdings)[0] == closed
@@ -73,8 +88,12 @@ def test_a_free_gpu_is_used_before_anyone_is_stopped():
 def test_only_as_many_as_the_window_needs_are_stopped_the_latest_first():
     two = Spec(group="ml101", gpus=2, start=T, end=T + timedelta(hours=2), id=3)
     found = open_at(windows([two], at(0), at(1)), at(0))
-    holdings = [held("eve", 1.0), held("dan", 3.0), held("amy", 2.0),
-                held("bob", 4.0, {"ml101"})]  # bob's GPU counts for the group
+    holdings = [
+        held("eve", 1.0),
+        held("dan", 3.0),
+        held("amy", 2.0),
+        held("bob", 4.0, {"ml101"}),
+    ]  # bob's GPU counts for the group
     stopped = to_stop(found, holdings, free(0))
     assert [h.user for h, _ in stopped] == ["dan"]
     assert to_stop(found, holdings[:3], free(0))[1][0].user == "amy"

@@ -29,19 +29,28 @@ def db(request, hub_db):
 
 
 def test_a_reservation_comes_back_as_it_was_stored_and_ids_are_never_reused(db):
-    lab = Spec(group="ml101", gpus=2, start=START, end=START + timedelta(hours=2),
-               timezone="Europe/Berlin", rrule="FREQ=WEEKLY;COUNT=4",
-               exdates=(START + timedelta(weeks=2),), note="ML101 lab")
+    lab = Spec(
+        group="ml101",
+        gpus=2,
+        start=START,
+        end=START + timedelta(hours=2),
+        timezone="Europe/Berlin",
+        rrule="FREQ=WEEKLY;COUNT=4",
+        exdates=(START + timedelta(weeks=2),),
+        note="ML101 lab",
+    )
     row = store.insert(db, lab, "boss", NOW)
     assert store.to_spec(store.get(db, row.id)) == Spec(**{**lab.__dict__, "id": row.id})
     assert store.to_model(row)["start"] == "2026-12-01T13:00:00+00:00"
     assert store.to_model(row)["exdates"] == ["2026-12-15T13:00:00+00:00"]
-    other = store.insert(db, Spec(group="ml102", gpus=1, start=START,
-                                  end=START + timedelta(hours=1)), "boss", NOW)
+    other = store.insert(
+        db, Spec(group="ml102", gpus=1, start=START, end=START + timedelta(hours=1)), "boss", NOW
+    )
     assert [r.id for r in store.load(db, {"ml102"})] == [other.id]
 
     store.delete(db, other)
-    again = store.insert(db, Spec(group="ml102", gpus=1, start=START,
-                                  end=START + timedelta(hours=1)), "boss", NOW)
+    again = store.insert(
+        db, Spec(group="ml102", gpus=1, start=START, end=START + timedelta(hours=1)), "boss", NOW
+    )
     assert again.id > other.id
     assert [s.group for s in store.all_specs(db)] == ["ml101", "ml102"]

@@ -43,19 +43,36 @@ def at(days: float, hour: int = 14) -> str:
 def node(path) -> str:
     """Two whole simulated GPUs and one split into three 1g.5gb MIG slices."""
     gpu = {"name": "Simulated", "memory_total_mib": 16384}
-    path.write_text(json.dumps({"devices": [
-        {**gpu, "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000000"},
-        {**gpu, "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000001"},
-        {**gpu, "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000002", "mig_mode": True,
-         "mig_devices": [{"uuid": f"MIG-aaaaaaaa-0000-0000-0000-00000000000{i}",
-                          "profile": "1g.5gb", "memory_total_mib": 4864} for i in (0, 1, 2)]},
-    ]}))
+    path.write_text(
+        json.dumps(
+            {
+                "devices": [
+                    {**gpu, "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000000"},
+                    {**gpu, "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000001"},
+                    {
+                        **gpu,
+                        "uuid": "GPU-aaaaaaaa-0000-0000-0000-000000000002",
+                        "mig_mode": True,
+                        "mig_devices": [
+                            {
+                                "uuid": f"MIG-aaaaaaaa-0000-0000-0000-00000000000{i}",
+                                "profile": "1g.5gb",
+                                "memory_total_mib": 4864,
+                            }
+                            for i in (0, 1, 2)
+                        ],
+                    },
+                ]
+            }
+        )
+    )
     return f"simulated:{path}"
 
 
 async def hub_with_groups(hub_factory, tmp_path):
-    hub = await hub_factory(extra_config=EXTRA, GPUHUB_CREDITS="off",
-                            GPUHUB_GPUS=node(tmp_path / "gpus.json"))
+    hub = await hub_factory(
+        extra_config=EXTRA, GPUHUB_CREDITS="off", GPUHUB_GPUS=node(tmp_path / "gpus.json")
+    )
     for group in ("ml101", "ml102"):
         r = await hub.api("POST", f"/groups/{group}")
         assert r.status_code == 201, r.text
@@ -70,41 +87,56 @@ async def listed(hub, token) -> list[dict]:
 
 
 async def test_reservations_are_created_listed_edited_deleted_and_bad_ones_refused(
-        hub_factory, tmp_path):
+    hub_factory, tmp_path
+):
     hub, admin = await hub_with_groups(hub_factory, tmp_path)
 
     # a weekly lab with one week off
-    lab = {"group": "ml101", "gpus": 1, "start": at(7), "end": at(7, 16),
-           "rrule": "FREQ=WEEKLY;COUNT=4", "exdates": [at(14)], "note": "ML101 lab"}
+    lab = {
+        "group": "ml101",
+        "gpus": 1,
+        "start": at(7),
+        "end": at(7, 16),
+        "rrule": "FREQ=WEEKLY;COUNT=4",
+        "exdates": [at(14)],
+        "note": "ML101 lab",
+    }
     r = await hub.api("POST", PATH, token=admin, json=lab)
     assert r.status_code == 201, r.text
     weekly = r.json()
     assert r.headers["location"] == f"/hub/api/gpuhub/reservations/{weekly['id']}"
     assert weekly["created_by"] == "gpuhub-cli"
     assert weekly["next"] == {"start": lab["start"], "end": lab["end"]}
-    r = await hub.api("GET", f"{PATH}?from={at(0)}&to={at(40)}".replace("+", "%2B"),
-                      token=admin)
+    r = await hub.api("GET", f"{PATH}?from={at(0)}&to={at(40)}".replace("+", "%2B"), token=admin)
     starts = [o["start"] for o in r.json()["occurrences"]]
     assert starts == [at(7), at(21), at(28)]
 
     # bad input: each refused with its reason, nothing stored
     bad = [
-        ({**lab, "group": "ml999"}, 400,
-         "No such group: 'ml999'. Groups include: hub-admins, ml101, ml102."),
+        (
+            {**lab, "group": "ml999"},
+            400,
+            "No such group: 'ml999'. Groups include: hub-admins, ml101, ml102.",
+        ),
         ({**lab, "end": at(7, 13)}, 400, "must be after the start"),
-        ({**lab, "rrule": "FREQ=WEEKLY;COUNT=2", "exdates": [at(7), at(14)]}, 400,
-         "never occurs"),
+        ({**lab, "rrule": "FREQ=WEEKLY;COUNT=2", "exdates": [at(7), at(14)]}, 400, "never occurs"),
         ({**lab, "rrule": "FREQ=WEEKLY;BYDAY=XX;COUNT=2"}, 400, "rrule: cannot read"),
         ({**lab, "gpus": 3}, 400, "The hub has 2 GPUs; a reservation of 3 can never be met"),
         ({**lab, "gpu": 1}, 400, "Unknown field(s): gpu"),
-        ({"group": "ml102", "gpus": 2, "start": at(21, 15), "end": at(21, 17)}, 409,
-         f"this reservation needs 2 and reservation {weekly['id']} (ml101, 1 GPU, "),
+        (
+            {"group": "ml102", "gpus": 2, "start": at(21, 15), "end": at(21, 17)},
+            409,
+            f"this reservation needs 2 and reservation {weekly['id']} (ml101, 1 GPU, ",
+        ),
     ]
     for body, status, reason in bad:
         r = await hub.api("POST", PATH, token=admin, json=body)
         assert (r.status_code, reason in r.json().get("message", "")) == (status, True), r.text
-    for content, status in ((b"{not json", 400), (b"[1, 2]", 400),
-                            (b'{"note": "' + b"x" * 20000 + b'"}', 413)):
+    for content, status in (
+        (b"{not json", 400),
+        (b"[1, 2]", 400),
+        (b'{"note": "' + b"x" * 20000 + b'"}', 413),
+    ):
         r = await hub.api("POST", PATH, token=admin, content=content)
         assert r.status_code == status, r.text
     assert [x["id"] for x in await listed(hub, admin)] == [weekly["id"]]
@@ -113,18 +145,23 @@ async def test_reservations_are_created_listed_edited_deleted_and_bad_ones_refus
     # edit: the whole result is checked again; a refused edit changes nothing
     r = await hub.api("PATCH", f"{PATH}/{weekly['id']}", token=admin, json={"gpus": 2})
     assert r.status_code == 200 and r.json()["gpus"] == 2, r.text
-    r = await hub.api("PATCH", f"{PATH}/{weekly['id']}", token=admin,
-                      json={"end": at(7, 12)})
+    r = await hub.api("PATCH", f"{PATH}/{weekly['id']}", token=admin, json={"end": at(7, 12)})
     assert r.status_code == 400 and "must be after the start" in r.json()["message"]
     assert (await hub.api("GET", f"{PATH}/{weekly['id']}", token=admin)).json()["gpus"] == 2
 
     # MIG slices are counted apart from whole GPUs (both whole GPUs are reserved then)
-    slices = {"group": "ml102", "gpus": 3, "mig_profile": "1g.5gb", "start": at(7, 15),
-              "end": at(7, 16)}
+    slices = {
+        "group": "ml102",
+        "gpus": 3,
+        "mig_profile": "1g.5gb",
+        "start": at(7, 15),
+        "end": at(7, 16),
+    }
     r = await hub.api("POST", PATH, token=admin, json={**slices, "gpus": 4})
     assert r.status_code == 400, r.text
-    assert r.json()["message"] == ("The hub has 3 1g.5gb MIG slices; a reservation of 4 "
-                                   "can never be met.")
+    assert r.json()["message"] == (
+        "The hub has 3 1g.5gb MIG slices; a reservation of 4 can never be met."
+    )
     r = await hub.api("POST", PATH, token=admin, json=slices)
     assert r.status_code == 201, r.text
     assert (await hub.api("DELETE", f"{PATH}/{r.json()['id']}", token=admin)).status_code == 204
@@ -140,8 +177,12 @@ async def test_reservations_are_created_listed_edited_deleted_and_bad_ones_refus
     assert r.status_code == 403 and "ml101 only" in r.json()["message"], r.text
     assert {x["id"] for x in await listed(hub, INSTRUCTOR)} == {weekly["id"], own}
     for method in ("GET", "PATCH", "DELETE"):
-        r = await hub.api(method, f"{PATH}/{other}", token=INSTRUCTOR,
-                          **({"json": {"gpus": 1}} if method == "PATCH" else {}))
+        r = await hub.api(
+            method,
+            f"{PATH}/{other}",
+            token=INSTRUCTOR,
+            **({"json": {"gpus": 1}} if method == "PATCH" else {}),
+        )
         assert r.status_code == 404, (method, r.text)
     r = await hub.api("PATCH", f"{PATH}/{own}", token=INSTRUCTOR, json={"group": "ml102"})
     assert r.status_code == 403, r.text
@@ -149,10 +190,13 @@ async def test_reservations_are_created_listed_edited_deleted_and_bad_ones_refus
 
     # a member without the scope sees nothing and changes nothing
     alice = await hub.create_user("alice")
-    for method, path in (("GET", PATH), ("POST", PATH), ("GET", f"{PATH}/{other}"),
-                         ("DELETE", f"{PATH}/{other}")):
-        r = await hub.api(method, path, token=alice,
-                          **({"json": mine} if method == "POST" else {}))
+    for method, path in (
+        ("GET", PATH),
+        ("POST", PATH),
+        ("GET", f"{PATH}/{other}"),
+        ("DELETE", f"{PATH}/{other}"),
+    ):
+        r = await hub.api(method, path, token=alice, **({"json": mine} if method == "POST" else {}))
         assert r.status_code == 403, (method, path, r.text)
 
     assert (await hub.api("DELETE", f"{PATH}/{other}", token=admin)).status_code == 204
@@ -161,21 +205,40 @@ async def test_reservations_are_created_listed_edited_deleted_and_bad_ones_refus
 
 
 def gpuhub(hub, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hub_ext.cli", "reservations", *args],
-                          capture_output=True, text=True, env=hub.env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "hub_ext.cli", "reservations", *args],
+        capture_output=True,
+        text=True,
+        env=hub.env,
+        timeout=60,
+    )
 
 
 async def test_the_cli_and_the_admin_page_manage_reservations(hub_factory, tmp_path):
     hub, admin = await hub_with_groups(hub_factory, tmp_path)
 
-    made = gpuhub(hub, "create", "--group", "ml101", "--gpus", "2", "--start",
-                  at(3)[:16], "--end", at(3, 16)[:16], "--rrule", "FREQ=WEEKLY;COUNT=3",
-                  "--note", "ML101 lab")
+    made = gpuhub(
+        hub,
+        "create",
+        "--group",
+        "ml101",
+        "--gpus",
+        "2",
+        "--start",
+        at(3)[:16],
+        "--end",
+        at(3, 16)[:16],
+        "--rrule",
+        "FREQ=WEEKLY;COUNT=3",
+        "--note",
+        "ML101 lab",
+    )
     assert made.returncode == 0, made.stderr
     [first] = await listed(hub, admin)
     assert (first["group"], first["gpus"], first["start"]) == ("ml101", 2, at(3))
-    refused = gpuhub(hub, "create", "--group", "ml102", "--gpus", "1", "--start",
-                     at(10), "--end", at(10, 15))
+    refused = gpuhub(
+        hub, "create", "--group", "ml102", "--gpus", "1", "--start", at(10), "--end", at(10, 15)
+    )
     assert refused.returncode == 1 and refused.stdout == ""
     assert refused.stderr.startswith("gpuhub reservations create: Not enough GPUs at ")
     assert f"reservation {first['id']} (ml101, 2 GPUs" in refused.stderr
@@ -195,9 +258,18 @@ async def test_the_cli_and_the_admin_page_manage_reservations(hub_factory, tmp_p
     page = await boss.get("/hub/reservations")
     assert page.status_code == 200
     assert "ML101 lab" in page.text and f'data-id="{first["id"]}"' in page.text
-    r = await hub.browser_api(boss, "POST", PATH, json={
-        "group": "ml102", "gpus": 1, "start": at(4), "end": at(4, 15),
-        "note": "<script>alert(1)</script>"})
+    r = await hub.browser_api(
+        boss,
+        "POST",
+        PATH,
+        json={
+            "group": "ml102",
+            "gpus": 1,
+            "start": at(4),
+            "end": at(4, 15),
+            "note": "<script>alert(1)</script>",
+        },
+    )
     assert r.status_code == 201, r.text
     page = await boss.get("/hub/reservations")
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text

@@ -48,8 +48,10 @@ def service_pids(hub) -> dict[str, int]:
     """name -> pid of the hub's services, from their command lines."""
     pids = {}
     for pid, argv in processes_mentioning(str(hub.state_dir)).items():
-        for name, module in (("credits", "hub_ext.credits.service"),
-                             ("idle-culler", "jupyterhub_idle_culler")):
+        for name, module in (
+            ("credits", "hub_ext.credits.service"),
+            ("idle-culler", "jupyterhub_idle_culler"),
+        ):
             if module in argv:
                 pids[name] = pid
     return pids
@@ -63,8 +65,9 @@ async def test_services_die_with_a_killed_hub_and_start_at_once_after(hub_factor
     assert all(parent_of(pid) == hub.proc.pid for pid in first.values())
 
     hub.kill(signal.SIGKILL)
-    left = await eventually(lambda: _none_left(hub), timeout=5,
-                            what="no service process of the killed hub")
+    left = await eventually(
+        lambda: _none_left(hub), timeout=5, what="no service process of the killed hub"
+    )
     assert left
 
     log_before = len(hub.log())
@@ -74,8 +77,9 @@ async def test_services_die_with_a_killed_hub_and_start_at_once_after(hub_factor
     token = (hub.state_dir / HUB_TOKEN_FILE).read_text().strip()
     url = api_url(type("S", (), {"credits_port": int(hub.env["GPUHUB_CREDITS_PORT"])}))
     async with httpx.AsyncClient() as client:
-        r = await client.get(url + "v1/accounts/nobody",
-                             headers={"Authorization": f"Bearer {token}"})
+        r = await client.get(
+            url + "v1/accounts/nobody", headers={"Authorization": f"Bearer {token}"}
+        )
     assert r.status_code == 404, r.text  # the new service answers for the ledger
     new_log = hub.log()[log_before:]
     assert "Address already in use" not in new_log
@@ -99,14 +103,19 @@ def test_a_service_gets_sigterm_when_its_parent_dies(tmp_path):
     pid_file = tmp_path / "services" / "sleeper.pid"
     # a stand-in hub: it starts the guarded service, prints its pid, then waits
     parent = subprocess.Popen(
-        [sys.executable, "-c",
-         "import os, subprocess, sys, time\n"
-         "from hub_ext.ops.service_guard import guarded\n"
-         f"p = subprocess.Popen(guarded({SLEEPER!r}, 'sleeper', {str(tmp_path)!r}, "
-         "os.getpid()), start_new_session=True)\n"
-         "print(p.pid, flush=True)\n"
-         "time.sleep(120)\n"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import os, subprocess, sys, time\n"
+            "from hub_ext.ops.service_guard import guarded\n"
+            f"p = subprocess.Popen(guarded({SLEEPER!r}, 'sleeper', {str(tmp_path)!r}, "
+            "os.getpid()), start_new_session=True)\n"
+            "print(p.pid, flush=True)\n"
+            "time.sleep(120)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         service = int(parent.stdout.readline())
         assert_eventually(lambda: pid_file.exists() and _argv(service) == SLEEPER)
@@ -125,8 +134,7 @@ def test_a_stale_copy_from_an_earlier_hub_is_stopped_before_the_new_one_starts(t
         pid_file.parent.mkdir()
         pid_file.write_text(f"{stale.pid}\n")
         other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)  # x"])
-        new = subprocess.Popen(service_guard.guarded(SLEEPER, "sleeper", tmp_path,
-                                                     os.getpid()))
+        new = subprocess.Popen(service_guard.guarded(SLEEPER, "sleeper", tmp_path, os.getpid()))
         assert stale.wait(30) == -signal.SIGTERM
         assert_eventually(lambda: pid_file.read_text().strip() == str(new.pid))
         assert other.poll() is None  # another command is never touched
@@ -149,8 +157,12 @@ def test_a_copy_left_by_a_hub_without_the_guard_is_stopped_too(tmp_path):
 
 
 def test_the_guard_does_not_start_a_service_whose_hub_is_gone(tmp_path):
-    r = subprocess.run(service_guard.guarded(SLEEPER, "sleeper", tmp_path, hub_pid=1),
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        service_guard.guarded(SLEEPER, "sleeper", tmp_path, hub_pid=1),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert r.returncode == 1
     assert "the hub (pid 1) is gone" in r.stderr
 
@@ -163,9 +175,18 @@ def test_every_managed_service_is_guarded_and_only_once(tmp_path):
     service_guard.guard_services(c, tmp_path, hub_pid=42)
     service_guard.guard_services(c, tmp_path, hub_pid=42)
     [a, tok] = c.JupyterHub.services
-    assert a["command"] == [sys.executable, "-m", "hub_ext.ops.service_guard", "--hub-pid", "42",
-                            "--pid-file", str(tmp_path / "services" / "a.pid"), "--", "x",
-                            "--y"]
+    assert a["command"] == [
+        sys.executable,
+        "-m",
+        "hub_ext.ops.service_guard",
+        "--hub-pid",
+        "42",
+        "--pid-file",
+        str(tmp_path / "services" / "a.pid"),
+        "--",
+        "x",
+        "--y",
+    ]
     assert tok == {"name": "tok"}
 
 
@@ -186,7 +207,8 @@ def assert_eventually(check, timeout: float = 20) -> None:
 @pytest.mark.docker
 @pytest.mark.hub
 async def test_sigterm_stops_the_passes_then_each_service_at_its_first_signal(
-        hub_factory, movable_clock, tmp_path, docker_client):
+    hub_factory, movable_clock, tmp_path, docker_client
+):
     # started as `scripts/demo.sh &` from a script starts it: with SIGINT ignored, which
     # every service inherits unless its guard gives the signal back
     profiles = tmp_path / "profiles.json"
@@ -194,8 +216,10 @@ async def test_sigterm_stops_the_passes_then_each_service_at_its_first_signal(
     no_credits_api = {k: "" for k in os.environ if k.startswith("GPUHUB_CREDITS")}
     hub = await hub_factory(
         extra_config=movable_clock.hub_config("CreditsHook") + FAST,
-        sigint_ignored=True, GPUHUB_PROFILES=str(profiles),
-        **{**no_credits_api, "GPUHUB_CREDITS_PORT": str(random_port())})
+        sigint_ignored=True,
+        GPUHUB_PROFILES=str(profiles),
+        **{**no_credits_api, "GPUHUB_CREDITS_PORT": str(random_port())},
+    )
     services = await eventually(lambda: _both(hub), what="both services running")
     async with credits_admin(hub) as admin:
         await eventually(lambda: _granted(admin, "ann", "10.00"), what="credits granted")
@@ -222,12 +246,15 @@ async def test_sigterm_stops_the_passes_then_each_service_at_its_first_signal(
     await hub.start()
     await eventually(lambda: _both(hub), what="both services of the new hub")
     await eventually(lambda: hub.running("ann"), what="ann's server running after restart")
-    assert [(c["Id"], c["Labels"]["io.gpuhub.devices"])
-            for c in hub.containers(docker_client)] == [before]  # same container, same GPU
+    assert [(c["Id"], c["Labels"]["io.gpuhub.devices"]) for c in hub.containers(docker_client)] == [
+        before
+    ]  # same container, same GPU
     async with credits_admin(hub) as admin:
         # the second interval charged once, whether before, during or after the shutdown
-        await eventually(lambda: _ledger_is(admin, "ann", paid + [("debit", "1.00")]),
-                         what="ann's ledger: the grant and two debits")
+        await eventually(
+            lambda: _ledger_is(admin, "ann", paid + [("debit", "1.00")]),
+            what="ann's ledger: the grant and two debits",
+        )
 
 
 def credits_admin(hub) -> CreditsClient:

@@ -16,9 +16,26 @@ from tests.test_config import OIDC, configure
 def tls(tmp_path):
     """A self-signed certificate and its key (mode 600), as PEM files."""
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=hub.example.org", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=hub.example.org",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     key.chmod(0o600)
     return {"GPUHUB_SSL_CERT": str(cert), "GPUHUB_SSL_KEY": str(key)}
 
@@ -87,35 +104,65 @@ def test_hub_api_and_proxy_api(tmp_path, monkeypatch):
     assert (c.JupyterHub.hub_ip, c.JupyterHub.hub_port) == ("127.0.0.1", 8081)
     assert "hub_connect_ip" not in c.JupyterHub
     assert c.ConfigurableHTTPProxy.api_url == "http://127.0.0.1:8001"
-    c = configure(tmp_path, monkeypatch, **OIDC, GPUHUB_HUB_IP="0.0.0.0", GPUHUB_HUB_PORT="9081",
-                  GPUHUB_HUB_CONNECT_IP="pod", GPUHUB_PROXY_API_PORT="9001")
+    c = configure(
+        tmp_path,
+        monkeypatch,
+        **OIDC,
+        GPUHUB_HUB_IP="0.0.0.0",
+        GPUHUB_HUB_PORT="9081",
+        GPUHUB_HUB_CONNECT_IP="pod",
+        GPUHUB_PROXY_API_PORT="9001",
+    )
     assert (c.JupyterHub.hub_ip, c.JupyterHub.hub_port) == ("0.0.0.0", 9081)
     assert c.JupyterHub.hub_connect_ip == "pod"
     assert c.ConfigurableHTTPProxy.api_url == "http://127.0.0.1:9001"
 
 
 def test_database_password_stays_out_of_the_url_setting(tmp_path, monkeypatch):
-    c = configure(tmp_path, monkeypatch, **OIDC,
-                  GPUHUB_DB_URL="postgresql+psycopg://hub@db.example.org:5432/jupyterhub",
-                  GPUHUB_DB_PASSWORD="p@ss/word")
+    c = configure(
+        tmp_path,
+        monkeypatch,
+        **OIDC,
+        GPUHUB_DB_URL="postgresql+psycopg://hub@db.example.org:5432/jupyterhub",
+        GPUHUB_DB_PASSWORD="p@ss/word",
+    )
     assert c.JupyterHub.db_url == (
-        "postgresql+psycopg://hub:p%40ss%2Fword@db.example.org:5432/jupyterhub")
+        "postgresql+psycopg://hub:p%40ss%2Fword@db.example.org:5432/jupyterhub"
+    )
     with pytest.raises(ValueError, match="GPUHUB_DB_PASSWORD is set and the database URL has"):
-        configure(tmp_path, monkeypatch, **OIDC, GPUHUB_DB_PASSWORD="x",
-                  GPUHUB_DB_URL="postgresql+psycopg://hub:old@db/jupyterhub")
+        configure(
+            tmp_path,
+            monkeypatch,
+            **OIDC,
+            GPUHUB_DB_PASSWORD="x",
+            GPUHUB_DB_URL="postgresql+psycopg://hub:old@db/jupyterhub",
+        )
 
 
 @pytest.mark.parametrize("ip", ["0.0.0.0", "192.0.2.10", "hub.example.org"])
 def test_host_network_off_loopback_is_refused_naming_the_risk(tmp_path, monkeypatch, ip):
     with pytest.raises(ValueError, match="GPUHUB_HOST_NETWORK_ACK=1") as e:
-        configure(tmp_path, monkeypatch, **OIDC, GPUHUB_IP=ip, GPUHUB_ALLOW_HTTP="1",
-                  GPUHUB_DOCKER_NETWORK="host")
+        configure(
+            tmp_path,
+            monkeypatch,
+            **OIDC,
+            GPUHUB_IP=ip,
+            GPUHUB_ALLOW_HTTP="1",
+            GPUHUB_DOCKER_NETWORK="host",
+        )
     assert "take the proxy's, the hub's or the credits service's port" in str(e.value)
 
 
 def test_host_network_off_loopback_when_acknowledged(tmp_path, monkeypatch):
-    c = configure(tmp_path, monkeypatch, **OIDC, GPUHUB_IP="0.0.0.0", GPUHUB_ALLOW_HTTP="1",
-                  GPUHUB_DOCKER_NETWORK="host", GPUHUB_HOST_NETWORK_ACK="1")
+    c = configure(
+        tmp_path,
+        monkeypatch,
+        **OIDC,
+        GPUHUB_IP="0.0.0.0",
+        GPUHUB_ALLOW_HTTP="1",
+        GPUHUB_DOCKER_NETWORK="host",
+        GPUHUB_HOST_NETWORK_ACK="1",
+    )
     assert c.GPUDockerSpawner.network_name == "host"
 
 

@@ -26,8 +26,9 @@ def build_page(tmp_path: Path, monkeypatch) -> str:
     monkeypatch.syspath_prepend(str(REPO / "docs" / "_ext"))
     src, out = tmp_path / "src", tmp_path / "out"
     src.mkdir()
-    (src / "conf.py").write_text('extensions = ["myst_parser", "gpuhub_settings"]\n'
-                                 "nitpicky = True\n")
+    (src / "conf.py").write_text(
+        'extensions = ["myst_parser", "gpuhub_settings"]\nnitpicky = True\n'
+    )
     (src / "index.md").write_text("# Settings\n\n## Every setting\n\n```{gpuhub-settings}\n```\n")
     status = build_main(["-W", "-n", "-q", "-E", "-b", "html", str(src), str(out)])
     assert status == 0, "the page does not build cleanly"
@@ -51,9 +52,13 @@ def test_the_reference_names_every_declared_setting(tmp_path, monkeypatch):
 
 def test_renaming_a_setting_renames_it_in_the_reference(tmp_path, monkeypatch):
     row = setting("GPUHUB_CULL_WARNING")
-    monkeypatch.setattr(settings_rows, "ROWS", tuple(
-        dataclasses.replace(r, name="GPUHUB_CULL_NOTICE") if r is row else r
-        for r in declared()))
+    monkeypatch.setattr(
+        settings_rows,
+        "ROWS",
+        tuple(
+            dataclasses.replace(r, name="GPUHUB_CULL_NOTICE") if r is row else r for r in declared()
+        ),
+    )
     text = build_page(tmp_path, monkeypatch)
     assert "GPUHUB_CULL_NOTICE" in text
     assert "GPUHUB_CULL_WARNING" not in text

@@ -14,8 +14,13 @@ TESTS_ONLY = {"openssh-server", "postgresql", "chromium", "docker-compose"}
 
 
 def packages(*args: str) -> set[str]:
-    done = subprocess.run(["bash", str(REPO / "scripts" / "setup.sh"), *args, "--list-packages"],
-                          capture_output=True, text=True, timeout=30, check=True)
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "setup.sh"), *args, "--list-packages"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
     return set(done.stdout.split())
 
 
@@ -37,7 +42,11 @@ def test_tests_install_everything():
 
 @pytest.mark.parametrize("purpose", ["", "cluster"])
 def test_unknown_purpose_is_refused(purpose):
-    done = subprocess.run(["bash", str(REPO / "scripts" / "setup.sh"), "--for", purpose,
-                           "--list-packages"], capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts" / "setup.sh"), "--for", purpose, "--list-packages"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 2
     assert "--for takes demo, slurm or tests" in done.stderr

@@ -32,30 +32,45 @@ T0 = datetime(2026, 3, 2, 9, 0, 0)  # naive UTC, as the run records keep it
 E0 = int(epoch(T0))
 
 
-@pytest.mark.parametrize("tres, gpus", [
-    pytest.param("billing=1,cpu=1,gres/gpu=2,mem=4G,node=1", 2, id="untyped"),
-    pytest.param("cpu=2,gres/gpu:a100=1,gres/gpu=1,node=1", 1, id="typed-and-total"),
-    pytest.param("cpu=2,gres/gpu:a100=1,gres/gpu:t4=2", 3, id="typed-only"),
-    pytest.param("billing=1,cpu=1,node=1", 0, id="no-gpus-in-tres"),
-    pytest.param("", 0, id="empty"),
-    pytest.param("gres/gpu=-1", 0, id="negative"),
-    pytest.param("gres/gpu=1e9", 0, id="not-a-number"),
-    pytest.param("gres/gpu=99999999999", 0, id="absurd-count"),
-    pytest.param("gres/gpu=²", 0, id="unicode-digit"),
-    pytest.param("gres/gpumem=80G,gres/gpu=1", 1, id="gpumem-is-not-gpus"),
-])
+@pytest.mark.parametrize(
+    "tres, gpus",
+    [
+        pytest.param("billing=1,cpu=1,gres/gpu=2,mem=4G,node=1", 2, id="untyped"),
+        pytest.param("cpu=2,gres/gpu:a100=1,gres/gpu=1,node=1", 1, id="typed-and-total"),
+        pytest.param("cpu=2,gres/gpu:a100=1,gres/gpu:t4=2", 3, id="typed-only"),
+        pytest.param("billing=1,cpu=1,node=1", 0, id="no-gpus-in-tres"),
+        pytest.param("", 0, id="empty"),
+        pytest.param("gres/gpu=-1", 0, id="negative"),
+        pytest.param("gres/gpu=1e9", 0, id="not-a-number"),
+        pytest.param("gres/gpu=99999999999", 0, id="absurd-count"),
+        pytest.param("gres/gpu=²", 0, id="unicode-digit"),
+        pytest.param("gres/gpumem=80G,gres/gpu=1", 1, id="gpumem-is-not-gpus"),
+    ],
+)
 def test_gpus_are_read_from_alloc_tres(tres, gpus):
     assert parse_alloc_gpus(tres) == gpus
 
 
-def line(job="12", user="ann", state="COMPLETED", elapsed="30", start=E0, end=E0 + 30,
-         tres="billing=1,cpu=1,gres/gpu=1,node=1") -> str:
+def line(
+    job="12",
+    user="ann",
+    state="COMPLETED",
+    elapsed="30",
+    start=E0,
+    end=E0 + 30,
+    tres="billing=1,cpu=1,gres/gpu=1,node=1",
+) -> str:
     return "|".join([job, user, state, elapsed, str(start), str(end), tres])
 
 
 def test_sacct_lines_become_jobs():
-    out = "\n".join([line(), line("13", state="CANCELLED by 0", end="Unknown"),
-                     line("14", state="PENDING", elapsed="0", start="Unknown", end="Unknown")])
+    out = "\n".join(
+        [
+            line(),
+            line("13", state="CANCELLED by 0", end="Unknown"),
+            line("14", state="PENDING", elapsed="0", start="Unknown", end="Unknown"),
+        ]
+    )
     assert parse_sacct(out) == [
         AccountedJob("12", "ann", "COMPLETED", 30, E0, E0 + 30, 1),
         AccountedJob("13", "ann", "CANCELLED by 0", 30, E0, None, 1),
@@ -63,17 +78,20 @@ def test_sacct_lines_become_jobs():
     ]
 
 
-@pytest.mark.parametrize("text", [
-    pytest.param(line() + "|extra", id="a-field-too-many"),
-    pytest.param("12|ann|COMPLETED|30|0", id="too-few-fields"),
-    pytest.param(line(job="12.batch"), id="a-step"),
-    pytest.param(line(job="12|13"), id="pipe-in-the-id"),
-    pytest.param(line(job="JobIDRaw"), id="a-header"),
-    pytest.param(line(elapsed="00:00:30"), id="elapsed-not-raw"),
-    pytest.param(line(job="１２"), id="fullwidth-digits"),
-    pytest.param("sacct: error: Problem talking to the database", id="an-error"),
-    pytest.param("", id="nothing"),
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(line() + "|extra", id="a-field-too-many"),
+        pytest.param("12|ann|COMPLETED|30|0", id="too-few-fields"),
+        pytest.param(line(job="12.batch"), id="a-step"),
+        pytest.param(line(job="12|13"), id="pipe-in-the-id"),
+        pytest.param(line(job="JobIDRaw"), id="a-header"),
+        pytest.param(line(elapsed="00:00:30"), id="elapsed-not-raw"),
+        pytest.param(line(job="１２"), id="fullwidth-digits"),
+        pytest.param("sacct: error: Problem talking to the database", id="an-error"),
+        pytest.param("", id="nothing"),
+    ],
+)
 def test_sacct_lines_that_are_not_a_job_are_passed_over(text):
     assert parse_sacct(text) == []
 
@@ -94,12 +112,28 @@ def test_gpu_seconds_count_only_inside_the_period():
     assert running.gpu_seconds(T0, (T0 + timedelta(minutes=10)).replace(tzinfo=UTC)) == 600
 
 
-def run(run_id=1, job_id="12", started=T0, stopped=T0 + timedelta(seconds=25), gpus=1,
-        username="ann", server_name=""):
-    return SimpleNamespace(id=run_id, job_id=job_id, started_at=started, stopped_at=stopped,
-                           devices=[f"node1/gpu{i}" for i in range(gpus)], gpus=gpus,
-                           username=username, server_name=server_name, groups=[],
-                           credits_run=None, line_wait_s=None)
+def run(
+    run_id=1,
+    job_id="12",
+    started=T0,
+    stopped=T0 + timedelta(seconds=25),
+    gpus=1,
+    username="ann",
+    server_name="",
+):
+    return SimpleNamespace(
+        id=run_id,
+        job_id=job_id,
+        started_at=started,
+        stopped_at=stopped,
+        devices=[f"node1/gpu{i}" for i in range(gpus)],
+        gpus=gpus,
+        username=username,
+        server_name=server_name,
+        groups=[],
+        credits_run=None,
+        line_wait_s=None,
+    )
 
 
 def test_a_reused_job_id_is_matched_to_the_job_that_carried_the_run():
@@ -155,8 +189,14 @@ async def test_a_site_without_accounting_is_told_apart_from_a_failing_one():
 
 def test_the_report_shows_slurm_gpu_hours_beside_the_hubs():
     runs = [run(1, started=T0, stopped=T0 + timedelta(hours=1), gpus=2)]
-    rows = summarise(runs, None, T0.replace(tzinfo=UTC), (T0 + timedelta(days=1)).replace(
-        tzinfo=UTC), "user", accounted={1: 2 * 3660.0})
+    rows = summarise(
+        runs,
+        None,
+        T0.replace(tzinfo=UTC),
+        (T0 + timedelta(days=1)).replace(tzinfo=UTC),
+        "user",
+        accounted={1: 2 * 3660.0},
+    )
     assert (rows[0].gpu_hours, rows[0].slurm_gpu_hours) == (2.0, pytest.approx(2.0333, 1e-3))
     out = io.StringIO()
     _print(rows, "user", True, out, slurm=True)
@@ -174,16 +214,20 @@ def test_jobs_list_each_run_beside_its_job():
     out = io.StringIO()
     _print_jobs(runs, {1: ours}, since, until, True, out)
     assert out.getvalue().splitlines() == [
-        "job,user,server,state,gpus,slurm_gpus,seconds,slurm_elapsed_s,gpu_hours,"
-        "slurm_gpu_hours",
+        "job,user,server,state,gpus,slurm_gpus,seconds,slurm_elapsed_s,gpu_hours,slurm_gpu_hours",
         '12,ann,"a|b,c",CANCELLED by 0,1,1,25,31,0.0069,0.0075',  # CSV quotes member text
         "-,ann,-,-,1,-,25,-,0.0069,-",
     ]
 
 
-@pytest.mark.parametrize("value, read", [
-    pytest.param("", "auto", id="default"), pytest.param("ON", "on", id="any-case"),
-    pytest.param("off", "off", id="off")])
+@pytest.mark.parametrize(
+    "value, read",
+    [
+        pytest.param("", "auto", id="default"),
+        pytest.param("ON", "on", id="any-case"),
+        pytest.param("off", "off", id="off"),
+    ],
+)
 def test_slurm_accounting_setting_is_auto_on_or_off(monkeypatch, value, read):
     from hub_ext.config import Settings
 
@@ -195,8 +239,9 @@ def test_a_slurm_accounting_setting_of_another_word_names_the_choices(monkeypatc
     from hub_ext.config import Settings
 
     monkeypatch.setenv("GPUHUB_SLURM_ACCOUNTING", "yes")
-    with pytest.raises(ValueError, match="GPUHUB_SLURM_ACCOUNTING='yes': use 'auto', 'on' "
-                                         "or 'off'"):
+    with pytest.raises(
+        ValueError, match="GPUHUB_SLURM_ACCOUNTING='yes': use 'auto', 'on' or 'off'"
+    ):
         Settings.from_env()
 
 
@@ -208,7 +253,8 @@ def slurm_settings(**given) -> SimpleNamespace:
 def test_accounting_off_asks_slurm_nothing():
     settings = slurm_settings(slurm_accounting="off", slurm_conf="/nonexistent/slurm.conf")
     assert read_accounting(settings, [run()]) == Accounting(
-        None, "Slurm accounting is off (GPUHUB_SLURM_ACCOUNTING=off)")
+        None, "Slurm accounting is off (GPUHUB_SLURM_ACCOUNTING=off)"
+    )
 
 
 @pytest.mark.slurm
@@ -219,17 +265,30 @@ def test_a_slurmdbd_that_does_not_answer_is_said_in_sacct_s_words(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     conf = tmp_path / "slurm.conf"
-    conf.write_text("\n".join([
-        "ClusterName=gone", "SlurmctldHost=localhost(127.0.0.1)", "AuthType=auth/munge",
-        f"AuthInfo=socket={tmp_path}/munge.socket",
-        "AccountingStorageType=accounting_storage/slurmdbd",
-        "AccountingStorageHost=127.0.0.1", f"AccountingStoragePort={port}",
-        f"AccountingStoragePass={tmp_path}/munge.socket",
-        "NodeName=n1 CPUs=1", "PartitionName=p Nodes=n1", ""]))
+    conf.write_text(
+        "\n".join(
+            [
+                "ClusterName=gone",
+                "SlurmctldHost=localhost(127.0.0.1)",
+                "AuthType=auth/munge",
+                f"AuthInfo=socket={tmp_path}/munge.socket",
+                "AccountingStorageType=accounting_storage/slurmdbd",
+                "AccountingStorageHost=127.0.0.1",
+                f"AccountingStoragePort={port}",
+                f"AccountingStoragePass={tmp_path}/munge.socket",
+                "NodeName=n1 CPUs=1",
+                "PartitionName=p Nodes=n1",
+                "",
+            ]
+        )
+    )
     settings = slurm_settings(slurm_accounting="auto", slurm_conf=str(conf))
     assert read_accounting(settings, [run()]) == Accounting(
-        None, "Slurm's accounting cannot be read (sacct: error: Problem talking to the "
-        "database: Connection refused)", failed=True)
+        None,
+        "Slurm's accounting cannot be read (sacct: error: Problem talking to the "
+        "database: Connection refused)",
+        failed=True,
+    )
 
 
 def test_accounting_is_read_on_the_submit_host():
@@ -239,9 +298,12 @@ def test_accounting_is_read_on_the_submit_host():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    settings = slurm_settings(slurm_accounting="auto", slurm_conf="",
-                              slurm_submit_host="gpuhub@127.0.0.1",
-                              slurm_ssh_options=f"-p {port} -o ControlMaster=no")
+    settings = slurm_settings(
+        slurm_accounting="auto",
+        slurm_conf="",
+        slurm_submit_host="gpuhub@127.0.0.1",
+        slurm_ssh_options=f"-p {port} -o ControlMaster=no",
+    )
     got = read_accounting(settings, [run()])
     assert (got.jobs, got.failed) == (None, True)
     assert "ssh: connect to host 127.0.0.1" in got.note, got.note

@@ -34,9 +34,13 @@ ROUNDING = 2
 def report(hub, *args: str, **env: str) -> tuple[int, list[dict], str]:
     """``gpuhub usage --since yesterday --csv ARGS`` -> (exit status, rows, stderr)."""
     since = (datetime.now(UTC) - timedelta(days=1)).date().isoformat()
-    done = subprocess.run([sys.executable, "-m", "hub_ext.cli", "usage", "--since", since,
-                           "--csv", *args], capture_output=True, text=True,
-                          env={**hub.env, **env}, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "hub_ext.cli", "usage", "--since", since, "--csv", *args],
+        capture_output=True,
+        text=True,
+        env={**hub.env, **env},
+        timeout=120,
+    )
     return done.returncode, list(csv.DictReader(io.StringIO(done.stdout))), done.stderr
 
 
@@ -70,10 +74,13 @@ async def accounted(hub, job_id: str, timeout: float = 60) -> dict:
 
 
 async def test_usage_shows_slurms_accounting_of_the_members_job_beside_the_run_record(
-        slurm_hub, slurm_cluster):
-    _need(slurm_cluster.accounting,
-          "the test cluster keeps no accounting (started with GPUHUB_SLURM_DBD=no or by an "
-          "older scripts/slurm-cluster.sh): stop it and start it again")
+    slurm_hub, slurm_cluster
+):
+    _need(
+        slurm_cluster.accounting,
+        "the test cluster keeps no accounting (started with GPUHUB_SLURM_DBD=no or by an "
+        "older scripts/slurm-cluster.sh): stop it and start it again",
+    )
     hub, member, stop_asked = await gpu_server_ran(slurm_hub, slurm_cluster, seconds=5)
 
     [run] = [r for r in hub_runs(hub) if r.username == member]
@@ -84,8 +91,18 @@ async def test_usage_shows_slurms_accounting_of_the_members_job_beside_the_run_r
     assert job["state"].startswith(("CANCELLED", "COMPLETED")), job
     hub_seconds, slurm_seconds = int(job["seconds"]), int(job["slurm_elapsed_s"])
     # Slurm's own times (read straight from sacct) around the run's
-    out = slurm_cluster.run("env", "SLURM_TIME_FORMAT=%s", "sacct", "-n", "-P", "-X", "-j",
-                            run.job_id, "-o", "Start,End").stdout.split()[-1]
+    out = slurm_cluster.run(
+        "env",
+        "SLURM_TIME_FORMAT=%s",
+        "sacct",
+        "-n",
+        "-P",
+        "-X",
+        "-j",
+        run.job_id,
+        "-o",
+        "Start,End",
+    ).stdout.split()[-1]
     start, end = (int(t) for t in out.split("|"))
     assert start <= epoch(run.started_at) + ROUNDING
     assert epoch(stop_asked) - ROUNDING <= end <= epoch(run.stopped_at) + ROUNDING
@@ -101,15 +118,27 @@ async def test_usage_shows_slurms_accounting_of_the_members_job_beside_the_run_r
 
 
 async def test_usage_without_slurm_accounting_says_so_and_shows_the_hubs_figures(
-        slurm_hub, slurm_cluster, tmp_path):
+    slurm_hub, slurm_cluster, tmp_path
+):
     # the submit host's slurm.conf of a site without slurmdbd: sacct says so itself
     conf = tmp_path / "slurm.conf"
-    conf.write_text("\n".join(
-        "AccountingStorageType=accounting_storage/none"
-        if line.startswith("AccountingStorageType=") else line
-        for line in (slurm_cluster.dir / "slurm.conf").read_text().splitlines()
-        if not line.startswith(("AccountingStorageHost", "AccountingStoragePort",
-                                "AccountingStoragePass", "AccountingStorageTRES"))) + "\n")
+    conf.write_text(
+        "\n".join(
+            "AccountingStorageType=accounting_storage/none"
+            if line.startswith("AccountingStorageType=")
+            else line
+            for line in (slurm_cluster.dir / "slurm.conf").read_text().splitlines()
+            if not line.startswith(
+                (
+                    "AccountingStorageHost",
+                    "AccountingStoragePort",
+                    "AccountingStoragePass",
+                    "AccountingStorageTRES",
+                )
+            )
+        )
+        + "\n"
+    )
     hub, member, _ = await gpu_server_ran(slurm_hub, slurm_cluster)
 
     status, rows, err = report(hub, GPUHUB_SLURM_CONF=str(conf))

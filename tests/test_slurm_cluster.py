@@ -15,9 +15,16 @@ HOLD = "sleep 300"
 
 
 def _submit(cluster, user, script, *args):
-    out = cluster.run("sbatch", "--parsable", "--gres=gpu:1", "--cpus-per-task=1",
-                      f"--output={cluster.shared}/{user}/%j.out", *args,
-                      f"--wrap={script}", user=user).stdout
+    out = cluster.run(
+        "sbatch",
+        "--parsable",
+        "--gres=gpu:1",
+        "--cpus-per-task=1",
+        f"--output={cluster.shared}/{user}/%j.out",
+        *args,
+        f"--wrap={script}",
+        user=user,
+    ).stdout
     return out.strip().split(";")[0]
 
 
@@ -40,11 +47,11 @@ def test_the_cluster_has_two_nodes_with_two_gpus_each(slurm_cluster):
 
 
 def test_four_gpu_jobs_get_four_different_gpus_on_both_nodes_and_a_fifth_waits(
-        slurm_cluster, members):
+    slurm_cluster, members
+):
     """Each job reports its node, the GPU index Slurm gave it on that node
     (``SLURM_JOB_GPUS``) and its ``CUDA_VISIBLE_DEVICES``; no two share a GPU."""
-    report = ('echo "$SLURMD_NODENAME $SLURM_JOB_GPUS $CUDA_VISIBLE_DEVICES $(id -un)"; '
-              + HOLD)
+    report = 'echo "$SLURMD_NODENAME $SLURM_JOB_GPUS $CUDA_VISIBLE_DEVICES $(id -un)"; ' + HOLD
     jobs = {name: _submit(slurm_cluster, name, report) for name in members[:4]}
 
     def reports():
@@ -73,12 +80,15 @@ def test_four_gpu_jobs_get_four_different_gpus_on_both_nodes_and_a_fifth_waits(
         return state if state[1:] != ["None"] else None
 
     assert slurm_cluster.wait_for("the fifth job to be scheduled", scheduled) == [
-        "PENDING", "Resources"]
+        "PENDING",
+        "Resources",
+    ]
 
     slurm_cluster.run("scancel", jobs[members[0]])
-    slurm_cluster.wait_for("the fifth job to run once a GPU is free",
-                           lambda: slurm_cluster.job_state(fifth) in ("RUNNING", "COMPLETING",
-                                                                     ""))
+    slurm_cluster.wait_for(
+        "the fifth job to run once a GPU is free",
+        lambda: slurm_cluster.job_state(fifth) in ("RUNNING", "COMPLETING", ""),
+    )
 
 
 def test_a_job_cannot_open_a_gpu_it_was_not_given(slurm_cluster, members):
@@ -87,26 +97,29 @@ def test_a_job_cannot_open_a_gpu_it_was_not_given(slurm_cluster, members):
     if slurm_cluster.cgroup_mode == "none":
         pytest.fail("this machine has no cgroup devices controller: Slurm cannot fence GPUs")
     name = members[0]
-    script = ('for d in $(ls /srv/gpuhub-slurm/dev/$SLURMD_NODENAME/); do '
-              'echo "$d $SLURM_JOB_GPUS $(head -c1 /srv/gpuhub-slurm/dev/$SLURMD_NODENAME/$d '
-              '2>&1 >/dev/null | sed s/.*://)"; done')
+    script = (
+        "for d in $(ls /srv/gpuhub-slurm/dev/$SLURMD_NODENAME/); do "
+        'echo "$d $SLURM_JOB_GPUS $(head -c1 /srv/gpuhub-slurm/dev/$SLURMD_NODENAME/$d '
+        '2>&1 >/dev/null | sed s/.*://)"; done'
+    )
     script = script.replace("/srv/gpuhub-slurm", str(slurm_cluster.dir))
     job = _submit(slurm_cluster, name, script, "-w", "node1")
     out = slurm_cluster.shared / name / f"{job}.out"
-    slurm_cluster.wait_for("the job to finish", lambda: slurm_cluster.job_state(job) == ""
-                           and out.exists())
+    slurm_cluster.wait_for(
+        "the job to finish", lambda: slurm_cluster.job_state(job) == "" and out.exists()
+    )
     lines = [line.split(" ", 2) for line in out.read_text().strip().split("\n")]
     given = lines[0][1]
     answers = {device: why.strip() for device, _, why in lines}
     assert answers == {
-        f"nvidia{g}": ("No such device or address" if str(g) == given
-                       else "Operation not permitted")
+        f"nvidia{g}": (
+            "No such device or address" if str(g) == given else "Operation not permitted"
+        )
         for g in (0, 1)
     }
 
 
-async def test_a_pending_job_has_its_place_in_line_and_slurms_estimate(slurm_cluster,
-                                                                       members):
+async def test_a_pending_job_has_its_place_in_line_and_slurms_estimate(slurm_cluster, members):
     """Position from Slurm's priority order; the estimate from ``squeue --start`` (the
     running jobs' 10-minute limits tell Slurm when a GPU frees)."""
     from hub_ext.line.order import place_sentence
@@ -114,16 +127,16 @@ async def test_a_pending_job_has_its_place_in_line_and_slurms_estimate(slurm_clu
     from hub_ext.slurm.line import SlurmQueue
 
     holds = [_submit(slurm_cluster, name, HOLD, "--time=10") for name in members[:4]]
-    slurm_cluster.wait_for("every GPU to be taken", lambda: all(
-        slurm_cluster.job_state(j) == "RUNNING" for j in holds))
+    slurm_cluster.wait_for(
+        "every GPU to be taken", lambda: all(slurm_cluster.job_state(j) == "RUNNING" for j in holds)
+    )
     first = _submit(slurm_cluster, members[4], "true", "--time=5")
     second = _submit(slurm_cluster, members[0], "true", "--time=5")
     queue = SlurmQueue(SlurmCluster(env=slurm_cluster.env), line=None)
 
     async def estimated():
         await queue.read(fresh=True)
-        return all((queue.job_standing(j) or (0, None))[1] is not None
-                   for j in (first, second))
+        return all((queue.job_standing(j) or (0, None))[1] is not None for j in (first, second))
 
     deadline = asyncio.get_running_loop().time() + 60
     while not await estimated():  # the backfill pass (bf_interval) makes the estimates
@@ -134,5 +147,6 @@ async def test_a_pending_job_has_its_place_in_line_and_slurms_estimate(slurm_clu
     assert 0 < wait <= 10 * 60
     # the single-node backend's sentence, with Slurm's estimate
     assert place_sentence(one, 1, "GPU", "One GPU", wait, 3600, queue.no_estimate).startswith(
-        "You are 1st in line for 1 GPU (One GPU). Estimated wait: about ")
+        "You are 1st in line for 1 GPU (One GPU). Estimated wait: about "
+    )
     assert queue.job_standing(holds[0]) is None  # running: not in line

@@ -20,16 +20,24 @@ PROFILES = [
     {"display_name": "One GPU", "slug": "gpu", "gpus": 1},
 ]
 
-PROBE = ("echo GPUHUB:$SLURMD_NODENAME:$SLURM_JOB_GPUS:$CUDA_VISIBLE_DEVICES:$(id -u):"
-         "$(ls /dev | grep nvidia | tr '\\n' ,):$(touch work/probe && stat -c %u work/probe):END")
+PROBE = (
+    "echo GPUHUB:$SLURMD_NODENAME:$SLURM_JOB_GPUS:$CUDA_VISIBLE_DEVICES:$(id -u):"
+    "$(ls /dev | grep nvidia | tr '\\n' ,):$(touch work/probe && stat -c %u work/probe):END"
+)
 PROBE_RE = re.compile(r"GPUHUB:(\w+):(\d+):(\d*):(\d+):([\w,]*):(\d+):END")
 
 
 async def probe(hub, user, token) -> dict:
     out = await terminal_run(hub, user, token, PROBE, expect=":END", timeout=60)
     node, gpu, cuda, uid, devices, owner = PROBE_RE.findall(out)[-1]
-    return {"node": node, "gpu": gpu, "cuda": cuda, "uid": int(uid),
-            "devices": devices.rstrip(","), "owner": int(owner)}
+    return {
+        "node": node,
+        "gpu": gpu,
+        "cuda": cuda,
+        "uid": int(uid),
+        "devices": devices.rstrip(","),
+        "owner": int(owner),
+    }
 
 
 async def events_until(hub, name: str, text: str, timeout: float = 120) -> list[str]:
@@ -39,8 +47,9 @@ async def events_until(hub, name: str, text: str, timeout: float = 120) -> list[
     headers = {"Authorization": f"token {hub.admin_token}"}
 
     async def read():
-        async with hub.client.stream("GET", f"/hub/api/users/{name}/server/progress",
-                                     headers=headers, timeout=timeout) as r:
+        async with hub.client.stream(
+            "GET", f"/hub/api/users/{name}/server/progress", headers=headers, timeout=timeout
+        ) as r:
             async for line in r.aiter_lines():
                 if line.startswith("data:"):
                     message = json.loads(line[5:]).get("message", "")
@@ -61,7 +70,8 @@ def members(slurm_cluster):
 
 
 async def test_four_members_get_four_gpus_on_both_nodes_and_a_fifth_waits_in_line(
-        slurm_hub, slurm_cluster, members):
+    slurm_hub, slurm_cluster, members
+):
     hub = await slurm_hub(PROFILES, GPUHUB_CREDITS="off")
     tokens = {name: await hub.create_user(name) for name in members}
     for name in members[:4]:
@@ -72,7 +82,11 @@ async def test_four_members_get_four_gpus_on_both_nodes_and_a_fifth_waits_in_lin
 
     seen = {name: await probe(hub, name, tokens[name]) for name in members[:4]}
     assert {(s["node"], s["gpu"]) for s in seen.values()} == {
-        ("node1", "0"), ("node1", "1"), ("node2", "0"), ("node2", "1")}
+        ("node1", "0"),
+        ("node1", "1"),
+        ("node2", "0"),
+        ("node2", "1"),
+    }
     for name, s in seen.items():
         uid = pwd.getpwnam(name).pw_uid
         assert (s["uid"], s["owner"]) == (uid, uid)  # their own uid, their own files
@@ -84,13 +98,17 @@ async def test_four_members_get_four_gpus_on_both_nodes_and_a_fifth_waits_in_lin
     fifth = members[4]
     r = await hub.spawn(fifth, {"profile": "gpu"})
     assert r.status_code == 409, r.text
-    assert r.json()["message"] == ("No GPU free: all 4 GPUs are in use. You can wait in line "
-                                   "for one, try the CPU profile or come back later.")
+    assert r.json()["message"] == (
+        "No GPU free: all 4 GPUs are in use. You can wait in line "
+        "for one, try the CPU profile or come back later."
+    )
     r = await hub.spawn(fifth, {"profile": "gpu", "wait": True})
     # 201 too: after a failed start JupyterHub answers for a spawner it replaced
     assert r.status_code in (201, 202), r.text
-    sentence = ("You are 1st in line for 1 GPU (One GPU). Estimated wait: unknown. "
-                "Your place is kept for about 1 h more.")
+    sentence = (
+        "You are 1st in line for 1 GPU (One GPU). Estimated wait: unknown. "
+        "Your place is kept for about 1 h more."
+    )
     events = await events_until(hub, fifth, "1st in line")
     assert sentence in events
     r = await hub.api("GET", "/gpuhub/line", token=tokens[fifth])
@@ -104,16 +122,22 @@ async def test_four_members_get_four_gpus_on_both_nodes_and_a_fifth_waits_in_lin
 
 
 async def test_datasets_are_read_only_and_per_group_on_the_nodes(
-        slurm_hub, slurm_cluster, tmp_path):
+    slurm_hub, slurm_cluster, tmp_path
+):
     # the same GPUHUB_DATASETS file as on Docker: one dataset for everyone, one for a group
     root = slurm_cluster.shared / "datasets"
     for name in ("mnist", "imagenet"):
         (root / name).mkdir(parents=True, exist_ok=True)
         (root / name / "README").write_text(f"{name}\n")
     datasets = tmp_path / "datasets.json"
-    datasets.write_text(json.dumps({
-        "mnist": {"path": str(root / "mnist")},
-        "imagenet": {"path": str(root / "imagenet"), "groups": ["vision"]}}))
+    datasets.write_text(
+        json.dumps(
+            {
+                "mnist": {"path": str(root / "mnist")},
+                "imagenet": {"path": str(root / "imagenet"), "groups": ["vision"]},
+            }
+        )
+    )
     hub = await slurm_hub(PROFILES, GPUHUB_CREDITS="off", GPUHUB_DATASETS=str(datasets))
     bob, vera = "ghs-ds1", "ghs-ds2"
     for name in (bob, vera):
@@ -124,8 +148,10 @@ async def test_datasets_are_read_only_and_per_group_on_the_nodes(
     for name in (bob, vera):
         r = await hub.spawn(name, {"profile": "cpu"})
         assert r.status_code in (201, 202), r.text
-    look = ("echo DS:$(ls /datasets | tr '\\n' ,):$(cat /datasets/*/README | tr '\\n' ,):"
-            "$(touch /datasets/mnist/new 2>&1 | grep -c 'Read-only'):END")
+    look = (
+        "echo DS:$(ls /datasets | tr '\\n' ,):$(cat /datasets/*/README | tr '\\n' ,):"
+        "$(touch /datasets/mnist/new 2>&1 | grep -c 'Read-only'):END"
+    )
     seen = {}
     for name in (bob, vera):
         await hub.wait_ready(name, timeout=180)

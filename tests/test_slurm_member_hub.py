@@ -49,7 +49,8 @@ def as_member(ws, name: str, filename: str, text: str) -> None:
 
 
 async def test_a_member_cannot_set_her_spawner_through_the_port_report(
-        slurm_hub, slurm_cluster, tmp_path):
+    slurm_hub, slurm_cluster, tmp_path
+):
     name = slurm_cluster.fresh_member("ghs-atk")
     hub = await slurm_hub(PROFILES, GPUHUB_CREDITS="off")
     token = await hub.create_user(name)
@@ -61,41 +62,62 @@ async def test_a_member_cannot_set_her_spawner_through_the_port_report(
     proof = tmp_path / "proof"
     os.chmod(tmp_path, 0o755)
     evil = f"sh -c 'id > {proof}; exec \"$@\"' sh {MEMBER_PREFIX}"
-    bodies = [{"exec_prefix": evil}, {"job_id": "999999"}, {"hook_state": {}},
-              {"port": "8888"}, {"port": 8888, "exec_prefix": evil}, {"port": 8888}, [8888]]
+    bodies = [
+        {"exec_prefix": evil},
+        {"job_id": "999999"},
+        {"hook_state": {}},
+        {"port": "8888"},
+        {"port": 8888, "exec_prefix": evil},
+        {"port": 8888},
+        [8888],
+    ]
     ws = slurm_cluster.shared / "home" / name
     as_member(ws, name, "poster.py", POSTER)
-    out = await terminal_run(hub, name, token,
-                             f"python3 work/poster.py {shlex.quote(json.dumps(bodies))}",
-                             expect="POSTED", timeout=60)
+    out = await terminal_run(
+        hub,
+        name,
+        token,
+        f"python3 work/poster.py {shlex.quote(json.dumps(bodies))}",
+        expect="POSTED",
+        timeout=60,
+    )
     answers = re.findall(r"ANSWER (\d+) (.*?)\r?\n", out)
     assert [(int(s), m.split(":")[0]) for s, m in answers] == [
-        (400, "exec_prefix"), (400, "job_id"), (400, "hook_state"), (400, "port"),
-        (400, "exec_prefix"), (400, "port"),  # a valid port, after the start
-        (400, 'The body must be a JSON object')], out
+        (400, "exec_prefix"),
+        (400, "job_id"),
+        (400, "hook_state"),
+        (400, "port"),
+        (400, "exec_prefix"),
+        (400, "port"),  # a valid port, after the start
+        (400, "The body must be a JSON object"),
+    ], out
 
     # not a server's token: her own API token, the admin's
     for who in (token, hub.admin_token):
-        r = await hub.client.post("/hub/api/batchspawner", json={"port": 8888},
-                                  headers={"Authorization": f"token {who}"})
+        r = await hub.client.post(
+            "/hub/api/batchspawner", json={"port": 8888}, headers={"Authorization": f"token {who}"}
+        )
         assert r.status_code == 403, r.text
 
     # the server still answers, still metered under its own job; the stop cancels that
     # job with the hub's own member prefix (no command of hers ran as root)
-    assert (await terminal_run(hub, name, token, "echo STILL-$((6*7))", expect="STILL-42",
-                               timeout=60))
+    assert await terminal_run(
+        hub, name, token, "echo STILL-$((6*7))", expect="STILL-42", timeout=60
+    )
     [run] = [r for r in hub_runs(hub) if r.username == name]
     assert (run.job_id, run.stopped_at) == (job, None)
     await hub.stop_server(name, timeout=120)
-    slurm_cluster.wait_for("the job to end", lambda: slurm_cluster.job_state(job)
-                           in ("", "COMPLETED", "CANCELLED"))
+    slurm_cluster.wait_for(
+        "the job to end", lambda: slurm_cluster.job_state(job) in ("", "COMPLETED", "CANCELLED")
+    )
     [run] = [r for r in hub_runs(hub) if r.username == name]
     assert run.job_id == job and run.stopped_at is not None
     assert not proof.exists()
 
 
 async def test_the_job_runs_the_images_packages_and_its_files_are_hers_alone(
-        slurm_hub, slurm_cluster, slurm_image):
+    slurm_hub, slurm_cluster, slurm_image
+):
     name, other = slurm_cluster.fresh_member("ghs-img"), slurm_cluster.fresh_member("ghs-oth")
     hub = await slurm_hub(PROFILES, GPUHUB_CREDITS="off")
     token = await hub.create_user(name)
@@ -103,26 +125,33 @@ async def test_the_job_runs_the_images_packages_and_its_files_are_hers_alone(
     assert r.status_code in (201, 202), r.text
     await hub.wait_ready(name, timeout=180)
     ws = slurm_cluster.shared / "home" / name
-    as_member(ws, name, "look.py", (
-        "import os, jupyterhub, soupsieve\n"
-        "print('LOOK', sorted(os.listdir('/tmp/gpuhub-batchspawner')), jupyterhub.__file__,"
-        " soupsieve.__version__, 'END')\n"))
-    out = await terminal_run(hub, name, token, "touch work/new; python3 work/look.py",
-                             expect="END", timeout=60)
+    as_member(
+        ws,
+        name,
+        "look.py",
+        (
+            "import os, jupyterhub, soupsieve\n"
+            "print('LOOK', sorted(os.listdir('/tmp/gpuhub-batchspawner')), jupyterhub.__file__,"
+            " soupsieve.__version__, 'END')\n"
+        ),
+    )
+    out = await terminal_run(
+        hub, name, token, "touch work/new; python3 work/look.py", expect="END", timeout=60
+    )
     listing, jupyterhub_file, version = re.findall(r"LOOK (\[.*?\]) (\S+) (\S+) END", out)[-1]
     # the wrapper's folder holds batchspawner alone; Jupyter's packages are the image's
     assert listing == "['batchspawner']"
     assert jupyterhub_file.startswith("/opt/venv/")
     rootfs = slurm_cluster.dir / "images" / slurm_image.replace("/", "_").replace(":", "_")
-    [meta] = (rootfs / "rootfs").glob("opt/venv/lib/python3*/site-packages/soupsieve-*"
-                                      ".dist-info/METADATA")
+    [meta] = (rootfs / "rootfs").glob(
+        "opt/venv/lib/python3*/site-packages/soupsieve-*.dist-info/METADATA"
+    )
     assert f"\nVersion: {version}\n" in meta.read_text()
 
     # another cluster account reads nothing of hers: not the workspace, not the job's log
     [log] = (ws / ".gpuhub").glob("slurm-*.log")
     for argv in (["ls", str(ws)], ["cat", str(log)], ["cat", str(ws / "new")]):
-        done = subprocess.run(["runuser", "-u", other, "--", *argv], capture_output=True,
-                              text=True)
+        done = subprocess.run(["runuser", "-u", other, "--", *argv], capture_output=True, text=True)
         assert done.returncode != 0 and "Permission denied" in done.stderr, (argv, done)
     assert oct((ws / "new").stat().st_mode & 0o777) == oct(0o600)  # umask 077 in the job
 
@@ -155,13 +184,19 @@ hog = [bytearray(32 * 2**20) for _ in range(40)]
 """
 
 
-async def test_a_cpu_job_gets_its_one_core_and_is_stopped_past_its_memory(
-        slurm_hub, slurm_cluster):
-    profiles = [{"display_name": "Small CPU", "slug": "small", "default": True,
-                 "spawner_override": {"mem_limit": "400M", "cpu_limit": 1}}]
+async def test_a_cpu_job_gets_its_one_core_and_is_stopped_past_its_memory(slurm_hub, slurm_cluster):
+    profiles = [
+        {
+            "display_name": "Small CPU",
+            "slug": "small",
+            "default": True,
+            "spawner_override": {"mem_limit": "400M", "cpu_limit": 1},
+        }
+    ]
     name = slurm_cluster.fresh_member("ghs-oom")
-    hub = await slurm_hub(profiles, GPUHUB_CREDITS="off",
-                          extra_config="c.GPUSlurmSpawner.poll_interval = 1\n")
+    hub = await slurm_hub(
+        profiles, GPUHUB_CREDITS="off", extra_config="c.GPUSlurmSpawner.poll_interval = 1\n"
+    )
     token = await hub.create_user(name)
     browser = await hub.login(name)
     r = await hub.spawn(name, {"profile": "small"})
@@ -173,10 +208,8 @@ async def test_a_cpu_job_gets_its_one_core_and_is_stopped_past_its_memory(
 
     ws = slurm_cluster.shared / "home" / name
     as_member(ws, name, "burn.py", BURN)
-    out = await terminal_run(hub, name, token, "python3 work/burn.py", expect="END",
-                             timeout=60)
-    cores, cpu, wall = re.findall(r"CORES (\d+).*?CPU ([\d.]+) WALL ([\d.]+) END", out,
-                                  re.S)[-1]
+    out = await terminal_run(hub, name, token, "python3 work/burn.py", expect="END", timeout=60)
+    cores, cpu, wall = re.findall(r"CORES (\d+).*?CPU ([\d.]+) WALL ([\d.]+) END", out, re.S)[-1]
     assert int(cores) == 1
     assert float(cpu) <= 1.3 * float(wall), out  # one core's time, not two
 
@@ -187,23 +220,29 @@ async def test_a_cpu_job_gets_its_one_core_and_is_stopped_past_its_memory(
     [run] = [r for r in hub_runs(hub) if r.username == name]
     assert run.job_id == job
     assert run.stop_reason == "out_of_memory"
-    assert run.stop_detail == ("out of memory: the server used more than its 400M "
-                               "(Slurm: OUT_OF_MEMORY)")
+    assert run.stop_detail == (
+        "out of memory: the server used more than its 400M (Slurm: OUT_OF_MEMORY)"
+    )
     home = await browser.get("/hub/home")  # she is told why, on her home page
-    assert ("Your server was stopped: it used more than its 400 MB of memory. Save your work "
-            "more often, use less memory, or choose a profile with more.") in home.text
+    assert (
+        "Your server was stopped: it used more than its 400 MB of memory. Save your work "
+        "more often, use less memory, or choose a profile with more."
+    ) in home.text
 
 
 #: What a member looks for from her terminal: other workspaces, the hub's state, munge's
 #: key, other members' processes, Slurm's commands, a user namespace of her own.
-LOOK_AROUND = ("echo SEEN:$(ls -d {others} 2>/dev/null | wc -l):"
-               "$(ps -eo user= | grep -vcx \"$(id -un)\\|$(id -u)\"):"
-               "$(command -v sbatch scancel srun | wc -l):"
-               "$(unshare -Urn true 2>/dev/null && echo 1 || echo 0):END")
+LOOK_AROUND = (
+    "echo SEEN:$(ls -d {others} 2>/dev/null | wc -l):"
+    '$(ps -eo user= | grep -vcx "$(id -un)\\|$(id -u)"):'
+    "$(command -v sbatch scancel srun | wc -l):"
+    "$(unshare -Urn true 2>/dev/null && echo 1 || echo 0):END"
+)
 
 
 async def test_what_held_a_member_sees_only_her_own_and_bad_requests_are_refused(
-        slurm_hub, slurm_cluster):
+    slurm_hub, slurm_cluster
+):
     alice, bob = slurm_cluster.fresh_member("ghs-al"), slurm_cluster.fresh_member("ghs-bo")
     hub = await slurm_hub(PROFILES, GPUHUB_CREDITS="off")
     tokens = {name: await hub.create_user(name) for name in (alice, bob)}
@@ -213,11 +252,18 @@ async def test_what_held_a_member_sees_only_her_own_and_bad_requests_are_refused
     for name in (alice, bob):
         await hub.wait_ready(name, timeout=180)
 
-    others = " ".join(str(p) for p in (
-        slurm_cluster.shared / "home" / bob, hub.state_dir, slurm_cluster.dir / "munge",
-        slurm_cluster.dir / "munge" / "munge.key"))
-    out = await terminal_run(hub, alice, tokens[alice], LOOK_AROUND.format(others=others),
-                             expect=":END", timeout=60)
+    others = " ".join(
+        str(p)
+        for p in (
+            slurm_cluster.shared / "home" / bob,
+            hub.state_dir,
+            slurm_cluster.dir / "munge",
+            slurm_cluster.dir / "munge" / "munge.key",
+        )
+    )
+    out = await terminal_run(
+        hub, alice, tokens[alice], LOOK_AROUND.format(others=others), expect=":END", timeout=60
+    )
     assert re.findall(r"SEEN:(\d+):(\d+):(\d+):(\d+):END", out)[-1] == ("0",) * 4, out
 
     # PrivateData: on the submit host her own squeue lists her job and not bob's, and her
@@ -230,8 +276,9 @@ async def test_what_held_a_member_sees_only_her_own_and_bad_requests_are_refused
     assert set(names.values()) <= jobs("squeue", "-h", "-o", "%j")
     assert jobs("squeue", "-h", "-o", "%j", user=alice) == {names[alice]}
     sacct = ("sacct", "-a", "-X", "-n", "-o", "JobName%60")
-    slurm_cluster.wait_for("both jobs in Slurm's accounting",
-                           lambda: set(names.values()) <= jobs(*sacct))
+    slurm_cluster.wait_for(
+        "both jobs in Slurm's accounting", lambda: set(names.values()) <= jobs(*sacct)
+    )
     assert names[bob] not in jobs(*sacct, user=alice)
 
     # bob's server answers her with 403, with her token or none
@@ -240,11 +287,13 @@ async def test_what_held_a_member_sees_only_her_own_and_bad_requests_are_refused
         assert r.status_code == 403, (headers, r.status_code)
 
     # forged options, an oversized body, server names with shell or #SBATCH text
-    for path, body in ((f"/users/{alice}/servers/x", {"profile": "gpu-x"}),
-                       (f"/users/{alice}/servers/x", {"profile": "cpu", "req_gres": "gpu:4"}),
-                       (f"/users/{alice}/servers/x", {"profile": "cpu", "pad": "x" * 20000}),
-                       (f"/users/{alice}/servers/a%0A%23SBATCH%20--uid=0", {}),
-                       (f"/users/{alice}/servers/a$(id)", {})):
+    for path, body in (
+        (f"/users/{alice}/servers/x", {"profile": "gpu-x"}),
+        (f"/users/{alice}/servers/x", {"profile": "cpu", "req_gres": "gpu:4"}),
+        (f"/users/{alice}/servers/x", {"profile": "cpu", "pad": "x" * 20000}),
+        (f"/users/{alice}/servers/a%0A%23SBATCH%20--uid=0", {}),
+        (f"/users/{alice}/servers/a$(id)", {}),
+    ):
         r = await hub.api("POST", path, token=tokens[alice], json=body)
         assert 400 <= r.status_code < 500, (path, r.status_code, r.text)
     jobs = slurm_cluster.run("squeue", "-h", "-u", alice, "-o", "%j").stdout.split()
@@ -255,5 +304,6 @@ async def test_what_held_a_member_sees_only_her_own_and_bad_requests_are_refused
     await hub.create_user(mallory)
     r = await hub.spawn(mallory, {"profile": "cpu"})
     assert r.status_code == 403 and "no account on the cluster" in r.text, r.text
-    assert not slurm_cluster.run("squeue", "-h", "-n", f"gpuhub-{mallory}-default",
-                                 check=False).stdout.strip()
+    assert not slurm_cluster.run(
+        "squeue", "-h", "-n", f"gpuhub-{mallory}-default", check=False
+    ).stdout.strip()

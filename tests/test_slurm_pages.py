@@ -41,21 +41,38 @@ def hold_gpus(cluster, user: str, count: int, node: str = "") -> list[str]:
     """``count`` plain one-GPU jobs as ``user`` (on ``node`` when given), running (10 min
     limit); their ids."""
     where = [f"--nodelist={node}"] if node else []
-    jobs = [cluster.run("sbatch", "--parsable", "--gres=gpu:1", "--time=10", *where,
-                        "--output=/dev/null", "--wrap=sleep 600", user=user).stdout.strip()
-            for _ in range(count)]
-    cluster.wait_for("the holding jobs to run",
-                     lambda: all(cluster.job_state(j) == "RUNNING" for j in jobs))
+    jobs = [
+        cluster.run(
+            "sbatch",
+            "--parsable",
+            "--gres=gpu:1",
+            "--time=10",
+            *where,
+            "--output=/dev/null",
+            "--wrap=sleep 600",
+            user=user,
+        ).stdout.strip()
+        for _ in range(count)
+    ]
+    cluster.wait_for(
+        "the holding jobs to run", lambda: all(cluster.job_state(j) == "RUNNING" for j in jobs)
+    )
     return jobs
 
 
 def gpuhub(hub, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hub_ext.cli", *args], capture_output=True,
-                          text=True, env=hub.env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "hub_ext.cli", *args],
+        capture_output=True,
+        text=True,
+        env=hub.env,
+        timeout=60,
+    )
 
 
 async def test_cards_show_free_gpus_from_slurm_per_profile_and_say_when_slurm_is_silent(
-        slurm_hub, slurm_cluster, name):
+    slurm_hub, slurm_cluster, name
+):
     hub = await slurm_hub(PROFILES, GPUHUB_CREDITS="off")
     member, holder = name(), name()
     hold_gpus(slurm_cluster, holder, 3)  # one GPU left, on one node
@@ -78,7 +95,11 @@ async def test_cards_show_free_gpus_from_slurm_per_profile_and_say_when_slurm_is
 
     model = (await browser.get("/hub/api/gpuhub/availability")).json()
     assert (model["inventory"], model["total"], model["free"], model["allocated"]) == (
-        "slurm", 4, 1, 3)
+        "slurm",
+        4,
+        1,
+        3,
+    )
     assert model["profiles"]["gpu"]["available"] is True
     assert (model["profiles"]["gpu"]["free"], model["profiles"]["gpu"]["total"]) == (1, 4)
     assert model["profiles"]["two"]["available"] is False
@@ -88,9 +109,11 @@ async def test_cards_show_free_gpus_from_slurm_per_profile_and_say_when_slurm_is
     pid = int((slurm_cluster.dir / "run" / "slurmctld.pid").read_text())
     os.kill(pid, signal.SIGSTOP)  # alive, but answers nobody
     try:
+
         async def silent():
             shown = cards((await browser.get("/hub/spawn")).text)
             return "scheduler is not answering" in shown["gpu"] and shown
+
         shown = await eventually(silent, 30, "the cards to say Slurm is silent")
         assert "Traceback" not in shown["gpu"]
         assert "scheduler is not answering" not in shown["cpu"]  # no GPU, no scheduler wait
@@ -102,7 +125,8 @@ async def test_cards_show_free_gpus_from_slurm_per_profile_and_say_when_slurm_is
 
 
 async def test_the_board_shows_nodes_jobs_and_the_queue_and_stop_cancels_the_job(
-        slurm_hub, slurm_cluster, name):
+    slurm_hub, slurm_cluster, name
+):
     hub = await slurm_hub(PROFILES, GPUHUB_CREDITS="off")
     member, waiter, outsider = name(), name(), name()
     boss = await hub.login("boss", groups=[ADMINS])
@@ -115,8 +139,9 @@ async def test_the_board_shows_nodes_jobs_and_the_queue_and_stop_cancels_the_job
     node = slurm_cluster.run("squeue", "-h", "-j", job, "-o", "%N").stdout.strip()
     [outside] = hold_gpus(slurm_cluster, outsider, 1, node=node)  # the node is full
     other = "node2" if node == "node1" else "node1"
-    slurm_cluster.run("scontrol", "update", f"nodename={other}", "state=drain",
-                      "reason=gpuhub board test")
+    slurm_cluster.run(
+        "scontrol", "update", f"nodename={other}", "state=drain", "reason=gpuhub board test"
+    )
     try:
         # no node can give two now: the member asks to wait in line
         r = await hub.spawn(waiter, {"profile": "two", "wait": True})
@@ -136,31 +161,32 @@ async def test_the_board_shows_nodes_jobs_and_the_queue_and_stop_cancels_the_job
         nodes = {n["name"]: n for n in board["nodes"]}
         assert nodes[other]["reason"] == "gpuhub board test"
         assert not nodes[other]["available"]
-        pending = await eventually(lambda: _pending(hub, boss, waiter), 60,
-                                   f"{waiter}'s job on the board")
-        assert (pending["position"], pending["profile"], pending["partition"]) == (
-            1, "two", "gpu")
+        pending = await eventually(
+            lambda: _pending(hub, boss, waiter), 60, f"{waiter}'s job on the board"
+        )
+        assert (pending["position"], pending["profile"], pending["partition"]) == (1, "two", "gpu")
 
         page = (await boss.get("/hub/gpus")).text
         assert "gpuhub board test" in page and f"{waiter}" in page
 
         table = gpuhub(hub, "gpus")
         assert table.returncode == 0, table.stderr
-        assert re.search(rf"{node}/gpu\d\s+held\s.*{member} \(gpu, 0m\) job {job}$",
-                         table.stdout, re.M), table.stdout
+        assert re.search(
+            rf"{node}/gpu\d\s+held\s.*{member} \(gpu, 0m\) job {job}$", table.stdout, re.M
+        ), table.stdout
         assert f"node {other} is drained: gpuhub board test" in table.stdout
         assert re.search(rf"^\s+1\s+\d+\s+gpu\s+.*{waiter} \(two\)$", table.stdout, re.M)
 
         # Stop on the row: JupyterHub stops the member's server, the spawner cancels the job
-        r = await hub.browser_api(boss, "DELETE", held["owner"]["stop_url"][len("/hub/api"):])
+        r = await hub.browser_api(boss, "DELETE", held["owner"]["stop_url"][len("/hub/api") :])
         assert r.status_code in (202, 204), r.text
         await eventually(lambda: hub.stopped(member), 60, f"{member}'s server stopped")
-        slurm_cluster.wait_for("the job to be cancelled",
-                               lambda: slurm_cluster.job_state(job) in ("", "CANCELLED"))
+        slurm_cluster.wait_for(
+            "the job to be cancelled", lambda: slurm_cluster.job_state(job) in ("", "CANCELLED")
+        )
     finally:
         await hub.stop_server(waiter, timeout=120)  # before its job could run on the other
-        slurm_cluster.run("scontrol", "update", f"nodename={other}", "state=resume",
-                          check=False)
+        slurm_cluster.run("scontrol", "update", f"nodename={other}", "state=resume", check=False)
 
     # the run record: the job's GPU, so `gpuhub usage` counts its GPU-hours
     [run] = hub_runs(hub)
@@ -194,4 +220,3 @@ def hub_runs(hub) -> list:
 async def _pending(hub, boss, user) -> dict | None:
     board = (await hub.browser_api(boss, "GET", "/gpuhub/gpus")).json()
     return next((j for j in board["pending"] if j["user"] == user), None)
-

@@ -21,15 +21,18 @@ from hub_ext.slurm.cluster import (
 from hub_ext.slurm.line import seconds_until
 
 
-@pytest.mark.parametrize("text, counts", [
-    pytest.param("gpu:2", {"": 2}, id="untyped"),
-    pytest.param("gpu:a100:2(S:0-1)", {"a100": 2}, id="typed-with-sockets"),
-    pytest.param("gpu:a100:1(IDX:0),gpu:t4:2(IDX:0-1)", {"a100": 1, "t4": 2}, id="two-types"),
-    pytest.param("gpu:1g.5gb:3", {"1g.5gb": 3}, id="mig-type"),
-    pytest.param("(null)", {}, id="none"),
-    pytest.param("gpu:0", {"": 0}, id="none-used"),
-    pytest.param("mps:100,gpu:1", {"": 1}, id="not-a-gpu-left-out"),
-])
+@pytest.mark.parametrize(
+    "text, counts",
+    [
+        pytest.param("gpu:2", {"": 2}, id="untyped"),
+        pytest.param("gpu:a100:2(S:0-1)", {"a100": 2}, id="typed-with-sockets"),
+        pytest.param("gpu:a100:1(IDX:0),gpu:t4:2(IDX:0-1)", {"a100": 1, "t4": 2}, id="two-types"),
+        pytest.param("gpu:1g.5gb:3", {"1g.5gb": 3}, id="mig-type"),
+        pytest.param("(null)", {}, id="none"),
+        pytest.param("gpu:0", {"": 0}, id="none-used"),
+        pytest.param("mps:100,gpu:1", {"": 1}, id="not-a-gpu-left-out"),
+    ],
+)
 def test_gres_strings_read_as_counts_per_type(text, counts):
     assert parse_gres(text) == counts
 
@@ -55,21 +58,41 @@ def test_slurms_start_time_becomes_seconds_from_now():
     assert seconds_until("2027-11-23T12:00:00", now) is None
 
 
-
 def test_a_slurm_board_prints_as_a_table_without_a_hub_of_its_own(capsys, monkeypatch):
     """``gpuhub gpus`` on a Slurm board: the node's reason, the job, the queue."""
     from hub_ext import cli
 
     board = {
-        "inventory": "slurm", "error": "", "devices": [
-            {"index": "node1:0", "uuid": "node1/gpu0", "state": "drained",
-             "health_reason": "bad fan", "utilization_pct": None, "memory_used_mib": None,
-             "memory_total_mib": None, "processes": [], "owner": None}],
-        "nodes": [{"name": "node1", "state": "drained", "reason": "bad fan",
-                   "available": False}],
-        "pending": [{"position": 1, "job": "42", "partition": "gpu", "reason": "Resources",
-                     "expected_start": None, "user": "ann", "server": "", "profile": "gpu",
-                     "known": True}]}
+        "inventory": "slurm",
+        "error": "",
+        "devices": [
+            {
+                "index": "node1:0",
+                "uuid": "node1/gpu0",
+                "state": "drained",
+                "health_reason": "bad fan",
+                "utilization_pct": None,
+                "memory_used_mib": None,
+                "memory_total_mib": None,
+                "processes": [],
+                "owner": None,
+            }
+        ],
+        "nodes": [{"name": "node1", "state": "drained", "reason": "bad fan", "available": False}],
+        "pending": [
+            {
+                "position": 1,
+                "job": "42",
+                "partition": "gpu",
+                "reason": "Resources",
+                "expected_start": None,
+                "user": "ann",
+                "server": "",
+                "profile": "gpu",
+                "known": True,
+            }
+        ],
+    }
     monkeypatch.setattr(cli, "board_from_hub", lambda settings: board)
     assert cli.main(["gpus"]) == 0
     out = capsys.readouterr().out
@@ -79,68 +102,111 @@ def test_a_slurm_board_prints_as_a_table_without_a_hub_of_its_own(capsys, monkey
 
 
 def test_a_jobs_gpus_are_read_per_node_from_scontrol():
-    out = ("JobId=7 JobName=gpuhub-ann-default UserId=ann(1001) GroupId=ann(1001) "
-           "JobState=RUNNING Reason=None Partition=gpu StartTime=2026-11-23T12:00:00 "
-           "JOB_GRES=gpu:a100:2   Nodes=node1 CPU_IDs=0-1 Mem=0 GRES=gpu:a100:2(IDX:0-1) "
-           "MinCPUsNode=1\n"
-           "JobId=8 JobName=wrap UserId=bob(1002) GroupId=bob(1002) JobState=PENDING "
-           "Reason=Resources Partition=gpu StartTime=Unknown\n")
+    out = (
+        "JobId=7 JobName=gpuhub-ann-default UserId=ann(1001) GroupId=ann(1001) "
+        "JobState=RUNNING Reason=None Partition=gpu StartTime=2026-11-23T12:00:00 "
+        "JOB_GRES=gpu:a100:2   Nodes=node1 CPU_IDs=0-1 Mem=0 GRES=gpu:a100:2(IDX:0-1) "
+        "MinCPUsNode=1\n"
+        "JobId=8 JobName=wrap UserId=bob(1002) GroupId=bob(1002) JobState=PENDING "
+        "Reason=Resources Partition=gpu StartTime=Unknown\n"
+    )
     running, pending = parse_job_details(out)
     assert (running.job_id, running.user, running.gpus, running.start) == (
-        "7", "ann", {"node1": [0, 1]}, "2026-11-23T12:00:00")
+        "7",
+        "ann",
+        {"node1": [0, 1]},
+        "2026-11-23T12:00:00",
+    )
     assert (pending.state, pending.reason, pending.gpus, pending.start) == (
-        "PENDING", "Resources", {}, "")
+        "PENDING",
+        "Resources",
+        {},
+        "",
+    )
     assert parse_job_details("No jobs in the system\n") == []
 
 
 def nodes() -> list[Node]:
-    return [Node("node1", ["gpu"], "mixed", {"": 2}, {"": 1}),
-            Node("node2", ["gpu"], "drained", {"": 2}, {"": 0}, reason="bad fan"),
-            Node("node3", ["gpu"], "mixed", {"a100": 1, "t4": 1}, {"t4": 1})]
+    return [
+        Node("node1", ["gpu"], "mixed", {"": 2}, {"": 1}),
+        Node("node2", ["gpu"], "drained", {"": 2}, {"": 0}, reason="bad fan"),
+        Node("node3", ["gpu"], "mixed", {"a100": 1, "t4": 1}, {"t4": 1}),
+    ]
 
 
-@pytest.mark.parametrize("kind, count, free, total, refusal, can_wait", [
-    pytest.param("", 1, 2, 4, "", True, id="any-gpu-free"),
-    pytest.param("", 2, 2, 4, "needs 2 GPUs on one node and only 2 of 4", True,
-                 id="two-but-on-no-one-node"),
-    pytest.param("a100", 1, 1, 1, "", True, id="typed-free"),
-    pytest.param("h100", 1, 0, 0, "has 1 h100 GPUs", False, id="type-no-node-has"),
-])
-def test_free_gpus_per_profile_count_only_nodes_that_take_jobs(kind, count, free, total,
-                                                                refusal, can_wait):
+@pytest.mark.parametrize(
+    "kind, count, free, total, refusal, can_wait",
+    [
+        pytest.param("", 1, 2, 4, "", True, id="any-gpu-free"),
+        pytest.param(
+            "",
+            2,
+            2,
+            4,
+            "needs 2 GPUs on one node and only 2 of 4",
+            True,
+            id="two-but-on-no-one-node",
+        ),
+        pytest.param("a100", 1, 1, 1, "", True, id="typed-free"),
+        pytest.param("h100", 1, 0, 0, "has 1 h100 GPUs", False, id="type-no-node-has"),
+    ],
+)
+def test_free_gpus_per_profile_count_only_nodes_that_take_jobs(
+    kind, count, free, total, refusal, can_wait
+):
     gpus = gpus_in(nodes(), "gpu", kind, count)
     assert (gpus.free, gpus.total, gpus.can_wait) == (free, total, can_wait)
     assert (refusal in gpus.refusal) if refusal else gpus.refusal == ""
 
 
 def test_the_board_names_each_gpus_job_member_and_a_drained_nodes_reason():
-    jobs = [JobGPUs("7", "gpuhub-ann-default", "ann", "RUNNING", "gpu", "2026-11-23T12:00:00",
-                    gpus={"node1": [1]}),
-            JobGPUs("9", "wrap", "zed", "RUNNING", "gpu", "", gpus={"node3": [1]})]
-    rows = {r["uuid"]: r for r in board(nodes(), jobs, {"7": HubJob("ann", "", "gpu")},
-                                        "/hub/")}
+    jobs = [
+        JobGPUs(
+            "7",
+            "gpuhub-ann-default",
+            "ann",
+            "RUNNING",
+            "gpu",
+            "2026-11-23T12:00:00",
+            gpus={"node1": [1]},
+        ),
+        JobGPUs("9", "wrap", "zed", "RUNNING", "gpu", "", gpus={"node3": [1]}),
+    ]
+    rows = {r["uuid"]: r for r in board(nodes(), jobs, {"7": HubJob("ann", "", "gpu")}, "/hub/")}
     assert rows["node1/gpu0"]["state"] == "free"
     held = rows["node1/gpu1"]
     assert held["state"] == "held"
     assert (held["owner"]["user"], held["owner"]["job"], held["owner"]["stop_url"]) == (
-        "ann", "7", "/hub/api/users/ann/server")
+        "ann",
+        "7",
+        "/hub/api/users/ann/server",
+    )
     assert rows["node2/gpu0"]["state"] == "drained"
     assert rows["node2/gpu0"]["health_reason"] == "bad fan"
     outside = rows["node3/gpu1"]
     assert (outside["state"], outside["owner"]["user"], outside["owner"]["stop_url"]) == (
-        "outside", "zed", None)
+        "outside",
+        "zed",
+        None,
+    )
     assert (outside["name"], rows["node3/gpu0"]["state"]) == ("node3 GPU 1 (t4)", "free")
 
 
 def test_pending_jobs_keep_slurms_order_and_count_places_per_partition():
-    queue = [QueuedJob("11", "PENDING", "ann", "gpuhub-ann-default", "gpu", 10, "Priority"),
-             QueuedJob("12", "PENDING", "bob", "x", "big", 9, "Resources"),
-             QueuedJob("13", "PENDING", "cy", "x", "gpu", 8, "Priority"),
-             QueuedJob("7", "RUNNING", "dee", "x", "gpu", 0, "None", "node1")]
-    rows = pending_rows(queue, {"11": "2026-11-23T12:30:00"},
-                        {"11": HubJob("ann", "", "gpu")}, "/hub/")
+    queue = [
+        QueuedJob("11", "PENDING", "ann", "gpuhub-ann-default", "gpu", 10, "Priority"),
+        QueuedJob("12", "PENDING", "bob", "x", "big", 9, "Resources"),
+        QueuedJob("13", "PENDING", "cy", "x", "gpu", 8, "Priority"),
+        QueuedJob("7", "RUNNING", "dee", "x", "gpu", 0, "None", "node1"),
+    ]
+    rows = pending_rows(
+        queue, {"11": "2026-11-23T12:30:00"}, {"11": HubJob("ann", "", "gpu")}, "/hub/"
+    )
     assert [(r["job"], r["position"], r["partition"]) for r in rows] == [
-        ("11", 1, "gpu"), ("12", 1, "big"), ("13", 2, "gpu")]
+        ("11", 1, "gpu"),
+        ("12", 1, "big"),
+        ("13", 2, "gpu"),
+    ]
     assert rows[0]["expected_start"] == "2026-11-23T12:30:00" and rows[0]["known"]
     assert rows[1]["expected_start"] is None and rows[1]["stop_url"] is None
 
@@ -149,20 +215,24 @@ def test_a_job_name_or_comment_cannot_pass_for_another_job_or_claim_its_gpus():
     """Job names and comments are the submitter's text and ``scontrol -o`` prints them
     raw: a job named like another job's fields must not take that job's id (the board
     would then give the stranger's GPU a Stop button for ann's server)."""
-    out = ("JobId=7 JobName=gpuhub-ann-default UserId=ann(1001) GroupId=ann(1001) "
-           "JobState=RUNNING Reason=None Partition=gpu StartTime=2026-11-23T12:00:00 "
-           "JOB_GRES=gpu:1   Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:1) MinCPUsNode=1 "
-           "Comment=(null)\n"
-           "JobId=9 JobName=x JobId=7 UserId=zed(1003) GroupId=zed(1003) JobState=RUNNING "
-           "Reason=None Partition=gpu StartTime=2026-11-23T12:01:00 JOB_GRES=gpu:1   "
-           "Nodes=node1 CPU_IDs=1 Mem=0 GRES=gpu:1(IDX:0) MinCPUsNode=1 "
-           "Comment=y JobId=7\n")
+    out = (
+        "JobId=7 JobName=gpuhub-ann-default UserId=ann(1001) GroupId=ann(1001) "
+        "JobState=RUNNING Reason=None Partition=gpu StartTime=2026-11-23T12:00:00 "
+        "JOB_GRES=gpu:1   Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:1) MinCPUsNode=1 "
+        "Comment=(null)\n"
+        "JobId=9 JobName=x JobId=7 UserId=zed(1003) GroupId=zed(1003) JobState=RUNNING "
+        "Reason=None Partition=gpu StartTime=2026-11-23T12:01:00 JOB_GRES=gpu:1   "
+        "Nodes=node1 CPU_IDs=1 Mem=0 GRES=gpu:1(IDX:0) MinCPUsNode=1 "
+        "Comment=y JobId=7\n"
+    )
     jobs = {j.job_id: j for j in parse_job_details(out)}
     assert set(jobs) == {"7", "9"}
     assert (jobs["7"].user, jobs["7"].gpus) == ("ann", {"node1": [1]})
     assert (jobs["9"].user, jobs["9"].gpus) == ("zed", {"node1": [0]})
-    rows = {r["uuid"]: r for r in board(nodes(), list(jobs.values()),
-                                        {"7": HubJob("ann", "", "gpu")}, "/hub/")}
+    rows = {
+        r["uuid"]: r
+        for r in board(nodes(), list(jobs.values()), {"7": HubJob("ann", "", "gpu")}, "/hub/")
+    }
     assert rows["node1/gpu0"]["owner"]["stop_url"] is None
     assert rows["node1/gpu1"]["owner"]["stop_url"] == "/hub/api/users/ann/server"
 
@@ -170,12 +240,14 @@ def test_a_job_name_or_comment_cannot_pass_for_another_job_or_claim_its_gpus():
 def test_a_job_id_that_a_name_repeats_on_a_line_of_its_own_claims_no_gpus():
     """A name with a line break could print a whole forged line; an id on two lines is
     ambiguous, so neither line's GPUs are given to it."""
-    out = ("JobId=7 JobName=gpuhub-ann-default UserId=ann(1001) JobState=RUNNING "
-           "Partition=gpu JOB_GRES=gpu:1   Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:1)\n"
-           "JobId=9 JobName=x\n"
-           "JobId=7 UserId=ann(1001) JobState=RUNNING Partition=gpu JOB_GRES=gpu:1   "
-           "Nodes=node1 CPU_IDs=1 Mem=0 GRES=gpu:1(IDX:0) UserId=zed(1003) "
-           "JobState=RUNNING Partition=gpu\n")
+    out = (
+        "JobId=7 JobName=gpuhub-ann-default UserId=ann(1001) JobState=RUNNING "
+        "Partition=gpu JOB_GRES=gpu:1   Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:1)\n"
+        "JobId=9 JobName=x\n"
+        "JobId=7 UserId=ann(1001) JobState=RUNNING Partition=gpu JOB_GRES=gpu:1   "
+        "Nodes=node1 CPU_IDs=1 Mem=0 GRES=gpu:1(IDX:0) UserId=zed(1003) "
+        "JobState=RUNNING Partition=gpu\n"
+    )
     jobs = parse_job_details(out)
     assert [j.gpus for j in jobs if j.job_id == "7"] == [{}]
 
@@ -186,27 +258,35 @@ def test_a_bar_in_a_job_name_cannot_move_the_job_in_slurms_queue():
     from hub_ext.slurm.cluster import QUEUE_FORMAT, parse_queue
 
     assert QUEUE_FORMAT.endswith("|%j")
-    out = ("11|PENDING|ann|gpu|10|Priority|(null)|gpuhub-ann-default\n"
-           "12|PENDING|zed|big|1|Priority|(null)|x|gpu|99999|Priority|\n")
+    out = (
+        "11|PENDING|ann|gpu|10|Priority|(null)|gpuhub-ann-default\n"
+        "12|PENDING|zed|big|1|Priority|(null)|x|gpu|99999|Priority|\n"
+    )
     jobs = parse_queue(out)
     assert [(j.job_id, j.partition, j.priority, j.name) for j in jobs] == [
         ("11", "gpu", 10, "gpuhub-ann-default"),
-        ("12", "big", 1, "x|gpu|99999|Priority|")]
+        ("12", "big", 1, "x|gpu|99999|Priority|"),
+    ]
 
 
-@pytest.mark.parametrize("idx", [
-    pytest.param("1-2-3", id="not-a-range"),
-    pytest.param("0-99999999999", id="a-range-no-node-has"),
-])
+@pytest.mark.parametrize(
+    "idx",
+    [
+        pytest.param("1-2-3", id="not-a-range"),
+        pytest.param("0-99999999999", id="a-range-no-node-has"),
+    ],
+)
 def test_gpu_indexes_written_into_a_job_name_cannot_break_or_stall_the_board(idx):
     """A stranger's job name is printed raw on its ``scontrol`` line: an index list no
     Slurm writes is passed over (the board still renders, and the hub does not count to a
     hundred billion on its event loop)."""
     from hub_ext.slurm.cluster import MAX_GPU_INDEX, parse_indexes
 
-    out = (f"JobId=9 JobName=x Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu(IDX:{idx}) "
-           "UserId=zed(1003) JobState=RUNNING Partition=gpu JOB_GRES=gpu:1   "
-           "Nodes=node1 CPU_IDs=1 Mem=0 GRES=gpu:1(IDX:0)\n")
+    out = (
+        f"JobId=9 JobName=x Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu(IDX:{idx}) "
+        "UserId=zed(1003) JobState=RUNNING Partition=gpu JOB_GRES=gpu:1   "
+        "Nodes=node1 CPU_IDs=1 Mem=0 GRES=gpu:1(IDX:0)\n"
+    )
     [job] = parse_job_details(out)
     assert all(0 <= i <= MAX_GPU_INDEX for i in job.gpus["node1"])
     assert 0 in job.gpus["node1"]
@@ -216,9 +296,11 @@ def test_gpu_indexes_written_into_a_job_name_cannot_break_or_stall_the_board(idx
 def test_a_job_on_several_nodes_holds_its_gpus_on_each_of_them():
     """``scontrol`` folds nodes with the same allocation into one hostlist (seen on the
     test cluster: ``sbatch -N2 --gres=gpu:1``); each node's GPU is held, none is free."""
-    out = ("JobId=518 JobName=wrap UserId=root(0) JobState=RUNNING Partition=gpu "
-           "NodeList=node[1-2] JOB_GRES=gpu:2   Nodes=node[1-2] CPU_IDs=0 Mem=0 "
-           "GRES=gpu:1(IDX:0) MinCPUsNode=1\n")
+    out = (
+        "JobId=518 JobName=wrap UserId=root(0) JobState=RUNNING Partition=gpu "
+        "NodeList=node[1-2] JOB_GRES=gpu:2   Nodes=node[1-2] CPU_IDs=0 Mem=0 "
+        "GRES=gpu:1(IDX:0) MinCPUsNode=1\n"
+    )
     [job] = parse_job_details(out)
     assert job.gpus == {"node1": [0], "node2": [0]}
     rows = {r["uuid"]: r for r in board(nodes(), [job], {}, "/hub/")}
@@ -226,15 +308,18 @@ def test_a_job_on_several_nodes_holds_its_gpus_on_each_of_them():
     assert rows["node1/gpu1"]["state"] == "free"
 
 
-@pytest.mark.parametrize("text, names", [
-    pytest.param("node1", ["node1"], id="one"),
-    pytest.param("node[1-3,5]", ["node1", "node2", "node3", "node5"], id="ranges"),
-    pytest.param("gpu[09-11]", ["gpu09", "gpu10", "gpu11"], id="zero-padded"),
-    pytest.param("a,b[1-2]", ["a", "b1", "b2"], id="a-list"),
-    pytest.param("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"], id="two-brackets"),
-    pytest.param("n[0-99999999]", [], id="more-nodes-than-any-cluster"),
-    pytest.param("n[1-", [], id="not-a-hostlist"),
-])
+@pytest.mark.parametrize(
+    "text, names",
+    [
+        pytest.param("node1", ["node1"], id="one"),
+        pytest.param("node[1-3,5]", ["node1", "node2", "node3", "node5"], id="ranges"),
+        pytest.param("gpu[09-11]", ["gpu09", "gpu10", "gpu11"], id="zero-padded"),
+        pytest.param("a,b[1-2]", ["a", "b1", "b2"], id="a-list"),
+        pytest.param("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"], id="two-brackets"),
+        pytest.param("n[0-99999999]", [], id="more-nodes-than-any-cluster"),
+        pytest.param("n[1-", [], id="not-a-hostlist"),
+    ],
+)
 def test_slurm_hostlists_expand_as_scontrol_show_hostnames_does(text, names):
     from hub_ext.slurm.cluster import expand_hostlist
 
@@ -253,12 +338,16 @@ def test_a_strangers_job_cannot_take_over_a_hub_jobs_gpu_on_the_board():
     GRES=gpu(IDX:1)``); the hub's own job's claim stands, with its Stop button."""
     forged = parse_job_details(
         "JobId=9 JobName=x Nodes=node1 CPU_IDs=0 Mem=0 GRES=gpu(IDX:1) UserId=zed(1003) "
-        "JobState=RUNNING Partition=gpu\n")
-    jobs = [JobGPUs("7", "gpuhub-ann-default", "ann", "RUNNING", "gpu", "", gpus={"node1": [1]}),
-            *forged]
+        "JobState=RUNNING Partition=gpu\n"
+    )
+    jobs = [
+        JobGPUs("7", "gpuhub-ann-default", "ann", "RUNNING", "gpu", "", gpus={"node1": [1]}),
+        *forged,
+    ]
     for order in (jobs, jobs[::-1]):
-        rows = {r["uuid"]: r for r in board(nodes(), order, {"7": HubJob("ann", "", "gpu")},
-                                            "/hub/")}
+        rows = {
+            r["uuid"]: r for r in board(nodes(), order, {"7": HubJob("ann", "", "gpu")}, "/hub/")
+        }
         owner = rows["node1/gpu1"]["owner"]
         assert (owner["job"], owner["stop_url"]) == ("7", "/hub/api/users/ann/server")
 
@@ -302,12 +391,15 @@ async def test_an_images_labels_are_read_off_the_event_loop(tmp_path):
     assert facts["python"] == "3.11"
 
 
-@pytest.mark.parametrize(("req", "limits", "expected"), [
-    pytest.param(("", ""), ("16G", 4), ("16384M", "4"), id="profile-limits"),
-    pytest.param(("", ""), (300 * 2**20 + 1, 0.5), ("301M", "1"), id="rounded-up"),
-    pytest.param(("4G", "3"), ("1G", 1), ("4G", "3"), id="req-wins"),
-    pytest.param(("", ""), (None, None), ("", ""), id="none"),
-])
+@pytest.mark.parametrize(
+    ("req", "limits", "expected"),
+    [
+        pytest.param(("", ""), ("16G", 4), ("16384M", "4"), id="profile-limits"),
+        pytest.param(("", ""), (300 * 2**20 + 1, 0.5), ("301M", "1"), id="rounded-up"),
+        pytest.param(("4G", "3"), ("1G", 1), ("4G", "3"), id="req-wins"),
+        pytest.param(("", ""), (None, None), ("", ""), id="none"),
+    ],
+)
 def test_the_profiles_limits_become_the_jobs_slurm_request(req, limits, expected):
     from hub_ext.slurm.batch import slurm_request
 

@@ -25,9 +25,11 @@ PROFILES = [
     {"display_name": "One GPU", "slug": "gpu", "gpus": 1},
 ]
 
-SUBMIT_HOST_DOWN = ("The cluster's submit host is not answering, so no server can start "
-                    "right now. Servers already running are not affected; try again in a "
-                    "few minutes.")
+SUBMIT_HOST_DOWN = (
+    "The cluster's submit host is not answering, so no server can start "
+    "right now. Servers already running are not affected; try again in a "
+    "few minutes."
+)
 
 
 @pytest.fixture
@@ -46,9 +48,14 @@ def login_hub(slurm_hub, submit_host):
     assert shutil.which("runuser", path=path) is None
 
     async def make(extra_config: str = ""):
-        return await slurm_hub(PROFILES, extra_config=extra_config, GPUHUB_CREDITS="off",
-                               SLURM_CONF="/nonexistent/slurm.conf", PATH=path,
-                               **submit_host.settings)
+        return await slurm_hub(
+            PROFILES,
+            extra_config=extra_config,
+            GPUHUB_CREDITS="off",
+            SLURM_CONF="/nonexistent/slurm.conf",
+            PATH=path,
+            **submit_host.settings,
+        )
 
     return make
 
@@ -64,7 +71,8 @@ def holders_of(model: dict) -> set[str]:
 
 
 async def test_through_the_submit_host_a_member_runs_as_themself_waits_in_line_and_stops(
-        login_hub, slurm_cluster, member):
+    login_hub, slurm_cluster, member
+):
     hub = await login_hub()
     first, second, holder = member(), member(), member()
     holds = hold_every_gpu(slurm_cluster, holder, gpus=3)  # one GPU left
@@ -91,7 +99,8 @@ async def test_through_the_submit_host_a_member_runs_as_themself_waits_in_line_a
 
     async def first_in_line():
         return [(p["user"], p["position"]) for p in await places(hub, tokens[second])] == [
-            (second, 1)]
+            (second, 1)
+        ]
 
     await eventually(first_in_line, 60, f"{second} 1st in line")
     assert [row["job"] for row in (await board(hub, boss))["pending"]] == [pending]
@@ -106,7 +115,8 @@ async def test_through_the_submit_host_a_member_runs_as_themself_waits_in_line_a
 
 @pytest.mark.parametrize("fault", ["sshd-killed", "host-frozen"])
 async def test_a_submit_host_that_does_not_answer_refuses_spawns_and_keeps_servers(
-        login_hub, slurm_cluster, submit_host, member, fault):
+    login_hub, slurm_cluster, submit_host, member, fault
+):
     """sshd killed (connection refused), or every process of the host stopped (connections
     open, nothing answers: the spawn check gives up after ``scheduler_timeout``)."""
     hub = await login_hub("c.GPUSlurmSpawner.poll_interval = 1\n")
@@ -119,8 +129,11 @@ async def test_a_submit_host_that_does_not_answer_refuses_spawns_and_keeps_serve
     await hub.wait_ready(running, timeout=180)
     [job] = slurm_cluster.run("squeue", "-h", "-u", running, "-o", "%i").stdout.split()
 
-    down, up = ((submit_host.stop, submit_host.start) if fault == "sshd-killed"
-                else (submit_host.freeze, submit_host.thaw))
+    down, up = (
+        (submit_host.stop, submit_host.start)
+        if fault == "sshd-killed"
+        else (submit_host.freeze, submit_host.thaw)
+    )
     down()
     try:
         r = await hub.spawn(other, {"profile": "gpu"})
@@ -139,13 +152,16 @@ async def test_a_submit_host_that_does_not_answer_refuses_spawns_and_keeps_serve
         assert "submit host is not answering" in page
         # the admins' board names the submit host and ssh's reason
         model = await board(hub, boss)
-        assert model["error"].startswith("The submit host does not answer: the submit host "
-                                         f"{submit_host.settings['GPUHUB_SLURM_SUBMIT_HOST']}"
-                                         " did not answer"), model["error"]
+        assert model["error"].startswith(
+            "The submit host does not answer: the submit host "
+            f"{submit_host.settings['GPUHUB_SLURM_SUBMIT_HOST']}"
+            " did not answer"
+        ), model["error"]
         # the running server is untouched: still reachable, still the hub's, after polls
         for _ in range(3):
-            status = await hub.client.get(f"/user/{running}/api/status",
-                                          headers={"Authorization": f"token {token}"})
+            status = await hub.client.get(
+                f"/user/{running}/api/status", headers={"Authorization": f"token {token}"}
+            )
             assert status.status_code == 200, status.text
         assert await hub.running(running)
         assert slurm_cluster.job_state(job) == "RUNNING"

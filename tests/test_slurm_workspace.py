@@ -79,8 +79,9 @@ def test_a_racer_swapping_gpuhub_for_a_link_never_gets_a_root_file(slurm_cluster
         os.setgroups([])
         os.setuid(member.pw_uid)
 
-    racer = subprocess.Popen(["/usr/bin/python3", "-c", RACER, str(ws), str(target)],
-                             preexec_fn=as_member)
+    racer = subprocess.Popen(
+        ["/usr/bin/python3", "-c", RACER, str(ws), str(target)], preexec_fn=as_member
+    )
     tries = refused = 0
     try:
         deadline = time.monotonic() + 8
@@ -113,8 +114,9 @@ def test_a_gpuhub_link_is_refused_and_not_followed(slurm_cluster, tmp_path):
     spawner = job(name, str(home / "{username}"))
     spawner.prepare_workspace()
     (ws / ".gpuhub").rmdir()
-    subprocess.run(["runuser", "-u", name, "--", "ln", "-s", str(elsewhere),
-                    str(ws / ".gpuhub")], check=True)
+    subprocess.run(
+        ["runuser", "-u", name, "--", "ln", "-s", str(elsewhere), str(ws / ".gpuhub")], check=True
+    )
     with pytest.raises(web.HTTPError) as e:
         spawner.prepare_workspace()
     assert e.value.status_code == 500
@@ -129,15 +131,26 @@ def test_the_workspace_and_gpuhub_are_private_to_the_member(slurm_cluster):
     home.mkdir(parents=True, exist_ok=True)
     ws = home / name
     job(name, str(home / "{username}")).prepare_workspace()
-    subprocess.run(["runuser", "-u", name, "--", "sh", "-c",
-                    f"echo notes > {ws}/notes.txt && echo log > {ws}/.gpuhub/job.log"],
-                   check=True)
+    subprocess.run(
+        [
+            "runuser",
+            "-u",
+            name,
+            "--",
+            "sh",
+            "-c",
+            f"echo notes > {ws}/notes.txt && echo log > {ws}/.gpuhub/job.log",
+        ],
+        check=True,
+    )
     uid = pwd.getpwnam(name).pw_uid
     for d in (ws, ws / ".gpuhub"):
         info = os.stat(d)
         assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (uid, 0o700), d
-    for argv in (["ls", str(ws)], ["cat", str(ws / "notes.txt")],
-                 ["cat", str(ws / ".gpuhub" / "job.log")]):
-        done = subprocess.run(["runuser", "-u", other, "--", *argv], capture_output=True,
-                              text=True)
+    for argv in (
+        ["ls", str(ws)],
+        ["cat", str(ws / "notes.txt")],
+        ["cat", str(ws / ".gpuhub" / "job.log")],
+    ):
+        done = subprocess.run(["runuser", "-u", other, "--", *argv], capture_output=True, text=True)
         assert done.returncode != 0 and "Permission denied" in done.stderr, (argv, done)

@@ -46,8 +46,9 @@ def two_profiles(tmp_path):
     return str(path)
 
 
-async def test_two_users_get_different_gpus_and_a_third_is_refused(hub_factory, docker_client,
-                                                                   two_profiles):
+async def test_two_users_get_different_gpus_and_a_third_is_refused(
+    hub_factory, docker_client, two_profiles
+):
     hub = await hub_factory(GPUHUB_PROFILES=two_profiles)
     tokens = {u: await hub.create_user(u) for u in ("alice", "bob", "carol")}
 
@@ -85,17 +86,21 @@ async def test_two_users_get_different_gpus_and_a_third_is_refused(hub_factory, 
 
 async def metric(hub, name: str, reason: str) -> float:
     """A counter of the hub's /hub/metrics, by reason (0 when never counted)."""
-    r = await hub.client.get("/hub/metrics",
-                             headers={"Authorization": f"token {hub.admin_token}"})
+    r = await hub.client.get("/hub/metrics", headers={"Authorization": f"token {hub.admin_token}"})
     r.raise_for_status()
     m = re.search(rf'^{name}_total{{reason="{reason}"}} ([0-9.]+)$', r.text, re.M)
     return float(m.group(1)) if m else 0.0
 
 
 async def test_named_servers_hold_gpus_of_their_own_within_the_members_limit(
-        hub_factory, docker_client, two_profiles):
-    hub = await hub_factory(GPUHUB_PROFILES=two_profiles, GPUHUB_GPUS="simulated:3",
-                            GPUHUB_MAX_GPUS_PER_USER="2", GPUHUB_NAMED_SERVER_LIMIT="2")
+    hub_factory, docker_client, two_profiles
+):
+    hub = await hub_factory(
+        GPUHUB_PROFILES=two_profiles,
+        GPUHUB_GPUS="simulated:3",
+        GPUHUB_MAX_GPUS_PER_USER="2",
+        GPUHUB_NAMED_SERVER_LIMIT="2",
+    )
     await hub.create_user("alice")
     for server in ("", "train"):
         r = await hub.spawn("alice", {"profile": "gpu"}, server=server)
@@ -140,18 +145,23 @@ async def test_new_files_in_the_workspace_are_the_members_alone(hub_factory, two
     r = await hub.spawn("erin", {"profile": "cpu"})
     assert r.status_code in (201, 202), r.text
     await hub.wait_ready("erin")
-    r = await hub.client.put("/user/erin/api/contents/work/saved.txt",
-                             headers={"Authorization": f"token {token}"},
-                             json={"type": "file", "format": "text", "content": "hers"})
+    r = await hub.client.put(
+        "/user/erin/api/contents/work/saved.txt",
+        headers={"Authorization": f"token {token}"},
+        json={"type": "file", "format": "text", "content": "hers"},
+    )
     assert r.status_code == 201, r.text
     out = await terminal_run(
-        hub, "erin", token, "touch work/new; echo MODES:$(stat -c %a work/new work/saved.txt):END",
-        expect=":END")
+        hub,
+        "erin",
+        token,
+        "touch work/new; echo MODES:$(stat -c %a work/new work/saved.txt):END",
+        expect=":END",
+    )
     assert re.findall(r"MODES:(\d+) (\d+):END", out)[-1] == ("600", "600"), out
 
 
-async def test_gpu_container_requests_exactly_its_device(hub_factory, docker_client,
-                                                         two_profiles):
+async def test_gpu_container_requests_exactly_its_device(hub_factory, docker_client, two_profiles):
     hub = await hub_factory(GPUHUB_PROFILES=two_profiles)
     await hub.create_user("erin")
     r = await hub.spawn("erin", {"profile": "gpu"})
@@ -177,8 +187,7 @@ async def test_lab_is_served_through_the_proxy_and_only_to_its_owner(hub_factory
     assert r.status_code == 200
     assert "JupyterLab" in r.text
 
-    r = await hub.client.get("/user/alice/lab",
-                             headers={"Authorization": f"token {mallory}"})
+    r = await hub.client.get("/user/alice/lab", headers={"Authorization": f"token {mallory}"})
     assert r.status_code == 403 or (r.status_code == 302 and "login" in r.headers["location"])
     assert "JupyterLab" not in r.text
     r = await hub.client.get("/user/alice/api/contents")  # no credentials at all
@@ -204,8 +213,7 @@ async def test_bad_image_returns_the_gpu_to_the_pool(hub_factory, docker_client,
     await hub.wait_ready("frank")
 
 
-async def test_container_that_dies_at_start_returns_the_gpu(hub_factory, docker_client,
-                                                            tmp_path):
+async def test_container_that_dies_at_start_returns_the_gpu(hub_factory, docker_client, tmp_path):
     profiles = tmp_path / "profiles.json"
     profiles.write_text(
         '[{"display_name": "Dies", "slug": "dies", "gpus": 2,'
@@ -309,13 +317,22 @@ SILENT_SERVER = (
 )
 
 
-async def test_an_open_port_alone_is_not_taken_for_a_started_server(hub_factory, docker_client,
-                                                                   tmp_path):
+async def test_an_open_port_alone_is_not_taken_for_a_started_server(
+    hub_factory, docker_client, tmp_path
+):
     # the readiness check looks at the port first, but only an HTTP answer means "up"
     profiles = tmp_path / "profiles.json"
-    profiles.write_text(json.dumps([{"display_name": "Silent", "slug": "silent",
-                                     "spawner_override": {"cmd": ["python", "-c",
-                                                                  SILENT_SERVER]}}]))
+    profiles.write_text(
+        json.dumps(
+            [
+                {
+                    "display_name": "Silent",
+                    "slug": "silent",
+                    "spawner_override": {"cmd": ["python", "-c", SILENT_SERVER]},
+                }
+            ]
+        )
+    )
     hub = await hub_factory(GPUHUB_PROFILES=str(profiles))
     await hub.create_user("ivan")
     r = await hub.spawn("ivan", {"profile": "silent"})
@@ -336,8 +353,9 @@ async def test_an_open_port_alone_is_not_taken_for_a_started_server(hub_factory,
     # many port checks later, the spawn still waits for an HTTP answer
     messages = []
     headers = {"Authorization": f"token {hub.admin_token}"}
-    async with hub.client.stream("GET", "/hub/api/users/ivan/server/progress",
-                                 headers=headers) as stream:
+    async with hub.client.stream(
+        "GET", "/hub/api/users/ivan/server/progress", headers=headers
+    ) as stream:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(3):
                 async for line in stream.aiter_lines():

@@ -29,8 +29,9 @@ async def gated_hub(hub_factory, tmp_path):
     path.write_text(json.dumps(PROFILES))
 
     async def make(gpus: int):
-        return await hub_factory(GPUHUB_PROFILES=str(path), GPUHUB_CREDITS="off",
-                                 GPUHUB_GPUS=f"simulated:{gpus}")
+        return await hub_factory(
+            GPUHUB_PROFILES=str(path), GPUHUB_CREDITS="off", GPUHUB_GPUS=f"simulated:{gpus}"
+        )
 
     return make
 
@@ -38,8 +39,11 @@ async def gated_hub(hub_factory, tmp_path):
 async def untouched_by_jupyterhubs_spawn(hub, name: str) -> bool:
     """No OAuth client was made for ``name``'s server and no stop recorded activity."""
     model = (await hub.api("GET", f"/users/{name}")).json()
-    return (model["last_activity"] is None and not model["servers"]
-            and f"jupyterhub-user-{name}" not in hub.log())
+    return (
+        model["last_activity"] is None
+        and not model["servers"]
+        and f"jupyterhub-user-{name}" not in hub.log()
+    )
 
 
 async def test_refused_start_is_answered_before_jupyterhub_spawns_anything(gated_hub):
@@ -52,8 +56,9 @@ async def test_refused_start_is_answered_before_jupyterhub_spawns_anything(gated
 
     r = await hub.spawn("carol", {"profile": "gpu"})
     assert r.status_code == 409, r.text  # the words and the status of a refusal in start()
-    assert r.json()["message"] == ("No GPU free: all 1 GPUs are in use. "
-                                   "Try the CPU profile or come back later.")
+    assert r.json()["message"] == (
+        "No GPU free: all 1 GPUs are in use. Try the CPU profile or come back later."
+    )
     assert await untouched_by_jupyterhubs_spawn(hub, "carol")
 
     # the spawn form says the same, with the same status, above the form
@@ -75,16 +80,20 @@ async def test_refused_start_is_answered_before_jupyterhub_spawns_anything(gated
 
 
 async def test_a_rush_gets_exactly_the_free_gpus_and_the_rest_is_refused_at_the_gate(
-        gated_hub, docker_client):
+    gated_hub, docker_client
+):
     # members click "Start" in their browsers at once; JupyterHub refreshes each one's
     # login before it spawns (refresh_pre_spawn), a wait during which the GPUs of the
     # starts already admitted must count as taken
     hub = await gated_hub(gpus=2)
     members = [f"m{i}" for i in range(8)]
     browsers = [await hub.login(name) for name in members]
-    answers = await asyncio.gather(*(
-        hub.browser_api(browser, "POST", f"/users/{name}/server", json={"profile": "gpu"})
-        for name, browser in zip(members, browsers, strict=True)))
+    answers = await asyncio.gather(
+        *(
+            hub.browser_api(browser, "POST", f"/users/{name}/server", json={"profile": "gpu"})
+            for name, browser in zip(members, browsers, strict=True)
+        )
+    )
     codes = {name: r.status_code for name, r in zip(members, answers, strict=True)}
     granted = [name for name, code in codes.items() if code in (201, 202)]
     refused = [name for name, code in codes.items() if code == 409]

@@ -43,8 +43,10 @@ def test_wal_and_shm_files_left_behind_are_narrowed(tmp_path, monkeypatch):
         (state / name).chmod(0o644)
     configure(state, monkeypatch)
     assert {f.name: mode(f) for f in state.iterdir() if f.name.startswith("jupyterhub.")} == {
-        "jupyterhub.sqlite": 0o600, "jupyterhub.sqlite-wal": 0o600,
-        "jupyterhub.sqlite-shm": 0o600}
+        "jupyterhub.sqlite": 0o600,
+        "jupyterhub.sqlite-wal": 0o600,
+        "jupyterhub.sqlite-shm": 0o600,
+    }
 
 
 def test_postgres_and_in_memory_urls_are_left_alone(tmp_path):

@@ -37,11 +37,27 @@ def db(request, hub_db):
     engine.dispose()
 
 
-def start(db, user="alice", server="", devices=("GPU-0",), hours=0.0, groups=("ml101",),
-          credits_run=None, line_wait=None) -> int:
-    return runs.open_run(db, username=user, server_name=server, profile="gpu",
-                         groups=list(groups), devices=list(devices), started_at=at(hours),
-                         credits_run=credits_run, line_wait=line_wait)
+def start(
+    db,
+    user="alice",
+    server="",
+    devices=("GPU-0",),
+    hours=0.0,
+    groups=("ml101",),
+    credits_run=None,
+    line_wait=None,
+) -> int:
+    return runs.open_run(
+        db,
+        username=user,
+        server_name=server,
+        profile="gpu",
+        groups=list(groups),
+        devices=list(devices),
+        started_at=at(hours),
+        credits_run=credits_run,
+        line_wait=line_wait,
+    )
 
 
 def test_starts_from_the_line_are_counted_with_their_wait(db):
@@ -60,11 +76,14 @@ def test_a_runs_table_from_before_the_line_gains_its_column(tmp_path):
 
     engine = create_engine(f"sqlite:///{tmp_path / 'old.sqlite'}")
     with engine.begin() as conn:
-        conn.execute(text(
-            "CREATE TABLE gpuhub_server_runs (id INTEGER PRIMARY KEY, username VARCHAR(255), "
-            "server_name VARCHAR(255), profile VARCHAR(255), groups JSON, devices JSON, "
-            "started_at DATETIME, stopped_at DATETIME, stop_reason VARCHAR(32), "
-            "credits_run VARCHAR(64))"))
+        conn.execute(
+            text(
+                "CREATE TABLE gpuhub_server_runs (id INTEGER PRIMARY KEY, username VARCHAR(255), "
+                "server_name VARCHAR(255), profile VARCHAR(255), groups JSON, devices JSON, "
+                "started_at DATETIME, stopped_at DATETIME, stop_reason VARCHAR(32), "
+                "credits_run VARCHAR(64))"
+            )
+        )
     with Session(engine) as session:
         start(session, line_wait=30)
         [run] = runs.runs_overlapping(session, at(-1))
@@ -111,9 +130,16 @@ def test_gpu_hours_count_only_inside_the_period(db):
 
 
 def entry(txid, kind, amount, hours, run=None, debit=None) -> Transaction:
-    return Transaction(transaction_id=txid, kind=kind, username="alice",
-                       amount=Decimal(amount), balance=Decimal("0"), created_at=at(hours),
-                       debit_id=debit, metadata={"server_id": run} if run else {})
+    return Transaction(
+        transaction_id=txid,
+        kind=kind,
+        username="alice",
+        amount=Decimal(amount),
+        balance=Decimal("0"),
+        created_at=at(hours),
+        debit_id=debit,
+        metadata={"server_id": run} if run else {},
+    )
 
 
 def test_credits_per_run_are_debits_less_their_refunds_in_the_period():
@@ -122,12 +148,11 @@ def test_credits_per_run_are_debits_less_their_refunds_in_the_period():
         entry("d0", "debit", "1.00", 0.1, run="r1"),
         entry("d1", "debit", "1.00", 0.35, run="r1"),
         entry("f1", "refund", "0.66", 0.4, debit="d1"),
-        entry("d2", "debit", "1.00", 5, run="r2"),    # after the period
-        entry("d3", "debit", "1.00", -1, run="r0"),   # before it
+        entry("d2", "debit", "1.00", 5, run="r2"),  # after the period
+        entry("d3", "debit", "1.00", -1, run="r0"),  # before it
         entry("f3", "refund", "0.50", 0.2, debit="d3"),  # refund in it of a debit before
     ]
-    assert credits_by_run(ledger, at(0), at(4)) == {"r1": Decimal("1.34"),
-                                                    "r0": Decimal("-0.50")}
+    assert credits_by_run(ledger, at(0), at(4)) == {"r1": Decimal("1.34"), "r0": Decimal("-0.50")}
 
 
 def test_report_by_user_and_by_group(db):
@@ -138,21 +163,29 @@ def test_report_by_user_and_by_group(db):
     found = runs.runs_overlapping(db, at(0))
     charged = {"r1": Decimal("3.01")}
     assert summarise(found, charged, at(0), at(24), "user") == [
-        UsageRow("alice", 1, 2.0, Decimal("3.01")), UsageRow("bob", 1, 0.0, Decimal("0.00"))]
+        UsageRow("alice", 1, 2.0, Decimal("3.01")),
+        UsageRow("bob", 1, 0.0, Decimal("0.00")),
+    ]
     assert summarise(found, None, at(0), at(24), "group") == [
-        UsageRow("(no group)", 1, 0.0, None), UsageRow("ml101", 1, 2.0, None),
-        UsageRow("vision", 1, 2.0, None)]
+        UsageRow("(no group)", 1, 0.0, None),
+        UsageRow("ml101", 1, 2.0, None),
+        UsageRow("vision", 1, 2.0, None),
+    ]
     with pytest.raises(ValueError, match="--by 'room'"):
         summarise(found, None, at(0), at(24), "room")
 
 
 def test_report_prints_a_table_or_csv():
-    rows = [UsageRow("alice", 2, 1.256, Decimal("3.01"), line_starts=2, line_wait_s=1500),
-            UsageRow("bob", 1, 0.0, None)]
+    rows = [
+        UsageRow("alice", 2, 1.256, Decimal("3.01"), line_starts=2, line_wait_s=1500),
+        UsageRow("bob", 1, 0.0, None),
+    ]
     out = io.StringIO()
     _print(rows, "user", True, out)
-    assert out.getvalue() == ("user,servers,gpu_hours,credits,line_starts,average_wait_min\n"
-                              "alice,2,1.26,3.01,2,12.5\nbob,1,0.00,-,0,-\n")
+    assert out.getvalue() == (
+        "user,servers,gpu_hours,credits,line_starts,average_wait_min\n"
+        "alice,2,1.26,3.01,2,12.5\nbob,1,0.00,-,0,-\n"
+    )
     out = io.StringIO()
     _print(rows, "user", False, out)
     assert out.getvalue().splitlines() == [

@@ -27,11 +27,20 @@ def metrics(module) -> list[dict]:
         if kind is None:
             continue
         name = obj._name
-        series = {"counter": [f"{name}_total"], "gauge": [name],
-                  "histogram": [f"{name}_bucket", f"{name}_sum", f"{name}_count"]}[kind]
-        out.append({"series": series, "type": kind, "labels": list(obj._labelnames),
-                    "help": obj._documentation,
-                    "buckets": list(obj._upper_bounds) if kind == "histogram" else []})
+        series = {
+            "counter": [f"{name}_total"],
+            "gauge": [name],
+            "histogram": [f"{name}_bucket", f"{name}_sum", f"{name}_count"],
+        }[kind]
+        out.append(
+            {
+                "series": series,
+                "type": kind,
+                "labels": list(obj._labelnames),
+                "help": obj._documentation,
+                "buckets": list(obj._upper_bounds) if kind == "histogram" else [],
+            }
+        )
     return out
 
 
@@ -46,15 +55,17 @@ class MetricsDirective(Directive):
         for m in metrics(importlib.import_module(self.arguments[0])):
             text = m["help"]
             if m["buckets"]:
-                bounds = ", ".join("+Inf" if b == float("inf") else f"{b:g}"
-                                   for b in m["buckets"])
+                bounds = ", ".join("+Inf" if b == float("inf") else f"{b:g}" for b in m["buckets"])
                 text += f" (buckets: {bounds})"
             first, *more = m["series"]
             series = nodes.inline()
             series += nodes.literal(text=first)
             if more:  # a histogram's other series differ by their suffix only
-                series += nodes.Text(" (and " + ", ".join(
-                    name.removeprefix(first.removesuffix("_bucket")) for name in more) + ")")
+                series += nodes.Text(
+                    " (and "
+                    + ", ".join(name.removeprefix(first.removesuffix("_bucket")) for name in more)
+                    + ")"
+                )
             rows.append([series, m["type"], ", ".join(m["labels"]) or "-", text])
         return [table(["series", "type", "labels", "meaning"], rows)]
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from docutils import nodes
 
 
-def table(header: list[str], rows: list[list[nodes.Node | str]],
-          widths: list[int] | None = None) -> nodes.table:
+def table(
+    header: list[str], rows: list[list[nodes.Node | str]], widths: list[int] | None = None
+) -> nodes.table:
     """A table with ``header`` and ``rows``; a cell is a node or plain text.  Without
     ``widths`` the browser sizes the columns (docutils' ``colwidths-auto``)."""
     out = nodes.table(classes=["gpuhub-table"] + ([] if widths else ["colwidths-auto"]))
@@ -28,8 +29,9 @@ def row(cells: list[nodes.Node | str]) -> nodes.row:
     for cell in cells:
         entry = nodes.entry()
         content = nodes.Text(cell) if isinstance(cell, str) else cell
-        entry += content if isinstance(content, nodes.paragraph) else nodes.paragraph(
-            "", "", content)
+        entry += (
+            content if isinstance(content, nodes.paragraph) else nodes.paragraph("", "", content)
+        )
         out += entry
     return out
 

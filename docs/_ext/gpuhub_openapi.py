@@ -58,11 +58,16 @@ def constraints(spec: dict, schema: dict) -> str:
     words = [own.get("description") or ("" if ref_name(own) else schema.get("description", ""))]
     if schema.get("minLength") == 1 and not ref_name(own):
         words.append("not empty")
-    for key, text in (("minLength", "at least {} characters"),
-                      ("maxLength", "at most {} characters"), ("minimum", "at least {}"),
-                      ("maximum", "at most {}"), ("maxProperties", "at most {} entries"),
-                      ("default", "default {}"), ("pattern", "matches {}"),
-                      ("example", "e.g. {}")):
+    for key, text in (
+        ("minLength", "at least {} characters"),
+        ("maxLength", "at most {} characters"),
+        ("minimum", "at least {}"),
+        ("maximum", "at most {}"),
+        ("maxProperties", "at most {} entries"),
+        ("default", "default {}"),
+        ("pattern", "matches {}"),
+        ("example", "e.g. {}"),
+    ):
         if key in schema and not ref_name(own) and (key, schema[key]) != ("minLength", 1):
             words.append(text.format(schema[key]))
     if "enum" in schema:
@@ -71,8 +76,11 @@ def constraints(spec: dict, schema: dict) -> str:
         words.append("may be null")
     extra = schema.get("additionalProperties")
     if isinstance(extra, dict) and not ref_name(own):
-        words.append("values: " + extra.get("type", "any") + (
-            f", at most {extra['maxLength']} characters" if "maxLength" in extra else ""))
+        words.append(
+            "values: "
+            + extra.get("type", "any")
+            + (f", at most {extra['maxLength']} characters" if "maxLength" in extra else "")
+        )
     return "; ".join(w for w in words if w)
 
 
@@ -80,9 +88,15 @@ def fields_table(spec: dict, schema: dict) -> nodes.Node:
     """An object schema's fields: name, type, required, description and constraints."""
     schema = resolve(spec, schema)
     required = set(schema.get("required", []))
-    rows = [[nodes.literal(text=name), type_of(spec, prop),
-             "yes" if name in required else "no", constraints(spec, prop)]
-            for name, prop in schema.get("properties", {}).items()]
+    rows = [
+        [
+            nodes.literal(text=name),
+            type_of(spec, prop),
+            "yes" if name in required else "no",
+            constraints(spec, prop),
+        ]
+        for name, prop in schema.get("properties", {}).items()
+    ]
     return table(["field", "type", "required", "meaning"], rows)
 
 
@@ -95,19 +109,38 @@ def operation(spec: dict, path: str, method: str, item: dict) -> list[nodes.Node
     out += [title, nodes.paragraph(text=op.get("summary", ""))]
     params = [resolve(spec, p) for p in item.get("parameters", []) + op.get("parameters", [])]
     if params:
-        out.append(table(
-            ["parameter", "in", "required", "type", "meaning"],
-            [[nodes.literal(text=p["name"]), p["in"], "yes" if p.get("required") else "no",
-              type_of(spec, p.get("schema", {})),
-              "; ".join(w for w in (p.get("description", ""),
-                                    constraints(spec, p.get("schema", {}))) if w)]
-             for p in params]))
+        out.append(
+            table(
+                ["parameter", "in", "required", "type", "meaning"],
+                [
+                    [
+                        nodes.literal(text=p["name"]),
+                        p["in"],
+                        "yes" if p.get("required") else "no",
+                        type_of(spec, p.get("schema", {})),
+                        "; ".join(
+                            w
+                            for w in (
+                                p.get("description", ""),
+                                constraints(spec, p.get("schema", {})),
+                            )
+                            if w
+                        ),
+                    ]
+                    for p in params
+                ],
+            )
+        )
     body = op.get("requestBody")
     if body:
         schema = body["content"]["application/json"]["schema"]
         para = nodes.paragraph()
-        para += inline("Request body (JSON", ", required" if body.get("required") else "",
-                       "): ", type_of(spec, schema))
+        para += inline(
+            "Request body (JSON",
+            ", required" if body.get("required") else "",
+            "): ",
+            type_of(spec, schema),
+        )
         out.append(para)
     rows, inline_schemas = [], []
     for status, response in op.get("responses", {}).items():
@@ -121,8 +154,7 @@ def operation(spec: dict, path: str, method: str, item: dict) -> list[nodes.Node
         rows.append([status, response.get("description", ""), body_cell])
     out.append(table(["status", "meaning", "body (JSON)"], rows))
     for status, schema in inline_schemas:
-        out += [nodes.paragraph(text=f"The {status} answer's fields:"),
-                fields_table(spec, schema)]
+        out += [nodes.paragraph(text=f"The {status} answer's fields:"), fields_table(spec, schema)]
     return out
 
 
@@ -138,17 +170,24 @@ class OpenAPIDirective(Directive):
         env.note_dependency(rel)
         spec = yaml.safe_load(open(path, encoding="utf-8"))
         info = spec.get("info", {})
-        out: list[nodes.Node] = [nodes.paragraph(
-            text=f"{info.get('title', '')}, version {info.get('version', '?')}.")]
+        out: list[nodes.Node] = [
+            nodes.paragraph(text=f"{info.get('title', '')}, version {info.get('version', '?')}.")
+        ]
         for text in info.get("description", "").strip().split("\n\n"):
             out.append(nodes.paragraph(text=" ".join(text.split())))
         servers = [s["url"] for s in spec.get("servers", [])]
         schemes = spec.get("components", {}).get("securitySchemes", {})
-        auth = ", ".join(f"{s.get('scheme', s.get('type'))} token ({name})"
-                         for name, s in schemes.items())
+        auth = ", ".join(
+            f"{s.get('scheme', s.get('type'))} token ({name})" for name, s in schemes.items()
+        )
         para = nodes.paragraph()
-        para += inline("Authentication: ", auth or "none", ". Example server: ",
-                       *(nodes.literal(text=u) for u in servers[:1]), ".")
+        para += inline(
+            "Authentication: ",
+            auth or "none",
+            ". Example server: ",
+            *(nodes.literal(text=u) for u in servers[:1]),
+            ".",
+        )
         out.append(para)
         out.append(nodes.rubric(text="Operations"))
         for path_, item in spec.get("paths", {}).items():
@@ -164,8 +203,11 @@ class OpenAPIDirective(Directive):
             if schema.get("type") == "object":
                 out.append(fields_table(spec, schema))
             else:
-                out.append(nodes.paragraph(
-                    text=f"{schema.get('type', 'any')}: {constraints(spec, schema)}"))
+                out.append(
+                    nodes.paragraph(
+                        text=f"{schema.get('type', 'any')}: {constraints(spec, schema)}"
+                    )
+                )
         return out
 
 

@@ -41,13 +41,17 @@ def settings_markdown(rows: tuple[Setting, ...] | None = None) -> str:
         mine = [r for r in rows if r.backend == backend]
         if not mine:
             continue
-        lines += [f"### {title}", "", "| variable | type | default | meaning |",
-                  "|---|---|---|---|"]
+        lines += [
+            f"### {title}",
+            "",
+            "| variable | type | default | meaning |",
+            "|---|---|---|---|",
+        ]
         for r in mine:
-            meaning = _text(r.help) + (" **Secret**: `gpuhub config show` masks it."
-                                       if r.secret else "")
-            lines.append(f"| `{r.name}` | {_text(str(r.kind))} | {default_text(r)} "
-                         f"| {meaning} |")
+            meaning = _text(r.help) + (
+                " **Secret**: `gpuhub config show` masks it." if r.secret else ""
+            )
+            lines.append(f"| `{r.name}` | {_text(str(r.kind))} | {default_text(r)} | {meaning} |")
         lines.append("")
     return "\n".join(lines)
 

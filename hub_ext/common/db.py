@@ -12,8 +12,7 @@ __all__ = ["ensure_tables"]
 _created: set[tuple[str, int]] = set()
 
 
-def ensure_tables(session: Session, metadata: MetaData,
-                  upgrade: Callable | None = None) -> None:
+def ensure_tables(session: Session, metadata: MetaData, upgrade: Callable | None = None) -> None:
     """Create the tables of ``metadata`` that the database lacks, once per process and
     URL; ``upgrade(engine)`` then adds what older tables miss.  JupyterHub's own tables
     and migrations are not touched."""

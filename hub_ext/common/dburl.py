@@ -18,8 +18,10 @@ def with_password(url: str, password: str, variable: str) -> str:
 
     parsed = make_url(url)
     if parsed.password:
-        raise ValueError(f"{variable} is set and the database URL has a password too; "
-                         "keep the password only in the variable")
+        raise ValueError(
+            f"{variable} is set and the database URL has a password too; "
+            "keep the password only in the variable"
+        )
     return parsed.set(password=password).render_as_string(hide_password=False)
 
 

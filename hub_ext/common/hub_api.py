@@ -32,8 +32,7 @@ def hub_api_url(settings) -> str:
     return f"http://{host}:{settings.hub_port}/hub/api"
 
 
-def hub_request(settings, method: str, path: str, body: dict | None = None,
-                timeout: float = 30):
+def hub_request(settings, method: str, path: str, body: dict | None = None, timeout: float = 30):
     """``method path`` (``/gpuhub/...``) on the running hub's API with the CLI's token: the
     decoded JSON answer (None for 204).  Raises :class:`HubUnreachable` (no hub, no token,
     the token refused: 401/403) or :class:`HubRefused` (another 4xx/5xx, the hub's
@@ -43,15 +42,19 @@ def hub_request(settings, method: str, path: str, body: dict | None = None,
     token_path = Path(settings.state_dir) / CLI_TOKEN_FILE
     url = hub_api_url(settings) + path
     if not token_path.exists():
-        raise HubUnreachable(f"no hub token in {token_path}: no hub has run with this "
-                             "GPUHUB_STATE_DIR; start it, or set GPUHUB_STATE_DIR to its")
+        raise HubUnreachable(
+            f"no hub token in {token_path}: no hub has run with this "
+            "GPUHUB_STATE_DIR; start it, or set GPUHUB_STATE_DIR to its"
+        )
     headers = {"Authorization": f"token {token_path.read_text().strip()}"}
     try:
         r = httpx.request(method, url, headers=headers, json=body, timeout=timeout)
     except httpx.HTTPError as e:
-        raise HubUnreachable(f"no hub answers at {url} ({type(e).__name__}); start it, or "
-                             "set GPUHUB_HUB_PORT / GPUHUB_STATE_DIR to the running "
-                             "hub's") from None
+        raise HubUnreachable(
+            f"no hub answers at {url} ({type(e).__name__}); start it, or "
+            "set GPUHUB_HUB_PORT / GPUHUB_STATE_DIR to the running "
+            "hub's"
+        ) from None
     if r.status_code == 204:
         return None
     try:
@@ -60,9 +63,12 @@ def hub_request(settings, method: str, path: str, body: dict | None = None,
         answer = {"message": r.text[:200]}
     message = answer.get("message") if isinstance(answer, dict) else None
     if r.status_code in (401, 403):
-        raise HubUnreachable(f"the hub at {url} refused the token in {token_path} "
-                             f"({r.status_code}" + (f": {message}" if message else "")
-                             + "); restart the hub so it loads it")
+        raise HubUnreachable(
+            f"the hub at {url} refused the token in {token_path} "
+            f"({r.status_code}"
+            + (f": {message}" if message else "")
+            + "); restart the hub so it loads it"
+        )
     if r.status_code >= 400:
         raise HubRefused(message or f"the hub at {url} answered {r.status_code}")
     return answer

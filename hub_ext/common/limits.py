@@ -68,8 +68,10 @@ class Node:
         """(memory bytes, CPUs) of the CPU profile: a quarter share, at least 1 GiB and 1
         CPU, never more than a whole share."""
         memory, cpus = self.gpu_share()
-        return (min(memory, max(GIB, memory // 4)),
-                min(max(cpus, 1.0), max(1.0, round(cpus / 4, 2))))
+        return (
+            min(memory, max(GIB, memory // 4)),
+            min(max(cpus, 1.0), max(1.0, round(cpus / 4, 2))),
+        )
 
     def active_server_limit(self) -> int:
         """Servers running at once: one per GiB of usable memory (a server at rest needs
@@ -90,8 +92,9 @@ def node_gpu_count(gpus_setting: str) -> int:
             with open(spec) as f:
                 return len(json.load(f).get("devices", []))
         except (OSError, ValueError, AttributeError) as e:
-            raise ValueError(f"GPUHUB_GPUS={gpus_setting!r}: cannot read the device list "
-                             f"({e})") from None
+            raise ValueError(
+                f"GPUHUB_GPUS={gpus_setting!r}: cannot read the device list ({e})"
+            ) from None
     try:
         import pynvml
 
@@ -175,7 +178,9 @@ def apply_limits_config(c, settings, node: Node) -> None:
         if value is not None and value < 0:
             raise ValueError(f"{name}={value}: use 0 (no limit) or a number of servers")
     c.JupyterHub.named_server_limit_per_user = settings.named_server_limit
-    c.JupyterHub.active_server_limit = (node.active_server_limit()
-                                        if settings.active_server_limit is None
-                                        else settings.active_server_limit)
+    c.JupyterHub.active_server_limit = (
+        node.active_server_limit()
+        if settings.active_server_limit is None
+        else settings.active_server_limit
+    )
     c.JupyterHub.concurrent_spawn_limit = settings.concurrent_spawn_limit

@@ -23,7 +23,7 @@ class ShortLines(logging.Filter):
         self.most = most
 
     def _cut(self, text: str) -> str:
-        return f"{text[:self.most]}… (cut: {len(text)} characters in all)"
+        return f"{text[: self.most]}… (cut: {len(text)} characters in all)"
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
@@ -41,8 +41,10 @@ def logging_config(existing: dict | None = None, most: int = 4000) -> dict:
     """``existing`` (an operator's ``c.JupyterHub.logging_config``) with :class:`ShortLines`
     on the console handler of traitlets' default logging config."""
     config = dict(existing or {})
-    config["filters"] = {**config.get("filters", {}),
-                         "gpuhub_short_lines": {"()": f"{__name__}.ShortLines", "most": most}}
+    config["filters"] = {
+        **config.get("filters", {}),
+        "gpuhub_short_lines": {"()": f"{__name__}.ShortLines", "most": most},
+    }
     handlers = dict(config.get("handlers", {}))
     console = dict(handlers.get("console", {}))
     console["filters"] = [*console.get("filters", []), "gpuhub_short_lines"]

@@ -40,8 +40,7 @@ LINE_LENGTH = Gauge(
 
 LINE_WAIT = Histogram(
     "gpuhub_line_wait_seconds",
-    "Seconds a member waited in line before their turn came (the server then starts), "
-    "by profile",
+    "Seconds a member waited in line before their turn came (the server then starts), by profile",
     ["profile"],
     buckets=(10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, float("inf")),
 )

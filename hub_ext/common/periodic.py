@@ -34,8 +34,9 @@ def shutting_down() -> bool:
     return _stopping
 
 
-def ensure_task(task: asyncio.Task | None,
-                make: Callable[[], Awaitable[None]]) -> asyncio.Task | None:
+def ensure_task(
+    task: asyncio.Task | None, make: Callable[[], Awaitable[None]]
+) -> asyncio.Task | None:
     """``task`` while it runs, else a new task of ``make()`` on the running event loop.
 
     Without a running loop (a config check, a unit test), or once the hub shuts down
@@ -55,8 +56,14 @@ def ensure_task(task: asyncio.Task | None,
     return new
 
 
-async def every(seconds: Callable[[], float], step: Callable[[], Awaitable[None]],
-                log: logging.Logger, what: str, *, first_now: bool = False) -> None:
+async def every(
+    seconds: Callable[[], float],
+    step: Callable[[], Awaitable[None]],
+    log: logging.Logger,
+    what: str,
+    *,
+    first_now: bool = False,
+) -> None:
     """Run ``step()`` every ``seconds()`` seconds until the hub shuts down; a failed pass
     is logged with its traceback and the next one comes as planned.  ``first_now``: the
     first pass at once rather than after one interval."""
@@ -84,16 +91,21 @@ async def stop_passes(log: logging.Logger, grace: float = SHUTDOWN_GRACE) -> Non
     _stopping = True
     tasks = [t for t in _tasks if not t.done()]
     busy = [t for t in tasks if t in _in_pass]
-    log.info("Stopping the hub's %d periodic passes (%d under way, given up to %gs)",
-             len(tasks), len(busy), grace)
+    log.info(
+        "Stopping the hub's %d periodic passes (%d under way, given up to %gs)",
+        len(tasks),
+        len(busy),
+        grace,
+    )
     for task in tasks:
         if task not in _in_pass:
             task.cancel()
     if busy:
         _, late = await asyncio.wait(busy, timeout=grace)
         for task in late:
-            log.warning("Cancelling a periodic pass still under way at shutdown: %s",
-                        task.get_coro())
+            log.warning(
+                "Cancelling a periodic pass still under way at shutdown: %s", task.get_coro()
+            )
             task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
 

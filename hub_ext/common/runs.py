@@ -60,8 +60,17 @@ __all__ = [
     "set_reason",
 ]
 
-STOP_REASONS = ("stopped", "idle", "idle_gpu", "max_age", "credits", "gone", "node_down",
-                "out_of_memory", "reservation")
+STOP_REASONS = (
+    "stopped",
+    "idle",
+    "idle_gpu",
+    "max_age",
+    "credits",
+    "gone",
+    "node_down",
+    "out_of_memory",
+    "reservation",
+)
 #: characters of ``stop_detail`` kept
 DETAIL_CHARS = 255
 
@@ -114,12 +123,17 @@ def _add_columns(engine) -> None:
     the job ids (``job_id``) or the course budget (``course``) existed lacks them: add
     them."""
     columns = {c["name"] for c in inspect(engine).get_columns(ServerRun.__tablename__)}
-    for name, kind in (("line_wait_s", "FLOAT"), ("stop_detail", f"VARCHAR({DETAIL_CHARS})"),
-                       ("job_id", "VARCHAR(64)"), ("course", "VARCHAR(64)")):
+    for name, kind in (
+        ("line_wait_s", "FLOAT"),
+        ("stop_detail", f"VARCHAR({DETAIL_CHARS})"),
+        ("job_id", "VARCHAR(64)"),
+        ("course", "VARCHAR(64)"),
+    ):
         if name not in columns:
             with engine.begin() as conn:
-                conn.execute(text(f"ALTER TABLE {ServerRun.__tablename__} "
-                                  f"ADD COLUMN {name} {kind}"))
+                conn.execute(
+                    text(f"ALTER TABLE {ServerRun.__tablename__} ADD COLUMN {name} {kind}")
+                )
 
 
 def ensure_table(session: Session) -> None:
@@ -127,10 +141,20 @@ def ensure_table(session: Session) -> None:
     ensure_tables(session, Base.metadata, _add_columns)
 
 
-def open_run(session: Session, *, username: str, server_name: str, profile: str,
-             groups: list[str], devices: list[str], started_at: datetime,
-             credits_run: str | None = None, line_wait: float | None = None,
-             job_id: str | None = None, course: str | None = None) -> int:
+def open_run(
+    session: Session,
+    *,
+    username: str,
+    server_name: str,
+    profile: str,
+    groups: list[str],
+    devices: list[str],
+    started_at: datetime,
+    credits_run: str | None = None,
+    line_wait: float | None = None,
+    job_id: str | None = None,
+    course: str | None = None,
+) -> int:
     """Record that a run began; returns its id.  Commits.  ``line_wait``: seconds it
     waited in line first (None: it started at once); ``job_id``: the scheduler's job id;
     ``course``: the course that pays (None: the member).
@@ -139,23 +163,36 @@ def open_run(session: Session, *, username: str, server_name: str, profile: str,
     """
     ensure_table(session)
     started = naive_utc(started_at)
-    run = ServerRun(username=username, server_name=server_name, profile=profile,
-                    groups=sorted(groups), devices=list(devices), started_at=started,
-                    credits_run=credits_run, line_wait_s=line_wait, job_id=job_id,
-                    course=course)
+    run = ServerRun(
+        username=username,
+        server_name=server_name,
+        profile=profile,
+        groups=sorted(groups),
+        devices=list(devices),
+        started_at=started,
+        credits_run=credits_run,
+        line_wait_s=line_wait,
+        job_id=job_id,
+        course=course,
+    )
     session.add(run)
     try:
         session.commit()
     except IntegrityError:
         session.rollback()
-        return session.scalars(select(ServerRun.id).where(
-            ServerRun.username == username, ServerRun.server_name == server_name,
-            ServerRun.started_at == started)).one()
+        return session.scalars(
+            select(ServerRun.id).where(
+                ServerRun.username == username,
+                ServerRun.server_name == server_name,
+                ServerRun.started_at == started,
+            )
+        ).one()
     return run.id
 
 
-def close_run(session: Session, run_id: int, stopped_at: datetime, reason: str,
-              detail: str | None = None) -> None:
+def close_run(
+    session: Session, run_id: int, stopped_at: datetime, reason: str, detail: str | None = None
+) -> None:
     """Record that run ``run_id`` ended at ``stopped_at`` for ``reason`` (``detail``: more,
     in words, cut to :data:`DETAIL_CHARS`).  Commits.
 
@@ -194,8 +231,9 @@ def discard_run(session: Session, run_id: int) -> None:
         session.commit()
 
 
-def runs_overlapping(session: Session, since: datetime,
-                     until: datetime | None = None) -> list[ServerRun]:
+def runs_overlapping(
+    session: Session, since: datetime, until: datetime | None = None
+) -> list[ServerRun]:
     """Runs that were running at some time in [since, until) (until None: now), oldest first."""
     ensure_table(session)
     query = select(ServerRun).where(

@@ -57,15 +57,19 @@ def load_courses(path: str) -> dict[str, Course]:
     except ValueError as e:
         raise ValueError(f"{path}: not JSON ({e})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: must be a JSON object of courses, e.g. "
-                         '{"ml101": {"group": "ml101", "instructors": ["ml101-instructors"]}}')
+        raise ValueError(
+            f"{path}: must be a JSON object of courses, e.g. "
+            '{"ml101": {"group": "ml101", "instructors": ["ml101-instructors"]}}'
+        )
     courses: dict[str, Course] = {}
     for slug, entry in data.items():
         course = _course(path, slug, entry)
         for other in courses.values():
             if other.group == course.group:
-                raise ValueError(f"{path}: course {slug!r}: group: {course.group!r} is "
-                                 f"already the group of course {other.slug!r}")
+                raise ValueError(
+                    f"{path}: course {slug!r}: group: {course.group!r} is "
+                    f"already the group of course {other.slug!r}"
+                )
         courses[slug] = course
     return courses
 
@@ -75,25 +79,34 @@ def _course(path: str, slug: str, entry: object) -> Course:
         return ValueError(f"{path}: course {slug!r}: {field}: {what}")
 
     if not SLUG.fullmatch(slug):
-        raise ValueError(f"{path}: course {slug!r}: a course's key is 1 to 63 lowercase "
-                         "letters, digits, - or _, starting with a letter or digit")
+        raise ValueError(
+            f"{path}: course {slug!r}: a course's key is 1 to 63 lowercase "
+            "letters, digits, - or _, starting with a letter or digit"
+        )
     if not isinstance(entry, dict):
-        raise ValueError(f"{path}: course {slug!r}: must be a JSON object with group and "
-                         "instructors")
+        raise ValueError(
+            f"{path}: course {slug!r}: must be a JSON object with group and instructors"
+        )
     unknown = sorted(set(entry) - FIELDS)
     if unknown:
         raise bad(unknown[0], f"unknown field; fields are {', '.join(sorted(FIELDS))}")
     group = entry.get("group")
     if not isinstance(group, str) or not GROUP.fullmatch(group):
-        raise bad("group", "the students' JupyterHub group is required, a name without "
-                           "spaces, '/', '!' or ','")
+        raise bad(
+            "group",
+            "the students' JupyterHub group is required, a name without spaces, '/', '!' or ','",
+        )
     instructors = entry.get("instructors")
-    if (not isinstance(instructors, list) or not instructors
-            or not all(isinstance(g, str) and GROUP.fullmatch(g) for g in instructors)):
+    if (
+        not isinstance(instructors, list)
+        or not instructors
+        or not all(isinstance(g, str) and GROUP.fullmatch(g) for g in instructors)
+    ):
         raise bad("instructors", 'a non-empty list of group names, e.g. ["ml101-instructors"]')
     if group in instructors:
-        raise bad("instructors", f"{group!r} is the students' group: its members would all "
-                                 "be instructors")
+        raise bad(
+            "instructors", f"{group!r} is the students' group: its members would all be instructors"
+        )
     display_name = entry.get("display_name", slug)
     if not isinstance(display_name, str) or not display_name.strip():
         raise bad("display_name", "a non-empty text")
@@ -102,5 +115,10 @@ def _course(path: str, slug: str, entry: object) -> Course:
         problem = username_problem(account) if isinstance(account, str) else "must be a text"
         if problem:
             raise bad("account", f"a Credits API account name: {problem}")
-    return Course(slug=slug, display_name=display_name.strip(), group=group,
-                  instructors=tuple(dict.fromkeys(instructors)), account=account)
+    return Course(
+        slug=slug,
+        display_name=display_name.strip(),
+        group=group,
+        instructors=tuple(dict.fromkeys(instructors)),
+        account=account,
+    )

@@ -53,19 +53,23 @@ MAX_BODY_BYTES = 4096
 class CourseGrants(LoggingConfigurable):
     """What the grant endpoint reads from the hub's configuration."""
 
-    courses = Dict(help="""The courses, by slug: {"group", "account", "display_name"}; set
+    courses = Dict(
+        help="""The courses, by slug: {"group", "account", "display_name"}; set
         from GPUHUB_COURSES by apply_courses_config.
 
         c.CourseGrants.courses = {"ml101": {"group": "ml101", "account": "course-ml101",
                                             "display_name": "ML101"}}
-        """).tag(config=True)
+        """
+    ).tag(config=True)
 
-    admin_token = Unicode(help="""The Credits API's admin token, for the grant to the member
+    admin_token = Unicode(
+        help="""The Credits API's admin token, for the grant to the member
         (the debit of the course account uses the hub's own token, c.CreditsClient.token).
         Empty: grants are refused with 503.
 
         c.CourseGrants.admin_token = open(".../credits-admin-token").read().strip()
-        """).tag(config=True)
+        """
+    ).tag(config=True)
 
 
 class CourseGrantHandler(APIHandler):
@@ -78,12 +82,10 @@ class CourseGrantHandler(APIHandler):
         sub = self.parsed_scopes.get(GRANT_SCOPE)
         if sub is None:
             self.log.warning("%s may not grant course credits (needs %s)", who, GRANT_SCOPE)
-            raise web.HTTPError(403, "Only a course's instructors may grant course "
-                                     "credits.")
+            raise web.HTTPError(403, "Only a course's instructors may grant course credits.")
         config = CourseGrants(config=self.settings["config"], log=self.log)
         course = config.courses.get(slug)
-        if course is None or (sub != Scope.ALL
-                              and course["group"] not in sub.get("group", ())):
+        if course is None or (sub != Scope.ALL and course["group"] not in sub.get("group", ())):
             raise web.HTTPError(404, f"No course {slug!r}.")
         body = self._body()
         user, amount, reason, request_id = self._fields(body)
@@ -92,55 +94,89 @@ class CourseGrantHandler(APIHandler):
             raise web.HTTPError(404, f"{user} is not a member of {course['display_name']}.")
         account = course["account"]
         if not account:
-            raise web.HTTPError(400, f"{course['display_name']} has no credit account "
-                                     f"(GPUHUB_COURSES: course {slug!r}, field account).")
+            raise web.HTTPError(
+                400,
+                f"{course['display_name']} has no credit account "
+                f"(GPUHUB_COURSES: course {slug!r}, field account).",
+            )
         if not config.admin_token:
-            raise web.HTTPError(503, "This hub cannot grant credits: it has no admin token of "
-                                     "the Credits API (GPUHUB_CREDITS_ADMIN_TOKEN).")
+            raise web.HTTPError(
+                503,
+                "This hub cannot grant credits: it has no admin token of "
+                "the Credits API (GPUHUB_CREDITS_ADMIN_TOKEN).",
+            )
         metadata = {"course": slug, "member": user, "by": who, "request": request_id}
         reason = reason or f"course credits of {course['display_name']} from {who}"
         key = f"course-grant:{slug}:{request_id}"
         hub_client = CreditsClient(config=self.settings["config"], log=self.log)
-        admin_client = CreditsClient(config=self.settings["config"], log=self.log,
-                                     token=config.admin_token)
+        admin_client = CreditsClient(
+            config=self.settings["config"], log=self.log, token=config.admin_token
+        )
         try:
-            debit = await hub_client.debit(account, amount, key=key + ":debit",
-                                           reason=reason, metadata=metadata)
-            grant = await admin_client.grant(user, amount, key=key + ":grant",
-                                             reason=reason, metadata=metadata)
+            debit = await hub_client.debit(
+                account, amount, key=key + ":debit", reason=reason, metadata=metadata
+            )
+            grant = await admin_client.grant(
+                user, amount, key=key + ":grant", reason=reason, metadata=metadata
+            )
         except InsufficientCredits as e:
             have = f"{e.balance:.2f} credits" if e.balance is not None else "too few credits"
-            raise web.HTTPError(402, f"{course['display_name']}'s account has {have}; it "
-                                     f"cannot pay {amount} credits. Nothing was moved.") from None
+            raise web.HTTPError(
+                402,
+                f"{course['display_name']}'s account has {have}; it "
+                f"cannot pay {amount} credits. Nothing was moved.",
+            ) from None
         except AccountNotFound:
-            raise web.HTTPError(402, f"{course['display_name']}'s account {account} has no "
-                                     "credits yet (an admin grants them first). Nothing was "
-                                     "moved.") from None
+            raise web.HTTPError(
+                402,
+                f"{course['display_name']}'s account {account} has no "
+                "credits yet (an admin grants them first). Nothing was "
+                "moved.",
+            ) from None
         except IdempotencyConflict:
-            raise web.HTTPError(409, f"request_id {request_id!r} was used for another grant; "
-                                     "send a new one.") from None
+            raise web.HTTPError(
+                409, f"request_id {request_id!r} was used for another grant; send a new one."
+            ) from None
         except CreditsUnavailable:
             self.log.warning("course grant %s: Credits API unavailable", key)
-            raise web.HTTPError(503, "The credits service does not answer. Send the same "
-                                     f"request again with request_id {request_id!r}: it "
-                                     "moves the credits once.") from None
+            raise web.HTTPError(
+                503,
+                "The credits service does not answer. Send the same "
+                f"request again with request_id {request_id!r}: it "
+                "moves the credits once.",
+            ) from None
         except CreditsError as e:
             self.log.error("course grant %s failed: %s", key, e)
             raise web.HTTPError(502, "The credits service refused the grant.") from None
         finally:
             await hub_client.aclose()
             await admin_client.aclose()
-        self.log.info("%s granted %s credits of course %s (%s) to %s, request %s%s", who,
-                      amount, slug, account, user, request_id,
-                      " (replayed)" if debit.replayed and grant.replayed else "")
+        self.log.info(
+            "%s granted %s credits of course %s (%s) to %s, request %s%s",
+            who,
+            amount,
+            slug,
+            account,
+            user,
+            request_id,
+            " (replayed)" if debit.replayed and grant.replayed else "",
+        )
         self.set_status(201)
         self.set_header("Content-Type", "application/json")
-        self.write(json.dumps({
-            "course": slug, "user": user, "amount": f"{Decimal(amount):.2f}",
-            "request_id": request_id, "debit": debit.transaction_id,
-            "grant": grant.transaction_id, "course_balance": f"{debit.balance:.2f}",
-            "replayed": debit.replayed and grant.replayed,
-        }))
+        self.write(
+            json.dumps(
+                {
+                    "course": slug,
+                    "user": user,
+                    "amount": f"{Decimal(amount):.2f}",
+                    "request_id": request_id,
+                    "debit": debit.transaction_id,
+                    "grant": grant.transaction_id,
+                    "course_balance": f"{debit.balance:.2f}",
+                    "replayed": debit.replayed and grant.replayed,
+                }
+            )
+        )
 
     def _body(self) -> dict:
         if len(self.request.body) > MAX_BODY_BYTES:
@@ -150,12 +186,17 @@ class CourseGrantHandler(APIHandler):
         except ValueError:
             body = None
         if not isinstance(body, dict):
-            raise web.HTTPError(400, 'The body must be a JSON object such as {"user": '
-                                     '"alice", "amount": "5.00", "reason": "lab 3"}.')
+            raise web.HTTPError(
+                400,
+                'The body must be a JSON object such as {"user": '
+                '"alice", "amount": "5.00", "reason": "lab 3"}.',
+            )
         unknown = sorted(set(body) - {"user", "amount", "reason", "request_id"})
         if unknown:
-            raise web.HTTPError(400, f"Unknown field {unknown[0]!r}; fields are user, amount, "
-                                     "reason and request_id.")
+            raise web.HTTPError(
+                400,
+                f"Unknown field {unknown[0]!r}; fields are user, amount, reason and request_id.",
+            )
         return body
 
     def _fields(self, body: dict) -> tuple[str, str, str | None, str]:
@@ -172,8 +213,9 @@ class CourseGrantHandler(APIHandler):
             if Decimal(amount) <= 0:
                 raise ValueError
         except (TypeError, ValueError, ArithmeticError):
-            raise web.HTTPError(400, 'amount: credits greater than zero, as "5.00" or 5 '
-                                     "(at most two places).") from None
+            raise web.HTTPError(
+                400, 'amount: credits greater than zero, as "5.00" or 5 (at most two places).'
+            ) from None
         reason = body.get("reason")
         if reason is not None and (not isinstance(reason, str) or len(reason) > 300):
             raise web.HTTPError(400, "reason: a text of at most 300 characters.")

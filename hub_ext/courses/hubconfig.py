@@ -33,9 +33,17 @@ __all__ = ["GRANT_SCOPE", "ROLE_PREFIX", "apply_courses_config", "instructor_rol
 GRANT_SCOPE = "custom:gpuhub:courses:grant"
 ROLE_PREFIX = "gpuhub-course-"
 #: the hub's scopes an instructor holds, each filtered to the course's group
-FILTERED_SCOPES = ("list:users", "read:users", "read:servers", "delete:servers",
-                   "list:groups", "read:groups", "custom:gpuhub:gpus:read",
-                   "custom:gpuhub:reservations:admin", GRANT_SCOPE)
+FILTERED_SCOPES = (
+    "list:users",
+    "read:users",
+    "read:servers",
+    "delete:servers",
+    "list:groups",
+    "read:groups",
+    "custom:gpuhub:gpus:read",
+    "custom:gpuhub:reservations:admin",
+    GRANT_SCOPE,
+)
 
 
 def instructor_role(course: Course) -> dict:
@@ -43,9 +51,8 @@ def instructor_role(course: Course) -> dict:
     return {
         "name": ROLE_PREFIX + course.slug,
         "description": f"Instructors of {course.display_name}: its members, their servers, "
-                       "its reservations and credits",
-        "scopes": [f"{scope}!group={course.group}" for scope in FILTERED_SCOPES]
-        + ["admin-ui"],
+        "its reservations and credits",
+        "scopes": [f"{scope}!group={course.group}" for scope in FILTERED_SCOPES] + ["admin-ui"],
         "groups": list(course.instructors),
     }
 
@@ -60,12 +67,17 @@ def apply_courses_config(c, settings) -> None:
     custom = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
     custom[GRANT_SCOPE] = {
         "description": "Grant course credits: move credits from a course's account to a "
-                       "member (filter with !group=<name> for one course).",
+        "member (filter with !group=<name> for one course).",
     }
     c.JupyterHub.custom_scopes = custom
-    c.CourseGrants.courses = {slug: {"group": course.group, "account": course.account,
-                                     "display_name": course.display_name}
-                              for slug, course in courses.items()}
+    c.CourseGrants.courses = {
+        slug: {
+            "group": course.group,
+            "account": course.account,
+            "display_name": course.display_name,
+        }
+        for slug, course in courses.items()
+    }
     # the course budget: a course's account pays during its reservations' windows
     c.CreditsHook.course_payer = CourseBudget(c.CourseGrants.courses)
     # the reservations' sentences name a course's group by the course's display_name
@@ -74,8 +86,11 @@ def apply_courses_config(c, settings) -> None:
         return
     if settings.credits and any(course.account for course in courses.values()):
         c.CourseGrants.admin_token = _admin_token(settings)
-    roles = [r for r in (c.JupyterHub.load_roles if "load_roles" in c.JupyterHub else [])
-             if not r.get("name", "").startswith(ROLE_PREFIX)]
+    roles = [
+        r
+        for r in (c.JupyterHub.load_roles if "load_roles" in c.JupyterHub else [])
+        if not r.get("name", "").startswith(ROLE_PREFIX)
+    ]
     c.JupyterHub.load_roles = roles + [instructor_role(course) for course in courses.values()]
     auth = c.CreditAuthenticator
     allowed = set(auth.allowed_groups) if "allowed_groups" in auth else set()

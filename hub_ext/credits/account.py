@@ -101,25 +101,33 @@ async def read_credit_account(
                 return _state("none")
             try:
                 grant = await grant_client.grant(
-                    username, initial_credits, key=initial_grant_key(username),
-                    reason="initial credits", metadata={"source": "gpuhub-login"},
+                    username,
+                    initial_credits,
+                    key=initial_grant_key(username),
+                    reason="initial credits",
+                    metadata={"source": "gpuhub-login"},
                 )
             except IdempotencyConflict:
                 # granted before, with another amount (the setting changed since)
                 log.info("Credits: %s had an initial grant already", username)
             else:
                 if not grant.replayed:
-                    log.info("Credits: granted %s initial credits to %s",
-                             format_amount(initial_credits), username)
+                    log.info(
+                        "Credits: granted %s initial credits to %s",
+                        format_amount(initial_credits),
+                        username,
+                    )
                     return _state("ok", grant.balance)
             account = await client.balance(username)
         return _state("ok", account.balance)
     except CreditsAuthError as e:
-        log.error("Credits: the Credits API refused the hub's token reading %s's account (%s)",
-                  username, e)
+        log.error(
+            "Credits: the Credits API refused the hub's token reading %s's account (%s)",
+            username,
+            e,
+        )
     except CreditsError as e:
-        log.warning("Credits: no answer about %s's account (%s); balance unknown",
-                    username, e)
+        log.warning("Credits: no answer about %s's account (%s); balance unknown", username, e)
     return unknown()
 
 

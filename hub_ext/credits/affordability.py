@@ -24,8 +24,7 @@ from .metering import CENT, as_decimal, interval_amount
 __all__ = ["UNREACHABLE", "Affordability", "too_little"]
 
 UNREACHABLE = (
-    "The credit service cannot be reached, so no server can start now. "
-    "Try again in a few minutes."
+    "The credit service cannot be reached, so no server can start now. Try again in a few minutes."
 )
 
 
@@ -35,8 +34,10 @@ def _money(value: Decimal | None) -> str:
 
 def too_little(price: Decimal, balance: Decimal | None) -> str:
     """The sentence a member reads when their balance cannot pay a profile."""
-    return (f"This profile costs {_money(price)} credits per hour; your balance is "
-            f"{_money(balance)}. Pick a free profile, or ask an admin for credits.")
+    return (
+        f"This profile costs {_money(price)} credits per hour; your balance is "
+        f"{_money(balance)}. Pick a free profile, or ask an admin for credits."
+    )
 
 
 class Affordability:
@@ -67,8 +68,12 @@ class Affordability:
         except (CreditsError, TimeoutError) as e:
             why = "timed out" if isinstance(e, TimeoutError) else str(e)
             if self.fail_open:
-                self.log.warning("Credits API unavailable checking the balance of %s (%s); "
-                                 "the debit decides (fail_open)", who, why)
+                self.log.warning(
+                    "Credits API unavailable checking the balance of %s (%s); "
+                    "the debit decides (fail_open)",
+                    who,
+                    why,
+                )
                 return
             metrics.SPAWNS_REFUSED.labels(reason="credits_unavailable").inc()
             self.log.error("Refusing spawn of %s: its balance cannot be read: %s", who, why)
@@ -76,8 +81,12 @@ class Affordability:
         refusal = self._cannot_pay(price, balance)
         if refusal:
             metrics.SPAWNS_REFUSED.labels(reason="insufficient_credits").inc()
-            self.log.warning("Refusing spawn of %s before reserving anything: balance %s is "
-                             "below the first interval", who, _money(balance))
+            self.log.warning(
+                "Refusing spawn of %s before reserving anything: balance %s is "
+                "below the first interval",
+                who,
+                _money(balance),
+            )
             raise web.HTTPError(402, refusal)
 
     def course_may_pay(self, spawner):

@@ -28,9 +28,7 @@ AMOUNT_PATTERN = re.compile(r"^[0-9]{1,12}(\.[0-9]{1,2})?$")
 
 #: The ``PositiveAmount`` pattern (contract 1.1): an amount moved by a debit, refund or
 #: grant, greater than zero and written without leading zeros ("0.25", "1", "10.50").
-POSITIVE_AMOUNT_PATTERN = re.compile(
-    r"^([1-9][0-9]{0,11}(\.[0-9]{1,2})?|0\.(0[1-9]|[1-9][0-9]?))$"
-)
+POSITIVE_AMOUNT_PATTERN = re.compile(r"^([1-9][0-9]{0,11}(\.[0-9]{1,2})?|0\.(0[1-9]|[1-9][0-9]?))$")
 
 #: The largest amount the contract can express, in hundredths of a credit (999999999999.99).
 MAX_CENTS = 10**14 - 1

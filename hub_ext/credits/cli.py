@@ -158,9 +158,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not url:
         if managed is None:
-            print("credits: no API URL; set GPUHUB_CREDITS_URL or pass --url (or run this "
-                  "where the hub's GPUHUB_STATE_DIR holds its credits token files)",
-                  file=sys.stderr)
+            print(
+                "credits: no API URL; set GPUHUB_CREDITS_URL or pass --url (or run this "
+                "where the hub's GPUHUB_STATE_DIR holds its credits token files)",
+                file=sys.stderr,
+            )
             return 2
         url, token = managed[0], token or managed[1]
     if not token:

@@ -230,9 +230,7 @@ class CreditsClient(LoggingConfigurable):
             key=key,
         )
         data = self._check("debit", response, username)
-        return parse_transaction(
-            data, username, kind="debit", replayed=response.status_code == 200
-        )
+        return parse_transaction(data, username, kind="debit", replayed=response.status_code == 200)
 
     async def refund(
         self,
@@ -290,9 +288,7 @@ class CreditsClient(LoggingConfigurable):
             key=key,
         )
         data = self._check("grant", response, username)
-        return parse_transaction(
-            data, username, kind="grant", replayed=response.status_code == 200
-        )
+        return parse_transaction(data, username, kind="grant", replayed=response.status_code == 200)
 
     async def transactions(
         self, username: str, limit: int = 50, before: str | None = None

@@ -69,9 +69,11 @@ __all__ = ["CreditsHook", "course_cannot_pay", "too_little", "utcnow"]
 
 def course_cannot_pay(course: str, balance: str, amount) -> str:
     """What a member reads when the course's account cannot pay the first interval."""
-    return (f"{course}'s account cannot pay for this server: it has {balance} credits and "
-            f"the first interval costs {amount}. Tick \"Pay with my own "
-            "credits\" on the card to start it on your own balance, or ask your instructor.")
+    return (
+        f"{course}'s account cannot pay for this server: it has {balance} credits and "
+        f'the first interval costs {amount}. Tick "Pay with my own '
+        'credits" on the card to start it on your own balance, or ask your instructor.'
+    )
 
 
 class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
@@ -229,15 +231,22 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         if price <= 0:
             return
         record = MeterRecord.new(
-            username, server_name, getattr(spawner, "profile_slug", "") or "",
-            self.now(), price, self.interval,
+            username,
+            server_name,
+            getattr(spawner, "profile_slug", "") or "",
+            self.now(),
+            price,
+            self.interval,
         )
         payer = self.paying_course(spawner)
         if payer is not None:
             record.course, record.course_account = payer.slug, payer.account
             record.paid_until = payer.until
-            spawner.emit(25, f"Paid by {payer.display_name} during its reservation until "
-                         f"{payer.until:%H:%M} UTC")
+            spawner.emit(
+                25,
+                f"Paid by {payer.display_name} during its reservation until "
+                f"{payer.until:%H:%M} UTC",
+            )
         minutes = record.interval / 60
         span = f"{minutes:g} minutes" if minutes >= 1 else f"{record.interval:g} seconds"
         spawner.emit(30, f"Debiting {record.amount} credits for the first {span}")
@@ -258,8 +267,7 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         record.debits[0] = entry.transaction_id
         self._track(spawner, record)
         if record.course_pays(0):
-            spawner.emit(40, f"Debited {record.amount} credits from {payer.display_name}'s "
-                         "account")
+            spawner.emit(40, f"Debited {record.amount} credits from {payer.display_name}'s account")
             return
         spawner.emit(40, f"Debited {record.amount} credits; your balance is {entry.balance}")
         await remember_balance(spawner.user, entry.balance, self.log)
@@ -279,8 +287,10 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         payer = self.course_may_pay(spawner)
         if payer is None:
             return "Paid by you", False
-        return (f"Paid by {payer.display_name} during its reservation until "
-                f"{payer.until:%H:%M} UTC", True)
+        return (
+            f"Paid by {payer.display_name} during its reservation until {payer.until:%H:%M} UTC",
+            True,
+        )
 
     def course_may_pay(self, spawner):
         """A course that may pay for this member's start now (``c.CreditsHook.course_payer``
@@ -301,15 +311,22 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
                     return await self._debit(record, 0)
             except (InsufficientCredits, AccountNotFound) as e:
                 balance = _money(getattr(e, "balance", None))
-                self.log.warning("%s's account %s cannot pay interval 0 of %s (%s)",
-                                 payer.slug, payer.account, record.label, e)
+                self.log.warning(
+                    "%s's account %s cannot pay interval 0 of %s (%s)",
+                    payer.slug,
+                    payer.account,
+                    record.label,
+                    e,
+                )
                 if not getattr(spawner, "pay_self", False):
                     metrics.SPAWNS_REFUSED.labels(reason="insufficient_credits").inc()
-                    raise web.HTTPError(402, course_cannot_pay(
-                        payer.display_name, balance, record.amount)) from None
+                    raise web.HTTPError(
+                        402, course_cannot_pay(payer.display_name, balance, record.amount)
+                    ) from None
                 record.course = record.course_account = record.paid_until = None
-                spawner.emit(30, f"{payer.display_name}'s account cannot pay; you pay, as "
-                             "you chose")
+                spawner.emit(
+                    30, f"{payer.display_name}'s account cannot pay; you pay, as you chose"
+                )
             except asyncio.CancelledError:
                 self._void_later(spawner, record, "was stopped before it started")
                 raise
@@ -331,27 +348,44 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         except (InsufficientCredits, AccountNotFound) as e:
             balance = getattr(e, "balance", None)
             metrics.SPAWNS_REFUSED.labels(reason="insufficient_credits").inc()
-            self.log.warning("Refusing spawn of %s: %s credits for interval 0 refused (%s)",
-                             record.label, record.amount, e)
+            self.log.warning(
+                "Refusing spawn of %s: %s credits for interval 0 refused (%s)",
+                record.label,
+                record.amount,
+                e,
+            )
             raise web.HTTPError(402, too_little(price, balance)) from None
         except (CreditsError, TimeoutError) as e:
             why = "timed out" if isinstance(e, TimeoutError) else str(e)
             if isinstance(e, CreditsAuthError):
-                self.log.error("Credits API refused the hub's token (check "
-                               "c.CreditsClient.token / GPUHUB_CREDITS_TOKEN): %s", e)
+                self.log.error(
+                    "Credits API refused the hub's token (check "
+                    "c.CreditsClient.token / GPUHUB_CREDITS_TOKEN): %s",
+                    e,
+                )
             if self.fail_open and isinstance(e, (*_UNCERTAIN, CreditsAuthError)):
-                self.log.warning("Credits API unavailable for the spawn of %s (%s); starting "
-                                 "it unpaid (fail_open), the meter charges it later",
-                                 record.label, why)
-                spawner.emit(35, "The credit service cannot be reached; starting anyway, "
-                             "the debit follows when it answers")
+                self.log.warning(
+                    "Credits API unavailable for the spawn of %s (%s); starting "
+                    "it unpaid (fail_open), the meter charges it later",
+                    record.label,
+                    why,
+                )
+                spawner.emit(
+                    35,
+                    "The credit service cannot be reached; starting anyway, "
+                    "the debit follows when it answers",
+                )
                 self._track(spawner, record)
                 return None
             if isinstance(e, _UNCERTAIN):
                 self._void_later(spawner, record, "was refused")
             metrics.SPAWNS_REFUSED.labels(reason="credits_unavailable").inc()
-            self.log.error("Refusing spawn of %s: the debit of %s credits failed: %s",
-                           record.label, record.amount, why)
+            self.log.error(
+                "Refusing spawn of %s: the debit of %s credits failed: %s",
+                record.label,
+                record.amount,
+                why,
+            )
             raise web.HTTPError(503, UNREACHABLE) from None
         return entry
 
@@ -401,9 +435,11 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         """
         state = spawner.hook_state.get(self.name)
         if isinstance(state, dict) and state.get(PENDING):
-            self.log.warning("%s: the hub stopped during its start, after the debit began; "
-                             "its container decides (running: metered, else refunded)",
-                             getattr(spawner, "_log_name", spawner))
+            self.log.warning(
+                "%s: the hub stopped during its start, after the debit began; "
+                "its container decides (running: metered, else refunded)",
+                getattr(spawner, "_log_name", spawner),
+            )
             try:
                 record = MeterRecord.from_state(written_ahead(state))
             except ValueError as e:
@@ -415,14 +451,22 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         try:
             record = MeterRecord.from_state(state)
         except ValueError as e:
-            self.log.error("Cannot restore the credits metering of %s: %s",
-                           getattr(spawner, "_log_name", spawner), e)
+            self.log.error(
+                "Cannot restore the credits metering of %s: %s",
+                getattr(spawner, "_log_name", spawner),
+                e,
+            )
             return
         known = self._metered.get(record.server_id)
         if known is not None:
             for index, debit_id in known.record.debits.items():
                 record.debits.setdefault(index, debit_id)
         self._track(spawner, record)
-        self.log.info("Metering of %s restored: started %s, %s credits per %gs, intervals %s "
-                      "paid", record.label, record.started_at.isoformat(), record.amount,
-                      record.interval, sorted(record.debits) or "none")
+        self.log.info(
+            "Metering of %s restored: started %s, %s credits per %gs, intervals %s paid",
+            record.label,
+            record.started_at.isoformat(),
+            record.amount,
+            record.interval,
+            sorted(record.debits) or "none",
+        )

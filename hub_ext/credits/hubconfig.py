@@ -54,9 +54,15 @@ def managed_service(settings) -> dict:
         "display": False,
         "cwd": str(state),
         "command": [
-            sys.executable, "-m", "hub_ext.credits.service",
-            "--ip", "127.0.0.1", "--port", str(settings.credits_port),
-            "--db-url", f"sqlite:///{state / 'credits.sqlite'}",
+            sys.executable,
+            "-m",
+            "hub_ext.credits.service",
+            "--ip",
+            "127.0.0.1",
+            "--port",
+            str(settings.credits_port),
+            "--db-url",
+            f"sqlite:///{state / 'credits.sqlite'}",
         ],
         "environment": {
             "GPUHUB_CREDITS_HUB_TOKEN": token_file(state / HUB_TOKEN_FILE),
@@ -81,8 +87,7 @@ def apply_credits_config(c, settings) -> None:
     if settings.credits_url:
         if not settings.credits_url.startswith(("http://", "https://")):
             raise ValueError(
-                f"GPUHUB_CREDITS_URL={settings.credits_url!r} must start with http:// or "
-                "https://"
+                f"GPUHUB_CREDITS_URL={settings.credits_url!r} must start with http:// or https://"
             )
         if not settings.credits_token:
             raise ValueError("GPUHUB_CREDITS_URL is set but GPUHUB_CREDITS_TOKEN is empty")

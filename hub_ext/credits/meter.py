@@ -98,8 +98,14 @@ class CreditsMeter:
             except ValueError:
                 pass
         if metered is None:
-            metered = next((m for m in self._metered.values()
-                            if m.spawner is spawner and m.stopped_at is None), None)
+            metered = next(
+                (
+                    m
+                    for m in self._metered.values()
+                    if m.spawner is spawner and m.stopped_at is None
+                ),
+                None,
+            )
         if metered is None or metered.stopped_at is not None:
             return None
         return metered
@@ -111,9 +117,11 @@ class CreditsMeter:
         if getattr(spawner, "server", None) is None and not getattr(spawner, "pending", None):
             return False
         state = getattr(spawner, "hook_state", {}).get(self.name)
-        return isinstance(state, dict) and state.get("started_at") == (
-            metered.record.started_at.isoformat()
-        ) and state.get("username") == metered.record.username
+        return (
+            isinstance(state, dict)
+            and state.get("started_at") == (metered.record.started_at.isoformat())
+            and state.get("username") == metered.record.username
+        )
 
     def _save(self, metered: MeteredRun) -> None:
         """Write the record into spawner state and, for a running server, the hub database."""
@@ -133,12 +141,22 @@ class CreditsMeter:
 
     async def _debit(self, record: MeterRecord, index: int):
         entry = await self.client.debit(
-            record.account(index), record.amount, key=debit_key(record.server_id, index),
-            reason=record.reason(index), metadata=record.metadata(index),
+            record.account(index),
+            record.amount,
+            key=debit_key(record.server_id, index),
+            reason=record.reason(index),
+            metadata=record.metadata(index),
         )
-        self.log.info("Debited %s credits from %s for interval %d of %s (%s%s), balance %s",
-                      entry.amount, record.account(index), index, record.label,
-                      entry.transaction_id, ", replay" if entry.replayed else "", entry.balance)
+        self.log.info(
+            "Debited %s credits from %s for interval %d of %s (%s%s), balance %s",
+            entry.amount,
+            record.account(index),
+            index,
+            record.label,
+            entry.transaction_id,
+            ", replay" if entry.replayed else "",
+            entry.balance,
+        )
         return entry
 
     async def _charge_due(self, metered: MeteredRun, until: datetime, final: bool) -> bool:
@@ -164,17 +182,27 @@ class CreditsMeter:
                     self.log.warning(
                         "Credits of %s ran out (balance %s): interval %d of %s refused; "
                         "stopping it in %gs unless credits are added",
-                        record.username, _money(balance), index, record.label,
-                        self.grace_period)
+                        record.username,
+                        _money(balance),
+                        index,
+                        record.label,
+                        self.grace_period,
+                    )
                     self._save(metered)
                 return True
             except _UNCERTAIN as e:
-                self.log.warning("Debit of interval %d of %s failed (%s); retrying at the "
-                                 "next pass with the same key", index, record.label, e)
+                self.log.warning(
+                    "Debit of interval %d of %s failed (%s); retrying at the "
+                    "next pass with the same key",
+                    index,
+                    record.label,
+                    e,
+                )
                 return False
             except CreditsError as e:
-                self.log.error("Debit of interval %d of %s refused: %s; not retried",
-                               index, record.label, e)
+                self.log.error(
+                    "Debit of interval %d of %s refused: %s; not retried", index, record.label, e
+                )
                 return True
             record.debits[index] = entry.transaction_id
             if not record.course_pays(index):
@@ -195,27 +223,45 @@ class CreditsMeter:
         for index, debit_id in sorted(record.debits.items()):
             if index < last or index in record.refunds:
                 continue
-            amount = refund_amount(record.amount, record.started_at, record.interval, index,
-                                   stopped_at)
+            amount = refund_amount(
+                record.amount, record.started_at, record.interval, index, stopped_at
+            )
             if amount > 0:
                 try:
                     entry = await self.client.refund(
-                        record.account(index), debit_id, amount,
+                        record.account(index),
+                        debit_id,
+                        amount,
                         key=refund_key(record.server_id, index),
                         reason=f"Unused part of interval {index} of {record.label}",
                     )
                 except _UNCERTAIN as e:
-                    self.log.warning("Refund of %s credits to %s failed (%s); retrying",
-                                     amount, record.username, e)
+                    self.log.warning(
+                        "Refund of %s credits to %s failed (%s); retrying",
+                        amount,
+                        record.username,
+                        e,
+                    )
                     return False
                 except CreditsError as e:
-                    self.log.error("Refund of %s credits of %s to %s refused: %s",
-                                   amount, debit_id, record.username, e)
+                    self.log.error(
+                        "Refund of %s credits of %s to %s refused: %s",
+                        amount,
+                        debit_id,
+                        record.username,
+                        e,
+                    )
                     amount = Decimal(0)
                 else:
-                    self.log.info("Refunded %s credits to %s for %s (interval %d, %s), "
-                                  "balance %s", entry.amount, record.account(index),
-                                  record.label, index, entry.transaction_id, entry.balance)
+                    self.log.info(
+                        "Refunded %s credits to %s for %s (interval %d, %s), balance %s",
+                        entry.amount,
+                        record.account(index),
+                        record.label,
+                        index,
+                        entry.transaction_id,
+                        entry.balance,
+                    )
                     if not record.course_pays(index):
                         await remember_balance(metered.user, entry.balance, self.log)
             record.refunds[index] = amount
@@ -224,6 +270,7 @@ class CreditsMeter:
     async def _settle_now(self, metered: MeteredRun, why: str) -> None:
         """Settle at once, within spawn_timeout; what is left goes to the meter.  The hub
         database holds it until it is done (:mod:`hub_ext.credits.unsettled`)."""
+
         async def settle() -> bool:
             async with metered.lock:
                 return await self._settle(metered)
@@ -233,8 +280,12 @@ class CreditsMeter:
             async with asyncio.timeout(self.spawn_timeout):
                 done = await settle()
         except Exception as e:  # noqa: BLE001 - never fail a stop; the meter retries
-            self.log.warning("Settling the credits of %s (%s) failed: %r; the meter retries",
-                             metered.record.label, why, e)
+            self.log.warning(
+                "Settling the credits of %s (%s) failed: %r; the meter retries",
+                metered.record.label,
+                why,
+                e,
+            )
             done = False
         if done:
             self._settled(metered)
@@ -243,8 +294,10 @@ class CreditsMeter:
 
     def _owe(self, metered: MeteredRun) -> None:
         """Write the settlement of a stopped run to the hub database, before it is tried."""
-        self.unsettled.keep(Owed("stop", metered.record, metered.stopped_at,
-                                 metered.charge_to_stop), metered.spawner)
+        self.unsettled.keep(
+            Owed("stop", metered.record, metered.stopped_at, metered.charge_to_stop),
+            metered.spawner,
+        )
 
     def _settled(self, metered: MeteredRun) -> None:
         self._metered.pop(metered.record.server_id, None)
@@ -283,10 +336,17 @@ class CreditsMeter:
                 self._voids.append(Void(record, 0.0, why=one.why))
             elif record.server_id not in self._metered:
                 self._metered[record.server_id] = MeteredRun(
-                    record, None, one.stopped_at, stopped_at=one.stopped_at,
-                    charge_to_stop=one.charge_to_stop)
-            self.log.warning("Credits of %s left unsettled by the previous hub (%s); the "
-                             "meter settles them", record.label, one.kind)
+                    record,
+                    None,
+                    one.stopped_at,
+                    stopped_at=one.stopped_at,
+                    charge_to_stop=one.charge_to_stop,
+                )
+            self.log.warning(
+                "Credits of %s left unsettled by the previous hub (%s); the meter settles them",
+                record.label,
+                one.kind,
+            )
         if owed:
             self.ensure_meter()
 
@@ -294,8 +354,12 @@ class CreditsMeter:
 
     def ensure_meter(self) -> None:
         """Start the meter task once per hub process (needs a running event loop)."""
-        self._meter_task = ensure_task(self._meter_task, lambda: every(
-            lambda: self.meter_period, self.meter_once, self.log, "Credits meter pass"))
+        self._meter_task = ensure_task(
+            self._meter_task,
+            lambda: every(
+                lambda: self.meter_period, self.meter_once, self.log, "Credits meter pass"
+            ),
+        )
 
     async def meter_once(self) -> None:
         """One pass: due debits, grace periods, vanished servers, pending settlements."""
@@ -325,8 +389,7 @@ class CreditsMeter:
         if metered.stopped_at is None and not self._running(metered):
             # cleared without stop() (e.g. its container was found dead): settle, no
             # further charges, from the last time we saw it
-            self.log.warning("%s is no longer running; settling its credits",
-                             record.label)
+            self.log.warning("%s is no longer running; settling its credits", record.label)
             metered.stopped_at = metered.last_seen
             metered.charge_to_stop = False
             self._owe(metered)
@@ -349,7 +412,9 @@ class CreditsMeter:
             else:
                 minutes = max(1, round((deadline - now).total_seconds() / 60))
                 notices().post(
-                    record.username, record.server_name, self.name,
+                    record.username,
+                    record.server_name,
+                    self.name,
                     f"{_whose(record, now)} ran out (balance {balance}): your {server} will be "
                     f"stopped in about {minutes} min unless credits are added.",
                 )
@@ -361,12 +426,18 @@ class CreditsMeter:
             return
         metered.stopping = True
         notices().post(
-            record.username, record.server_name, self.name,
+            record.username,
+            record.server_name,
+            self.name,
             f"Your {server} was stopped because {_whose(record, self.now()).lower()} ran "
             f"out (balance {balance}).",
         )
-        self.log.warning("Stopping %s: credits ran out (balance %s) and the grace period of "
-                         "%gs is over", record.label, balance, self.grace_period)
+        self.log.warning(
+            "Stopping %s: credits ran out (balance %s) and the grace period of %gs is over",
+            record.label,
+            balance,
+            self.grace_period,
+        )
         try:
             await stop_server(spawner, "credits")
         except Exception:

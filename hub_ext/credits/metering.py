@@ -180,8 +180,11 @@ class MeterRecord:
 
     def course_pays(self, index: int) -> bool:
         """Whether interval ``index`` is the course's (it begins before the window's end)."""
-        return bool(self.course_account and self.paid_until is not None
-                    and self.interval_start(index) < self.paid_until)
+        return bool(
+            self.course_account
+            and self.paid_until is not None
+            and self.interval_start(index) < self.paid_until
+        )
 
     def account(self, index: int) -> str:
         """The Credits API account that pays interval ``index`` (and gets its refund)."""

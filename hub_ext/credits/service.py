@@ -237,8 +237,11 @@ class WriteHandler(BaseHandler):
         debit_id = body.get("debit_id")
         if "debit_id" in self.fields:
             if not isinstance(debit_id, str) or not 1 <= len(debit_id) <= MAX_ID:
-                raise APIError(422, "invalid_request",
-                               f"debit_id must be a transaction id of 1 to {MAX_ID} characters.")
+                raise APIError(
+                    422,
+                    "invalid_request",
+                    f"debit_id must be a transaction id of 1 to {MAX_ID} characters.",
+                )
             if not _storable(debit_id):
                 raise APIError(404, "debit_not_found", f"{debit_id!r} is not a debit.")
         return WriteRequest(
@@ -314,8 +317,9 @@ def _positive_cents(amount: object) -> int:
     if isinstance(amount, str) and AMOUNT_PATTERN.fullmatch(amount) and to_cents(amount) == 0:
         raise APIError(422, "invalid_amount", "amount must be greater than zero.")
     raise APIError(
-        422, "invalid_request",
-        'amount must be a decimal string greater than zero, with at most two places and no '
+        422,
+        "invalid_request",
+        "amount must be a decimal string greater than zero, with at most two places and no "
         'leading zeros, like "1.50".',
     )
 
@@ -457,8 +461,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.admin_token:
             log.warning("No admin token (GPUHUB_CREDITS_ADMIN_TOKEN): grants are refused")
     try:
-        db_url = with_password(args.db_url, value("GPUHUB_CREDITS_DB_PASSWORD"),
-                               "GPUHUB_CREDITS_DB_PASSWORD")
+        db_url = with_password(
+            args.db_url, value("GPUHUB_CREDITS_DB_PASSWORD"), "GPUHUB_CREDITS_DB_PASSWORD"
+        )
     except ValueError as e:
         log.error("%s", e)
         return 2

@@ -35,8 +35,7 @@ from ..common.db import ensure_tables
 from ..common.runs import naive_utc
 from .metering import MeterRecord
 
-__all__ = ["KINDS", "Owed", "UnsettledRow", "UnsettledStore", "ensure_table",
-           "settle_at_start"]
+__all__ = ["KINDS", "Owed", "UnsettledRow", "UnsettledStore", "ensure_table", "settle_at_start"]
 
 #: ``stop``: final charges and the pro rata refund (``stopped_at``, ``charge_to_stop``),
 #: also a failed start (refund from its start) and a server whose container vanished;
@@ -115,18 +114,26 @@ class UnsettledStore:
         record = owed.record
         try:
             ensure_table(session)
-            session.merge(UnsettledRow(
-                server_id=record.server_id, kind=owed.kind, username=record.username,
-                record=record.to_state(),
-                stopped_at=None if owed.stopped_at is None else naive_utc(owed.stopped_at),
-                charge_to_stop=owed.charge_to_stop, why=owed.why,
-                written_at=naive_utc(datetime.now(UTC)),
-            ))
+            session.merge(
+                UnsettledRow(
+                    server_id=record.server_id,
+                    kind=owed.kind,
+                    username=record.username,
+                    record=record.to_state(),
+                    stopped_at=None if owed.stopped_at is None else naive_utc(owed.stopped_at),
+                    charge_to_stop=owed.charge_to_stop,
+                    why=owed.why,
+                    written_at=naive_utc(datetime.now(UTC)),
+                )
+            )
             session.commit()
         except Exception:
             session.rollback()
-            self.log.exception("Could not record the unsettled credits of %s (%s); "
-                               "retried from memory only", record.label, owed.kind)
+            self.log.exception(
+                "Could not record the unsettled credits of %s (%s); retried from memory only",
+                record.label,
+                owed.kind,
+            )
 
     def drop(self, server_id: str) -> None:
         """Delete the row of ``server_id`` (settled) and commit; idempotent."""
@@ -139,8 +146,11 @@ class UnsettledStore:
             session.commit()
         except Exception:
             session.rollback()
-            self.log.exception("Could not delete the settled credits row %s; its retry "
-                               "after a restart replays the same keys", server_id)
+            self.log.exception(
+                "Could not delete the settled credits row %s; its retry "
+                "after a restart replays the same keys",
+                server_id,
+            )
 
     def load(self) -> list[Owed]:
         """Every row, oldest first; a row that cannot be read is logged and skipped."""
@@ -155,8 +165,7 @@ class UnsettledStore:
                     raise ValueError(f"unknown kind {row.kind!r}")
                 record = MeterRecord.from_state(row.record)
             except ValueError as e:
-                self.log.error("Cannot read the unsettled credits row %s: %s",
-                               row.server_id, e)
+                self.log.error("Cannot read the unsettled credits row %s: %s", row.server_id, e)
                 continue
             stopped_at = row.stopped_at.replace(tzinfo=UTC) if row.stopped_at else None
             owed.append(Owed(row.kind, record, stopped_at, row.charge_to_stop, row.why))
@@ -182,8 +191,10 @@ def settle_at_start(app, hook_class) -> None:
         try:
             hook_class.instance(config=app.config).resume_unsettled(app.db)
         except Exception:
-            app.log.exception("Could not read the unsettled credits; they stay in the "
-                              "hub database for the next start")
+            app.log.exception(
+                "Could not read the unsettled credits; they stay in the "
+                "hub database for the next start"
+            )
         await start()
 
     start_after_settling.settles_credits_first = True

@@ -46,17 +46,29 @@ async def refund_lost_debit(client: CreditsClient, void: Void, log: logging.Logg
         log.warning("Cannot check the lost debit of %s yet: %s", record.label, e)
         return False
     for entry in page:
-        if (entry.kind == "debit" and entry.metadata.get("server_id") == record.server_id
-                and entry.metadata.get("interval") == "0"):
+        if (
+            entry.kind == "debit"
+            and entry.metadata.get("server_id") == record.server_id
+            and entry.metadata.get("interval") == "0"
+        ):
             try:
-                await client.refund(record.account(0), entry.transaction_id, entry.amount,
-                                    key=refund_key(record.server_id, 0),
-                                    reason=f"Spawn of {record.label} {void.why}")
+                await client.refund(
+                    record.account(0),
+                    entry.transaction_id,
+                    entry.amount,
+                    key=refund_key(record.server_id, 0),
+                    reason=f"Spawn of {record.label} {void.why}",
+                )
             except UNCERTAIN:
                 return False
             except CreditsError as e:
                 log.error("Refund of the lost debit %s failed: %s", entry.transaction_id, e)
-            log.warning("Refunded %s credits to %s: the debit of a spawn that %s (%s)",
-                        entry.amount, record.account(0), void.why, entry.transaction_id)
+            log.warning(
+                "Refunded %s credits to %s: the debit of a spawn that %s (%s)",
+                entry.amount,
+                record.account(0),
+                void.why,
+                entry.transaction_id,
+            )
             return True
     return True

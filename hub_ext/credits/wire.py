@@ -24,10 +24,20 @@ from .amounts import format_amount, parse_amount, to_cents
 from .contract import MAX_TEXT, metadata_problem, username_problem
 from .errors import CreditsContractError
 
-__all__ = ["Account", "Transaction", "account_path", "answer_amount", "checked_key",
-           "parse_account", "parse_transaction", "retry_after_seconds", "write_body"]
+__all__ = [
+    "Account",
+    "Transaction",
+    "account_path",
+    "answer_amount",
+    "checked_key",
+    "parse_account",
+    "parse_transaction",
+    "retry_after_seconds",
+    "write_body",
+]
 
 TRANSACTION_KINDS = frozenset({"debit", "refund", "grant"})
+
 
 @dataclass(frozen=True, slots=True)
 class Account:

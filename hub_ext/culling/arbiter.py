@@ -82,12 +82,16 @@ class ProfileIdleLimits:
             entries = [profile, profile["spawner_override"]]
             for option in (profile.get("profile_options") or {}).values():
                 entries += [c["spawner_override"] for c in option["choices"].values()]
-            found |= {float(e["cull_idle_timeout"]) for e in entries
-                      if e.get("cull_idle_timeout") is not None}
+            found |= {
+                float(e["cull_idle_timeout"])
+                for e in entries
+                if e.get("cull_idle_timeout") is not None
+            }
         return found
 
-    def __call__(self, *, inactive: timedelta, inactive_limit: float, server: dict,
-                 **kwargs) -> bool:
+    def __call__(
+        self, *, inactive: timedelta, inactive_limit: float, server: dict, **kwargs
+    ) -> bool:
         limit = self.limit(server.get("user_options"), inactive_limit)
         return bool(limit) and inactive.total_seconds() >= limit
 

@@ -93,9 +93,9 @@ class _Watched:
     watching_since: datetime
     last_seen: datetime
     run_id: int | None = None
-    mem_limit: int | None = None     # bytes (the profile's mem_limit), for the OOM notice
-    cull: str | None = None          # why this hub (or the idle culler) is stopping it
-    cull_seconds: float = 0.0        # the idle time or age the cull message names
+    mem_limit: int | None = None  # bytes (the profile's mem_limit), for the OOM notice
+    cull: str | None = None  # why this hub (or the idle culler) is stopping it
+    cull_seconds: float = 0.0  # the idle time or age the cull message names
     stopping: bool = False
     stopped_at: datetime | None = None
     last_verdict: Verdict | None = field(default=None, repr=False)
@@ -109,9 +109,14 @@ class _Watched:
         return f"server '{self.key.server}'" if self.key.server else "server"
 
     def to_state(self) -> dict:
-        return {"version": STATE_VERSION, "started_at": self.started_at.isoformat(),
-                "profile": self.profile, "run": self.run_id, "limits": self.limits.to_dict(),
-                "mem_limit": self.mem_limit}
+        return {
+            "version": STATE_VERSION,
+            "started_at": self.started_at.isoformat(),
+            "profile": self.profile,
+            "run": self.run_id,
+            "limits": self.limits.to_dict(),
+            "mem_limit": self.mem_limit,
+        }
 
 
 class Culler(Hook, SingletonConfigurable):
@@ -195,22 +200,27 @@ class Culler(Hook, SingletonConfigurable):
     @validate("check_interval")
     def _validate_interval(self, proposal):
         if proposal["value"] <= 0:
-            raise ValueError("c.Culler.check_interval must be a positive number of seconds, "
-                             f"got {proposal['value']!r}")
+            raise ValueError(
+                "c.Culler.check_interval must be a positive number of seconds, "
+                f"got {proposal['value']!r}"
+            )
         return proposal["value"]
 
     @validate("max_age_warning")
     def _validate_warning(self, proposal):
         if proposal["value"] < 0:
-            raise ValueError("c.Culler.max_age_warning must not be negative, "
-                             f"got {proposal['value']!r}")
+            raise ValueError(
+                f"c.Culler.max_age_warning must not be negative, got {proposal['value']!r}"
+            )
         return proposal["value"]
 
     @validate("busy_utilization")
     def _validate_busy(self, proposal):
         if not 1 <= proposal["value"] <= 100:
-            raise ValueError("c.Culler.busy_utilization is a percentage from 1 to 100, "
-                             f"got {proposal['value']!r}")
+            raise ValueError(
+                "c.Culler.busy_utilization is a percentage from 1 to 100, "
+                f"got {proposal['value']!r}"
+            )
         return proposal["value"]
 
     def __init__(self, **kwargs):
@@ -231,10 +241,16 @@ class Culler(Hook, SingletonConfigurable):
         key = ServerKey(spawner.user.name, spawner.name or "")
         notices().withdraw(key.user, key.server, self.name)
         now = self.now()
-        watched = _Watched(spawner=spawner, key=key,
-                           profile=getattr(spawner, "profile_slug", "") or "",
-                           started_at=now, limits=Limits.of(spawner), watching_since=now,
-                           last_seen=now, mem_limit=getattr(spawner, "mem_limit", None) or None)
+        watched = _Watched(
+            spawner=spawner,
+            key=key,
+            profile=getattr(spawner, "profile_slug", "") or "",
+            started_at=now,
+            limits=Limits.of(spawner),
+            watching_since=now,
+            last_seen=now,
+            mem_limit=getattr(spawner, "mem_limit", None) or None,
+        )
         watched.run_id = self._open_run(watched)
         spawner.hook_state[self.name] = watched.to_state()
         self._watched[key] = watched
@@ -258,8 +274,11 @@ class Culler(Hook, SingletonConfigurable):
             # maybe the idle culler's request, whose log line comes after the stop
             watched.cull_seconds = _idle_seconds(spawner)
             notices().withdraw(watched.key.user, watched.key.server, self.name)
-            self._finish(watched, getattr(spawner, "stop_reason", None) or "stopped",
-                         getattr(spawner, "stop_detail", None))
+            self._finish(
+                watched,
+                getattr(spawner, "stop_reason", None) or "stopped",
+                getattr(spawner, "stop_detail", None),
+            )
             self._remember(watched)
         else:
             self._finish(watched, watched.cull)
@@ -278,9 +297,16 @@ class Culler(Hook, SingletonConfigurable):
         key = ServerKey(spawner.user.name, spawner.name or "")
         now = self.now()
         self._watched[key] = _Watched(
-            spawner=spawner, key=key, profile=state.get("profile", ""), started_at=started_at,
-            limits=limits, watching_since=now, last_seen=now, run_id=run_id,
-            mem_limit=mem_limit)
+            spawner=spawner,
+            key=key,
+            profile=state.get("profile", ""),
+            started_at=started_at,
+            limits=limits,
+            watching_since=now,
+            last_seen=now,
+            run_id=run_id,
+            mem_limit=mem_limit,
+        )
         self.ensure_loop()
 
     def _take(self, spawner) -> _Watched | None:
@@ -295,8 +321,10 @@ class Culler(Hook, SingletonConfigurable):
 
     def ensure_loop(self) -> None:
         """Start the passes once per hub process (needs a running event loop)."""
-        self._task = ensure_task(self._task, lambda: every(
-            lambda: self.check_interval, self.cull_once, self.log, "Culling pass"))
+        self._task = ensure_task(
+            self._task,
+            lambda: every(lambda: self.check_interval, self.cull_once, self.log, "Culling pass"),
+        )
 
     async def cull_once(self) -> None:
         """One pass over every watched server: activity, warnings, culls, vanished servers."""
@@ -315,28 +343,37 @@ class Culler(Hook, SingletonConfigurable):
             except Exception:
                 self.log.exception("Culling check of %s failed", watched.label)
 
-    async def _check(self, watched: _Watched, now: datetime,
-                     utilization: Mapping[str, int | None]) -> None:
+    async def _check(
+        self, watched: _Watched, now: datetime, utilization: Mapping[str, int | None]
+    ) -> None:
         spawner = watched.spawner
         if not self._running(watched):
             # cleared without stop() (its container was found dead): close at last sight
             if self._watched.get(watched.key) is watched:
                 del self._watched[watched.key]
             watched.stopped_at = watched.last_seen
-            self.log.warning("%s is gone without a stop; its run ends at %s",
-                             watched.label, watched.last_seen.isoformat())
+            self.log.warning(
+                "%s is gone without a stop; its run ends at %s",
+                watched.label,
+                watched.last_seen.isoformat(),
+            )
             self._finish(watched, "gone")
             return
         if getattr(spawner, "pending", None) or watched.stopping:
             return
         watched.last_seen = now
         devices = tuple(held_devices(spawner)) if self.gpu_units is not None else ()
-        verdict = assess(now=now, started_at=watched.started_at,
-                         watching_since=watched.watching_since, limits=watched.limits,
-                         devices=devices, utilization=utilization,
-                         last_busy=self.activity.last_busy,
-                         busy_utilization=self.busy_utilization,
-                         warning=self.max_age_warning)
+        verdict = assess(
+            now=now,
+            started_at=watched.started_at,
+            watching_since=watched.watching_since,
+            limits=watched.limits,
+            devices=devices,
+            utilization=utilization,
+            last_busy=self.activity.last_busy,
+            busy_utilization=self.busy_utilization,
+            warning=self.max_age_warning,
+        )
         watched.last_verdict = verdict
         if verdict.busy:
             self._keep_active(spawner)
@@ -344,9 +381,14 @@ class Culler(Hook, SingletonConfigurable):
             seconds = verdict.age if verdict.cull == "max_age" else verdict.gpu_idle_for
             await self._cull(watched, verdict.cull, seconds, devices)
         elif verdict.stop_in is not None:
-            notices().post(watched.key.user, watched.key.server, self.name,
-                           warning_message(watched.server, verdict.stop_in,
-                                           watched.limits.max_age, watched.profile))
+            notices().post(
+                watched.key.user,
+                watched.key.server,
+                self.name,
+                warning_message(
+                    watched.server, verdict.stop_in, watched.limits.max_age, watched.profile
+                ),
+            )
 
     def _running(self, watched: _Watched) -> bool:
         """The spawner still runs this server (or is busy with it) and its state names it."""
@@ -355,7 +397,8 @@ class Culler(Hook, SingletonConfigurable):
             return False
         state = getattr(spawner, "hook_state", {}).get(self.name)
         return isinstance(state, dict) and state.get("started_at") == (
-            watched.started_at.isoformat())
+            watched.started_at.isoformat()
+        )
 
     def _keep_active(self, spawner) -> None:
         """Move the server's (and its user's) last_activity to now, in JupyterHub's clock,
@@ -368,21 +411,30 @@ class Culler(Hook, SingletonConfigurable):
             if orm_spawner.last_activity is None or orm_spawner.last_activity < now:
                 orm_spawner.last_activity = now
             orm_user = getattr(spawner.user, "orm_user", None)
-            if orm_user is not None and (orm_user.last_activity is None
-                                         or orm_user.last_activity < now):
+            if orm_user is not None and (
+                orm_user.last_activity is None or orm_user.last_activity < now
+            ):
                 orm_user.last_activity = now
             spawner.db.commit()
         except Exception:
             self.log.exception("Could not record the GPU activity of %s", spawner._log_name)
 
-    async def _cull(self, watched: _Watched, reason: str, seconds: float,
-                    devices: Sequence[str]) -> None:
+    async def _cull(
+        self, watched: _Watched, reason: str, seconds: float, devices: Sequence[str]
+    ) -> None:
         watched.cull, watched.cull_seconds, watched.stopping = reason, seconds, True
         limit = watched.limits.max_age if reason == "max_age" else watched.limits.gpu_idle_timeout
         what = "ran for" if reason == "max_age" else "GPU(s) idle for"
-        self.log.warning("Culling %s (profile %s, GPU(s) %s): %s %s, limit %s (%s)",
-                         watched.label, watched.profile or "-", ",".join(devices) or "none",
-                         what, duration(seconds), duration(limit), reason)
+        self.log.warning(
+            "Culling %s (profile %s, GPU(s) %s): %s %s, limit %s (%s)",
+            watched.label,
+            watched.profile or "-",
+            ",".join(devices) or "none",
+            what,
+            duration(seconds),
+            duration(limit),
+            reason,
+        )
         try:
             await stop_server(watched.spawner, reason)
         except Exception:
@@ -403,21 +455,33 @@ class Culler(Hook, SingletonConfigurable):
         (``out_of_memory``: the backend found it so, e.g. Slurm's OUT_OF_MEMORY, Docker's
         OOMKilled)."""
         if watched.run_id is not None and watched.stopped_at is not None:
-            self._db_write(watched.spawner, runs.close_run, watched.run_id,
-                           watched.stopped_at, reason, detail)
+            self._db_write(
+                watched.spawner, runs.close_run, watched.run_id, watched.stopped_at, reason, detail
+            )
         if reason in CULL_REASONS:
             self._announce(watched, reason)
         elif reason == "out_of_memory":
-            self.log.warning("%s (profile %s) was stopped past its memory limit: %s",
-                             watched.label, watched.profile or "-", detail or "-")
-            notices().post(watched.key.user, watched.key.server, self.name,
-                           out_of_memory_message(watched.server, watched.mem_limit))
+            self.log.warning(
+                "%s (profile %s) was stopped past its memory limit: %s",
+                watched.label,
+                watched.profile or "-",
+                detail or "-",
+            )
+            notices().post(
+                watched.key.user,
+                watched.key.server,
+                self.name,
+                out_of_memory_message(watched.server, watched.mem_limit),
+            )
 
     def _announce(self, watched: _Watched, reason: str) -> None:
         metrics.CULLS.labels(reason=reason).inc()
-        notices().post(watched.key.user, watched.key.server, self.name,
-                       cull_message(reason, watched.server, watched.cull_seconds,
-                                    watched.profile))
+        notices().post(
+            watched.key.user,
+            watched.key.server,
+            self.name,
+            cull_message(reason, watched.server, watched.cull_seconds, watched.profile),
+        )
 
     def _remember(self, watched: _Watched) -> None:
         """Keep a stopped server a while, for a cull reason that arrives after the stop."""
@@ -436,16 +500,24 @@ class Culler(Hook, SingletonConfigurable):
         watched = self._watched.get(key)
         if watched is not None:
             watched.cull, watched.cull_seconds = "idle", _idle_seconds(watched.spawner)
-            self.log.warning("Culling %s (profile %s): no activity for %s (stopping, by %s)",
-                             key, watched.profile or "-", duration(watched.cull_seconds),
-                             self.service_name)
+            self.log.warning(
+                "Culling %s (profile %s): no activity for %s (stopping, by %s)",
+                key,
+                watched.profile or "-",
+                duration(watched.cull_seconds),
+                self.service_name,
+            )
             return
         watched = self._recent.pop(key, None)
         if watched is None:
             return
-        self.log.warning("Culled %s (profile %s): no activity for %s (stopped by %s)",
-                         key, watched.profile or "-", duration(watched.cull_seconds),
-                         self.service_name)
+        self.log.warning(
+            "Culled %s (profile %s): no activity for %s (stopped by %s)",
+            key,
+            watched.profile or "-",
+            duration(watched.cull_seconds),
+            self.service_name,
+        )
         if watched.run_id is not None:
             self._db_write(watched.spawner, runs.set_reason, watched.run_id, "idle")
         self._announce(watched, "idle")
@@ -453,13 +525,19 @@ class Culler(Hook, SingletonConfigurable):
     def _open_run(self, watched: _Watched) -> int | None:
         spawner = watched.spawner
         return self._db_write(
-            spawner, runs.open_run, username=watched.key.user, server_name=watched.key.server,
-            profile=watched.profile, groups=[g.name for g in getattr(spawner.user, "groups", [])],
+            spawner,
+            runs.open_run,
+            username=watched.key.user,
+            server_name=watched.key.server,
+            profile=watched.profile,
+            groups=[g.name for g in getattr(spawner.user, "groups", [])],
             devices=held_devices(spawner),
-            started_at=watched.started_at, credits_run=_credits_run(spawner),
+            started_at=watched.started_at,
+            credits_run=_credits_run(spawner),
             line_wait=getattr(spawner, "line_wait", None),
             job_id=getattr(spawner, "job_id", None) or None,
-            course=_paying_course(spawner))
+            course=_paying_course(spawner),
+        )
 
     def _db_write(self, spawner, write, *args, **kwargs):
         db = getattr(spawner, "db", None)
@@ -480,9 +558,12 @@ class Culler(Hook, SingletonConfigurable):
         if watched is None:
             return None
         verdict = watched.last_verdict
-        return {"started_at": watched.started_at.isoformat(), "limits": watched.limits.to_dict(),
-                "gpu_idle_for": verdict.gpu_idle_for if verdict else None,
-                "stopping": watched.cull}
+        return {
+            "started_at": watched.started_at.isoformat(),
+            "limits": watched.limits.to_dict(),
+            "gpu_idle_for": verdict.gpu_idle_for if verdict else None,
+            "stopping": watched.cull,
+        }
 
 
 def held_devices(spawner) -> list[str]:

@@ -55,8 +55,10 @@ def culler_service(settings, profiles: list[dict]) -> dict | None:
     list.
     """
     if settings.cull_idle_timeout < 0:
-        raise ValueError(f"GPUHUB_CULL_IDLE_TIMEOUT={settings.cull_idle_timeout}: use 0 (no "
-                         "site-wide idle timeout) or a number of seconds")
+        raise ValueError(
+            f"GPUHUB_CULL_IDLE_TIMEOUT={settings.cull_idle_timeout}: use 0 (no "
+            "site-wide idle timeout) or a number of seconds"
+        )
     profile_limits = ProfileIdleLimits(profiles).limits()
     if settings.cull_idle_timeout == 0 and not any(profile_limits):
         return None
@@ -68,7 +70,9 @@ def culler_service(settings, profiles: list[dict]) -> dict | None:
         "name": SERVICE_NAME,
         "cwd": str(state),
         "command": [
-            sys.executable, "-m", "jupyterhub_idle_culler",
+            sys.executable,
+            "-m",
+            "jupyterhub_idle_culler",
             f"--timeout={settings.cull_idle_timeout}",
             f"--cull-every={cull_every(settings.cull_idle_timeout, profile_limits)}",
             f"--config={config_file}",
@@ -82,9 +86,11 @@ def apply_culling_config(c, settings, profiles: list[dict]) -> None:
 
     Raises ValueError for a negative setting.
     """
-    for name, value in (("GPUHUB_CULL_MAX_AGE", settings.cull_max_age),
-                        ("GPUHUB_GPU_IDLE_TIMEOUT", settings.gpu_idle_timeout),
-                        ("GPUHUB_CULL_WARNING", settings.cull_warning)):
+    for name, value in (
+        ("GPUHUB_CULL_MAX_AGE", settings.cull_max_age),
+        ("GPUHUB_GPU_IDLE_TIMEOUT", settings.gpu_idle_timeout),
+        ("GPUHUB_CULL_WARNING", settings.cull_warning),
+    ):
         if value < 0:
             raise ValueError(f"{name}={value}: use 0 (no limit) or a number of seconds")
     core = c.SpawnerCore  # both backends' spawners read it
@@ -102,16 +108,21 @@ def apply_culling_config(c, settings, profiles: list[dict]) -> None:
 
     from .culler import log_request
 
-    tornado_settings = dict(c.JupyterHub.tornado_settings) if (
-        "tornado_settings" in c.JupyterHub) else {}
+    tornado_settings = (
+        dict(c.JupyterHub.tornado_settings) if ("tornado_settings" in c.JupyterHub) else {}
+    )
     tornado_settings["log_function"] = log_request
     c.JupyterHub.tornado_settings = tornado_settings
 
     service = culler_service(settings, profiles)
     if service is None:
         return
-    add_service(c, service, {
-        "name": ROLE_NAME,
-        "description": "jupyterhub-idle-culler: list servers and their activity, stop them",
-        "scopes": list(SCOPES),
-    })
+    add_service(
+        c,
+        service,
+        {
+            "name": ROLE_NAME,
+            "description": "jupyterhub-idle-culler: list servers and their activity, stop them",
+            "scopes": list(SCOPES),
+        },
+    )

@@ -11,8 +11,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-__all__ = ["GPUActivity", "Limits", "Verdict", "assess", "cull_message", "duration",
-           "out_of_memory_message", "size", "warning_message"]
+__all__ = [
+    "GPUActivity",
+    "Limits",
+    "Verdict",
+    "assess",
+    "cull_message",
+    "duration",
+    "out_of_memory_message",
+    "size",
+    "warning_message",
+]
 
 
 def duration(seconds: float) -> str:
@@ -51,13 +60,18 @@ class Limits:
     @classmethod
     def of(cls, spawner) -> Limits:
         """The limits of ``spawner``'s profile (its traits after the profile is applied)."""
-        return cls(float(getattr(spawner, "gpu_idle_timeout", 0) or 0),
-                   float(getattr(spawner, "cull_max_age", 0) or 0),
-                   float(getattr(spawner, "cull_idle_timeout", 0) or 0))
+        return cls(
+            float(getattr(spawner, "gpu_idle_timeout", 0) or 0),
+            float(getattr(spawner, "cull_max_age", 0) or 0),
+            float(getattr(spawner, "cull_idle_timeout", 0) or 0),
+        )
 
     def to_dict(self) -> dict:
-        return {"gpu_idle_timeout": self.gpu_idle_timeout, "max_age": self.max_age,
-                "idle_timeout": self.idle_timeout}
+        return {
+            "gpu_idle_timeout": self.gpu_idle_timeout,
+            "max_age": self.max_age,
+            "idle_timeout": self.idle_timeout,
+        }
 
 
 @dataclass(frozen=True)
@@ -76,10 +90,18 @@ class Verdict:
     stop_in: float | None
 
 
-def assess(*, now: datetime, started_at: datetime, watching_since: datetime, limits: Limits,
-           devices: Sequence[str], utilization: Mapping[str, int | None],
-           last_busy: Mapping[str, datetime], busy_utilization: int,
-           warning: float) -> Verdict:
+def assess(
+    *,
+    now: datetime,
+    started_at: datetime,
+    watching_since: datetime,
+    limits: Limits,
+    devices: Sequence[str],
+    utilization: Mapping[str, int | None],
+    last_busy: Mapping[str, datetime],
+    busy_utilization: int,
+    warning: float,
+) -> Verdict:
     """Decide about one server from its devices' utilization now and when each was last busy.
 
     - busy when any device is at or above ``busy_utilization`` percent;
@@ -95,8 +117,9 @@ def assess(*, now: datetime, started_at: datetime, watching_since: datetime, lim
     busy = any(r is not None and r >= busy_utilization for r in readings)
     idle_for = 0.0
     if devices and not busy and all(r is not None for r in readings):
-        since = max([started_at, watching_since,
-                     *(last_busy[u] for u in devices if u in last_busy)])
+        since = max(
+            [started_at, watching_since, *(last_busy[u] for u in devices if u in last_busy)]
+        )
         idle_for = max(0.0, (now - since).total_seconds())
     cull = None
     stop_in = None
@@ -108,8 +131,7 @@ def assess(*, now: datetime, started_at: datetime, watching_since: datetime, lim
             stop_in = left
     if cull is None and limits.gpu_idle_timeout and idle_for >= limits.gpu_idle_timeout:
         cull = "idle_gpu"
-    return Verdict(busy=busy, cull=cull, gpu_idle_for=idle_for, age=max(age, 0.0),
-                   stop_in=stop_in)
+    return Verdict(busy=busy, cull=cull, gpu_idle_for=idle_for, age=max(age, 0.0), stop_in=stop_in)
 
 
 class GPUActivity:
@@ -132,8 +154,10 @@ def cull_message(reason: str, server: str, seconds: float, profile: str) -> str:
         return f"Your {server} was stopped after {duration(seconds)} with an idle GPU."
     if reason == "max_age":
         allowed = f"the {profile} profile" if profile else "this hub"
-        return (f"Your {server} was stopped after running for {duration(seconds)}, the "
-                f"longest {allowed} allows.")
+        return (
+            f"Your {server} was stopped after running for {duration(seconds)}, the "
+            f"longest {allowed} allows."
+        )
     return f"Your {server} was stopped after {duration(seconds)} without activity."
 
 
@@ -141,12 +165,16 @@ def out_of_memory_message(server: str, mem_limit: float | None) -> str:
     """What the member reads on the home page after the kernel stopped their ``server``
     past its memory limit (``mem_limit``: bytes; None or 0 when unknown)."""
     limit = f"its {size(mem_limit)} of memory" if mem_limit else "its memory limit"
-    return (f"Your {server} was stopped: it used more than {limit}. Save your work more "
-            "often, use less memory, or choose a profile with more.")
+    return (
+        f"Your {server} was stopped: it used more than {limit}. Save your work more "
+        "often, use less memory, or choose a profile with more."
+    )
 
 
 def warning_message(server: str, stop_in: float, max_age: float, profile: str) -> str:
     """The home-page warning before a server reaches its maximum age."""
     allowed = f"the {profile} profile" if profile else "this hub"
-    return (f"Your {server} will be stopped in about {duration(stop_in)}: {allowed} allows "
-            f"{duration(max_age)} per server. Save your work.")
+    return (
+        f"Your {server} will be stopped in about {duration(stop_in)}: {allowed} allows "
+        f"{duration(max_age)} per server. Save your work."
+    )

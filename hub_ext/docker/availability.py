@@ -46,17 +46,27 @@ class PoolAvailability(SpawnPage):
         sentence when too few are free, and the line's length."""
         count, mig = gpu_request(overrides.get("gpus", self._configured["gpus"]))
         summary = self.pool.summary(snapshot.devices, mig_profile=mig)
-        refusal = (self.pool.refusal_message(snapshot.devices, count, mig)
-                   if count and summary.free < count else "")
+        refusal = (
+            self.pool.refusal_message(snapshot.devices, count, mig)
+            if count and summary.free < count
+            else ""
+        )
         # units reserved for a group this member is not in count as taken, with the reason
         closed, why = self.pool.closed_to(self.user.name, mig) if count else (0, "")
         free = max(0, summary.free - closed)
         if count and not refusal and free < count:
             refusal = self.pool.reserved_message(count, mig, free, why)
-        return GPUsNow(count=count, kind=mig or "", mig=bool(mig), free=free,
-                       total=summary.total, simulated=summary.kind == "simulated",
-                       refusal=refusal, can_wait=bool(summary.total),
-                       waiting=self.line().waiting(mig or "gpu") if count else 0)
+        return GPUsNow(
+            count=count,
+            kind=mig or "",
+            mig=bool(mig),
+            free=free,
+            total=summary.total,
+            simulated=summary.kind == "simulated",
+            refusal=refusal,
+            can_wait=bool(summary.total),
+            waiting=self.line().waiting(mig or "gpu") if count else 0,
+        )
 
     def limits_of(self, overrides: dict) -> tuple:
         """The profile's JupyterHub ``mem_limit`` and ``cpu_limit``, which the container
@@ -75,9 +85,15 @@ class PoolAvailability(SpawnPage):
         except Exception:  # noqa: BLE001 - answer with what is known; spawns say why
             log.warning("GPU inventory unavailable for the availability endpoint")
         summary = pool.summary()
-        return {"inventory": summary.kind, "total": summary.total, "free": summary.free,
-                "allocated": summary.allocated, "outside": summary.outside,
-                "unhealthy": summary.unhealthy, "error": pool.last_error}
+        return {
+            "inventory": summary.kind,
+            "total": summary.total,
+            "free": summary.free,
+            "allocated": summary.allocated,
+            "outside": summary.outside,
+            "unhealthy": summary.unhealthy,
+            "error": pool.last_error,
+        }
 
     @classmethod
     async def gpu_board(cls, handler) -> dict:
@@ -109,4 +125,3 @@ class PoolAvailability(SpawnPage):
             facts = facts_from_labels((info.get("Config") or {}).get("Labels") or {})
         self._image_facts[image] = (time.monotonic(), facts)
         return facts
-

@@ -11,8 +11,9 @@ from .inventory import Device, allocatable_units
 from .pool import GPUPool, unit_state
 
 
-def board(devices: list[Device], holder, last_busy: dict[str, datetime], server_view,
-          base_url: str) -> list[dict]:
+def board(
+    devices: list[Device], holder, last_busy: dict[str, datetime], server_view, base_url: str
+) -> list[dict]:
     """One JSON-ready row per allocatable unit.
 
     ``holder(uuid)`` gives the :class:`~hub_ext.docker.pool.Allocation` holding a device (or
@@ -33,26 +34,32 @@ def board(devices: list[Device], holder, last_busy: dict[str, datetime], server_
                 "profile": allocation.profile,
                 "since": iso(allocation.since),
                 "known": allocation.known,
-                "stop_url": (stop_path(base_url, allocation.owner.user, allocation.owner.server)
-                             if allocation.known else None),
+                "stop_url": (
+                    stop_path(base_url, allocation.owner.user, allocation.owner.server)
+                    if allocation.known
+                    else None
+                ),
                 "limits": view.get("limits"),
                 "gpu_idle_for": view.get("gpu_idle_for"),
             }
-        rows.append({
-            "uuid": unit.uuid,
-            "index": unit.index,
-            "name": unit.name,
-            "mig_profile": unit.mig_profile,
-            "state": unit_state(unit, allocation is not None),
-            "health_reason": unit.health_reason,
-            "utilization_pct": unit.utilization_pct,
-            "memory_used_mib": unit.memory_used_mib,
-            "memory_total_mib": unit.memory_total_mib,
-            "last_busy": iso(last_busy.get(unit.uuid)),
-            "processes": [{"pid": p.pid, "used_memory_mib": p.used_memory_mib}
-                          for p in unit.processes],
-            "owner": owner,
-        })
+        rows.append(
+            {
+                "uuid": unit.uuid,
+                "index": unit.index,
+                "name": unit.name,
+                "mig_profile": unit.mig_profile,
+                "state": unit_state(unit, allocation is not None),
+                "health_reason": unit.health_reason,
+                "utilization_pct": unit.utilization_pct,
+                "memory_used_mib": unit.memory_used_mib,
+                "memory_total_mib": unit.memory_total_mib,
+                "last_busy": iso(last_busy.get(unit.uuid)),
+                "processes": [
+                    {"pid": p.pid, "used_memory_mib": p.used_memory_mib} for p in unit.processes
+                ],
+                "owner": owner,
+            }
+        )
     return rows
 
 
@@ -72,8 +79,15 @@ async def board_model(handler) -> dict:
     return {
         "inventory": summary.kind,
         "error": pool.last_error,
-        "summary": {key: getattr(summary, key)
-                    for key in ("total", "free", "allocated", "outside", "unhealthy")},
-        "devices": board(devices, pool.holder, culler.activity.last_busy, culler.server_view,
-                         handler.hub.base_url),
+        "summary": {
+            key: getattr(summary, key)
+            for key in ("total", "free", "allocated", "outside", "unhealthy")
+        },
+        "devices": board(
+            devices,
+            pool.holder,
+            culler.activity.last_busy,
+            culler.server_view,
+            handler.hub.base_url,
+        ),
     }

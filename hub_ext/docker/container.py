@@ -124,8 +124,10 @@ class MemberContainer(LoggingConfigurable):
     def _valid_umask(self, proposal):
         value = proposal["value"]
         if value and not (len(value) <= 4 and set(value) <= set("01234567")):
-            raise TraitError(f"c.GPUDockerSpawner.umask must be octal digits such as "
-                             f"\"077\" (or \"\" for the image's own), not {value!r}")
+            raise TraitError(
+                f"c.GPUDockerSpawner.umask must be octal digits such as "
+                f'"077" (or "" for the image\'s own), not {value!r}'
+            )
         return value
 
     async def get_command(self) -> list[str]:
@@ -156,15 +158,19 @@ class MemberContainer(LoggingConfigurable):
                     entry = json.load(f).get(self.user.name)
             except (OSError, ValueError, AttributeError) as e:
                 self.log.error("uid_map_file %s unreadable: %s", self.uid_map_file, e)
-                raise web.HTTPError(500, "The uid mapping of this hub cannot be read. "
-                                    "Ask an admin to check the hub log.") from e
+                raise web.HTTPError(
+                    500,
+                    "The uid mapping of this hub cannot be read. "
+                    "Ask an admin to check the hub log.",
+                ) from e
             source = f"the uid mapping ({self.uid_map_file})"
         if entry is None:
             if self.require_uid_mapping:
                 metrics.SPAWNS_REFUSED.labels(reason="no_uid_mapping").inc()
                 raise web.HTTPError(
-                    403, f"No uid is mapped for {self.user.name}, and this hub runs every "
-                    "member under their own uid. Ask an admin to add you to the uid mapping."
+                    403,
+                    f"No uid is mapped for {self.user.name}, and this hub runs every "
+                    "member under their own uid. Ask an admin to add you to the uid mapping.",
                 )
             return None
         try:
@@ -173,8 +179,9 @@ class MemberContainer(LoggingConfigurable):
             metrics.SPAWNS_REFUSED.labels(reason="bad_uid_mapping").inc()
             self.log.error("Refusing spawn of %s: %s gives %r", self._log_name, source, entry)
             raise web.HTTPError(
-                403, f"The uid mapping of {self.user.name} is not a valid non-root uid and "
-                "gid; servers never run as root. Ask an admin to fix it."
+                403,
+                f"The uid mapping of {self.user.name} is not a valid non-root uid and "
+                "gid; servers never run as root. Ask an admin to fix it.",
             ) from None
 
     async def container_settings(self) -> dict:
@@ -184,8 +191,11 @@ class MemberContainer(LoggingConfigurable):
         uid mapping; creates nothing.
         """
         datasets = self.checked_datasets()  # hub_ext.spawn.mounts.MemberMounts
-        return {"ids": await self.member_ids(), "datasets": datasets,
-                "workspace": self.member_workspace()}
+        return {
+            "ids": await self.member_ids(),
+            "datasets": datasets,
+            "workspace": self.member_workspace(),
+        }
 
     def member_workspace(self) -> str:
         """The workspace of this member: a volume name, or a host path under
@@ -196,11 +206,16 @@ class MemberContainer(LoggingConfigurable):
         path = os.path.normpath(workspace)
         root = os.path.normpath(self.workspace_root) if self.workspace_root else ""
         if not root or os.path.commonpath([root, path]) != root or path == root:
-            self.log.error("Workspace %s of %s is not under workspace_root %r", path,
-                           self._log_name, self.workspace_root)
+            self.log.error(
+                "Workspace %s of %s is not under workspace_root %r",
+                path,
+                self._log_name,
+                self.workspace_root,
+            )
             raise web.HTTPError(
-                500, "Your workspace is not configured correctly on this hub. Ask an admin "
-                "to check the workspace settings."
+                500,
+                "Your workspace is not configured correctly on this hub. Ask an admin "
+                "to check the workspace settings.",
             )
         return path
 
@@ -214,18 +229,23 @@ class MemberContainer(LoggingConfigurable):
                     member_dir(workspace, uid, gid)
                 except MemberDirRefused as e:
                     self.log.error("Workspace of %s not made: %s", self._log_name, e)
-                    raise web.HTTPError(500, "Your workspace could not be made. Ask an "
-                                             "admin to check the workspace settings.") from None
-                self.log.info("Created workspace %s for %s (uid %s)", workspace,
-                              self._log_name, uid)
+                    raise web.HTTPError(
+                        500,
+                        "Your workspace could not be made. Ask an "
+                        "admin to check the workspace settings.",
+                    ) from None
+                self.log.info(
+                    "Created workspace %s for %s (uid %s)", workspace, self._log_name, uid
+                )
             return
         try:
             await self.docker("inspect_volume", workspace)
             return
         except NotFound:
             pass
-        await self.docker("create_volume", workspace, labels={LABEL_PREFIX + "user":
-                                                              self.user.name})
+        await self.docker(
+            "create_volume", workspace, labels={LABEL_PREFIX + "user": self.user.name}
+        )
         if container["ids"] is not None:
             # a new named volume is filled from the image (owned by jovyan) the first time
             # it is mounted: do that here, at the same path, then give it to the member's
@@ -234,12 +254,15 @@ class MemberContainer(LoggingConfigurable):
             # file keeps it non-empty so the chown sticks)
             marker = f"{self.workspace_mount}/.gpuhub-workspace"
             helper = await self.docker(
-                "create_container", self.image, user="0", entrypoint=["sh", "-c"],
-                command=[f"touch {marker} && chown {uid}:{gid} {self.workspace_mount} "
-                         f"{marker}"],
+                "create_container",
+                self.image,
+                user="0",
+                entrypoint=["sh", "-c"],
+                command=[f"touch {marker} && chown {uid}:{gid} {self.workspace_mount} {marker}"],
                 host_config=self.client.create_host_config(
                     binds={workspace: {"bind": self.workspace_mount, "mode": "rw"}},
-                    network_mode="none"),
+                    network_mode="none",
+                ),
             )
             try:
                 await self.docker("start", helper["Id"])
@@ -266,26 +289,36 @@ class MemberContainer(LoggingConfigurable):
             # what the hooks recorded (the credits paid), for a hub killed before it saved
             # spawner state (see poll)
             labels[LABEL_PREFIX + "hook-state"] = json.dumps(self.hook_state, sort_keys=True)
-        create = copy.deepcopy(self.extra_create_kwargs) if isinstance(
-            self.extra_create_kwargs, dict) else {}
+        create = (
+            copy.deepcopy(self.extra_create_kwargs)
+            if isinstance(self.extra_create_kwargs, dict)
+            else {}
+        )
         create.setdefault("labels", {}).update(labels)
         if container["ids"] is not None:
             create["user"] = "{}:{}".format(*container["ids"])
             # a uid with no passwd entry in the image gets HOME=/ from Docker
             self.environment = {**self.environment, "HOME": "/home/jovyan"}
         self.extra_create_kwargs = create
-        self.volumes = {**{k: v for k, v in (self.volumes or {}).items()},
-                        container["workspace"]: self.workspace_mount}
-        host = copy.deepcopy(self.extra_host_config) if isinstance(
-            self.extra_host_config, dict) else {}
+        self.volumes = {
+            **{k: v for k, v in (self.volumes or {}).items()},
+            container["workspace"]: self.workspace_mount,
+        }
+        host = (
+            copy.deepcopy(self.extra_host_config)
+            if isinstance(self.extra_host_config, dict)
+            else {}
+        )
         if self.allocation:
             # Docker's GPU request (docker run --gpus): the engine hands these exact
             # UUIDs to the NVIDIA hook, which sets NVIDIA_VISIBLE_DEVICES.
-            host["device_requests"] = [{
-                "Driver": "nvidia",
-                "DeviceIDs": list(self.allocation.uuids),
-                "Capabilities": [["gpu"]],
-            }]
+            host["device_requests"] = [
+                {
+                    "Driver": "nvidia",
+                    "DeviceIDs": list(self.allocation.uuids),
+                    "Capabilities": [["gpu"]],
+                }
+            ]
         else:
             host.pop("device_requests", None)
             # CUDA base images set NVIDIA_VISIBLE_DEVICES=all: with nvidia as the default
@@ -304,12 +337,12 @@ class MemberContainer(LoggingConfigurable):
         host.setdefault("pids_limit", self.pids_limit)
         host.setdefault("security_opt", ["no-new-privileges"])
         host.setdefault("cap_drop", ["ALL"])
-        host.setdefault("log_config", {"Type": "json-file",
-                                       "Config": {"max-size": self.log_max_size,
-                                                  "max-file": "3"}})
+        host.setdefault(
+            "log_config",
+            {"Type": "json-file", "Config": {"max-size": self.log_max_size, "max-file": "3"}},
+        )
         host["mounts"] = [
-            {"Type": "bind", "Source": path, "Target": f"/datasets/{name}",
-             "ReadOnly": True}
+            {"Type": "bind", "Source": path, "Target": f"/datasets/{name}", "ReadOnly": True}
             for name, path in sorted(container["datasets"].items())
         ]
         self.extra_host_config = host

@@ -218,9 +218,7 @@ def devices_from_json(data: dict) -> list[Device]:
                 memory_used_mib=None if lost else entry.get("memory_used_mib", 0),
                 utilization_pct=None if lost else entry.get("utilization_gpu", 0),
                 temperature_c=None if lost else entry.get("temperature"),
-                processes=()
-                if lost
-                else tuple(_process(p) for p in entry.get("processes", [])),
+                processes=() if lost else tuple(_process(p) for p in entry.get("processes", [])),
                 healthy=healthy,
                 health_reason=reason,
                 mig_mode=bool(entry.get("mig_mode")),

@@ -68,8 +68,12 @@ class Allocation:
 
     def to_state(self) -> dict:
         """Shape kept in spawner state (version 1)."""
-        return {"version": 1, "uuids": list(self.uuids), "since": self.since,
-                "profile": self.profile}
+        return {
+            "version": 1,
+            "uuids": list(self.uuids),
+            "since": self.since,
+            "profile": self.profile,
+        }
 
 
 class AllocationRefused(Exception):
@@ -119,9 +123,7 @@ class GPUPool(SingletonConfigurable):
     def _check_inventory_class(self, proposal):
         value = proposal["value"]
         if value not in {"nvml", "simulated"}:
-            raise ValueError(
-                f"c.GPUPool.inventory_class = {value!r}: use 'nvml' or 'simulated'"
-            )
+            raise ValueError(f"c.GPUPool.inventory_class = {value!r}: use 'nvml' or 'simulated'")
         return value
 
     simulated_devices = Unicode(
@@ -301,8 +303,15 @@ class GPUPool(SingletonConfigurable):
             ) from e
         return self.take(devices, owner, count, mig_profile=mig_profile, profile=profile)
 
-    def take(self, devices: list[Device], owner: ServerKey, count: int = 1, *,
-             mig_profile: str | None = None, profile: str = "") -> Allocation:
+    def take(
+        self,
+        devices: list[Device],
+        owner: ServerKey,
+        count: int = 1,
+        *,
+        mig_profile: str | None = None,
+        profile: str = "",
+    ) -> Allocation:
         """:meth:`allocate` on an inventory read already made, without yielding to the
         event loop (so the check and the record are atomic).  The line's grants use it
         (:mod:`hub_ext.docker.pool_line`).  Raises :class:`AllocationRefused`."""
@@ -330,8 +339,15 @@ class GPUPool(SingletonConfigurable):
         self._update_metrics()
         return allocation
 
-    def refusal(self, devices: list[Device], owner: ServerKey, count: int = 1, *,
-                mig_profile: str | None = None, claimed: int = 0) -> AllocationRefused | None:
+    def refusal(
+        self,
+        devices: list[Device],
+        owner: ServerKey,
+        count: int = 1,
+        *,
+        mig_profile: str | None = None,
+        claimed: int = 0,
+    ) -> AllocationRefused | None:
         """The refusal :meth:`take` would raise for this request now, or None; records
         nothing and never yields.  ``claimed``: units of this kind promised to starts that
         have not reserved yet (:mod:`hub_ext.spawn.gate`), counted as held.
@@ -353,12 +369,14 @@ class GPUPool(SingletonConfigurable):
                 )
         free = len(self._free_units(devices, mig_profile)) - claimed
         if free < count:
-            return AllocationRefused("no_gpu_free", self.refusal_message(
-                devices, count, mig_profile, claimed))
+            return AllocationRefused(
+                "no_gpu_free", self.refusal_message(devices, count, mig_profile, claimed)
+            )
         closed, why = self.closed_to(owner.user, mig_profile)
         if free - closed < count:
-            return AllocationRefused("reserved", self.reserved_message(
-                count, mig_profile, max(0, free - closed), why))
+            return AllocationRefused(
+                "reserved", self.reserved_message(count, mig_profile, max(0, free - closed), why)
+            )
         return None
 
     def closed_to(self, user: str, mig_profile: str | None = None) -> tuple[int, str]:
@@ -373,28 +391,35 @@ class GPUPool(SingletonConfigurable):
         """The sentence a member reads when the free units are reserved for a group
         they are not in (``why``: "1 GPU reserved for ML101 until 16:00 UTC")."""
         what = f"{mig_profile} GPU slices" if mig_profile else "GPUs"
-        return (f"No GPU free for you: {why}. This profile needs {count} {what} and "
-                f"{left} {'is' if left == 1 else 'are'} open to you. Try the CPU profile "
-                "or come back after the reservation.")
+        return (
+            f"No GPU free for you: {why}. This profile needs {count} {what} and "
+            f"{left} {'is' if left == 1 else 'are'} open to you. Try the CPU profile "
+            "or come back after the reservation."
+        )
 
-    def refusal_message(self, devices: list[Device], count: int,
-                        mig_profile: str | None = None, claimed: int = 0) -> str:
+    def refusal_message(
+        self, devices: list[Device], count: int, mig_profile: str | None = None, claimed: int = 0
+    ) -> str:
         """The sentence a member reads when ``count`` units cannot be had (``claimed``
         units promised to other starts counted as in use)."""
         units = [
-            u for u in allocatable_units(devices)
+            u
+            for u in allocatable_units(devices)
             if (u.mig_profile == mig_profile if mig_profile else not u.is_mig)
         ]
         what = f"{mig_profile} GPU slices" if mig_profile else "GPUs"
         if not units:
-            return (f"No GPU free: this node has no {what}. "
-                    "Try the CPU profile or ask an admin.")
+            return f"No GPU free: this node has no {what}. Try the CPU profile or ask an admin."
         free = max(0, len(self._free_units(devices, mig_profile)) - claimed)
         if free == 0:
-            return (f"No GPU free: all {len(units)} {what} are in use. "
-                    "Try the CPU profile or come back later.")
-        return (f"No GPU free for this profile: it needs {count} {what} and only {free} "
-                f"of {len(units)} are free. Try a smaller profile or come back later.")
+            return (
+                f"No GPU free: all {len(units)} {what} are in use. "
+                "Try the CPU profile or come back later."
+            )
+        return (
+            f"No GPU free for this profile: it needs {count} {what} and only {free} "
+            f"of {len(units)} are free. Try a smaller profile or come back later."
+        )
 
     def release(self, owner: ServerKey) -> Allocation | None:
         """Give back what ``owner`` holds.  Idempotent: releasing twice returns None.
@@ -429,8 +454,14 @@ class GPUPool(SingletonConfigurable):
             allocation.starting = False
         return allocation
 
-    def restore(self, owner: ServerKey, uuids: Iterable[str], since: float,
-                profile: str = "", known: bool = True) -> Allocation:
+    def restore(
+        self,
+        owner: ServerKey,
+        uuids: Iterable[str],
+        since: float,
+        profile: str = "",
+        known: bool = True,
+    ) -> Allocation:
         """Record an allocation that exists already (spawner state, container labels).
 
         A device claimed by two owners is a double booking the hub cannot resolve
@@ -444,7 +475,10 @@ class GPUPool(SingletonConfigurable):
             if other is not None and other != owner:
                 self.log.error(
                     "GPU %s is claimed by %s and by %s; keeping it with %s",
-                    uuid, other, owner, other,
+                    uuid,
+                    other,
+                    owner,
+                    other,
                 )
                 continue
             mine.append(uuid)
@@ -467,8 +501,9 @@ class GPUPool(SingletonConfigurable):
 
     # -- reporting ---------------------------------------------------------------------
 
-    def summary(self, devices: list[Device] | None = None,
-                mig_profile: str | None = None) -> PoolSummary:
+    def summary(
+        self, devices: list[Device] | None = None, mig_profile: str | None = None
+    ) -> PoolSummary:
         """Counts for the spawn page and metrics, from the last inventory read."""
         devices = self._devices if devices is None else devices
         held = self._held()

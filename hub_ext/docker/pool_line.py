@@ -39,8 +39,13 @@ class PoolGrants(LineBackend):
 
     def grant(self, place: Place):
         try:
-            return self.pool.take(self.pool._devices, ServerKey(*place.key), place.count,
-                                  mig_profile=_mig(place.units), profile=place.profile)
+            return self.pool.take(
+                self.pool._devices,
+                ServerKey(*place.key),
+                place.count,
+                mig_profile=_mig(place.units),
+                profile=place.profile,
+            )
         except AllocationRefused as e:
             self.line.log.info("Cannot grant %s yet: %s", place.key, e.reason)
             return None
@@ -67,7 +72,8 @@ class PoolGrants(LineBackend):
     def first(self, place: Place) -> bool:
         """A member of a group whose reservation is open goes ahead of the others."""
         return self.reservations is not None and self.reservations.member_first(
-            place.key[0], place.units)
+            place.key[0], place.units
+        )
 
     def ungrant(self, place: Place, grant) -> None:
         """The start was cancelled before it took its grant: the units go back."""
@@ -83,8 +89,9 @@ class PoolGrants(LineBackend):
             if not allocation.uuids or kinds.get(allocation.uuids[0]) != mig:
                 continue
             limits = self.server_limits(allocation.owner) or {}
-            out.append((self.line.expected_left(now - allocation.since, limits),
-                        len(allocation.uuids)))
+            out.append(
+                (self.line.expected_left(now - allocation.since, limits), len(allocation.uuids))
+            )
         return out
 
 

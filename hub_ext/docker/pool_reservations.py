@@ -25,8 +25,11 @@ class PoolReservations(ReservationBackend):
 
     def holdings(self) -> list[tuple]:
         kinds = {u.uuid: u.mig_profile for u in allocatable_units(self.pool._devices)}
-        return [(a.owner, kinds.get(a.uuids[0]) or "gpu", len(a.uuids), a.since)
-                for a in self.pool.allocations.values() if a.uuids and a.known]
+        return [
+            (a.owner, kinds.get(a.uuids[0]) or "gpu", len(a.uuids), a.since)
+            for a in self.pool.allocations.values()
+            if a.uuids and a.known
+        ]
 
     async def read(self) -> None:
         """The pool's inventory, read at most ``refresh_interval`` ago (raises

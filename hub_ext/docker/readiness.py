@@ -60,8 +60,9 @@ async def port_open(ip: str, port: int, timeout: float = 0.5) -> bool:
         if error != errno.EINPROGRESS:
             return False  # refused, unreachable
         try:
-            await asyncio.wait_for(asyncio.get_running_loop().sock_connect(sock, (ip, port)),
-                                   timeout)
+            await asyncio.wait_for(
+                asyncio.get_running_loop().sock_connect(sock, (ip, port)), timeout
+            )
         except (OSError, TimeoutError):
             return False
         return True

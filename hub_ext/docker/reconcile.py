@@ -37,8 +37,9 @@ def containers_by_owner(client, hub_id: str) -> dict[ServerKey, dict]:
         if c.get("State") not in LIVE_STATES:
             continue
         labels = c.get("Labels") or {}
-        owner = ServerKey(labels.get(LABEL_PREFIX + "user", ""),
-                          labels.get(LABEL_PREFIX + "server", ""))
+        owner = ServerKey(
+            labels.get(LABEL_PREFIX + "user", ""), labels.get(LABEL_PREFIX + "server", "")
+        )
         devices = [u for u in labels.get(LABEL_PREFIX + "devices", "").split(",") if u]
         try:
             since = float(labels.get(LABEL_PREFIX + "since", "0"))
@@ -53,8 +54,9 @@ def containers_by_owner(client, hub_id: str) -> dict[ServerKey, dict]:
     return found
 
 
-async def reconcile_once(pool: GPUPool, client, hub_id: str,
-                         log: logging.Logger | None = None) -> dict:
+async def reconcile_once(
+    pool: GPUPool, client, hub_id: str, log: logging.Logger | None = None
+) -> dict:
     """One pass.  Returns {"freed": [owner...], "unknown": [owner...]}.
 
     Only allocations that were settled (not starting) before Docker was asked are
@@ -73,8 +75,9 @@ async def reconcile_once(pool: GPUPool, client, hub_id: str,
             continue  # started again while Docker was being asked
         pool.release(owner)
         freed.append(owner)
-        log.warning("Freed GPU(s) %s of %s: its container is gone",
-                    ",".join(allocation.uuids), owner)
+        log.warning(
+            "Freed GPU(s) %s of %s: its container is gone", ",".join(allocation.uuids), owner
+        )
     for owner, info in live.items():
         if not info["uuids"]:
             continue
@@ -87,13 +90,16 @@ async def reconcile_once(pool: GPUPool, client, hub_id: str,
             log.warning(
                 "Container %s holds GPU(s) %s for %s but the hub runs no such server; "
                 "the devices stay busy until it is removed",
-                info["name"], ",".join(info["uuids"]), owner,
+                info["name"],
+                ",".join(info["uuids"]),
+                owner,
             )
     return {"freed": freed, "unknown": unknown}
 
 
-async def reconcile_forever(pool: GPUPool, client_factory, hub_id: str, interval: float,
-                            log: logging.Logger | None = None) -> None:
+async def reconcile_forever(
+    pool: GPUPool, client_factory, hub_id: str, interval: float, log: logging.Logger | None = None
+) -> None:
     """Run :func:`reconcile_once` now and then every ``interval`` seconds, forever; each
     pass also reads the inventory, so the ``gpuhub_gpus`` gauges are at most one interval
     old."""
@@ -114,5 +120,7 @@ async def reconcile_forever(pool: GPUPool, client_factory, hub_id: str, interval
 def ensure_reconciler(pool: GPUPool, client_factory, hub_id: str) -> None:
     """Start :func:`reconcile_forever` for ``pool`` once per hub process (needs a running
     event loop); later calls find the task running and do nothing."""
-    pool._reconciler = ensure_task(pool._reconciler, lambda: reconcile_forever(
-        pool, client_factory, hub_id, pool.reconcile_interval))
+    pool._reconciler = ensure_task(
+        pool._reconciler,
+        lambda: reconcile_forever(pool, client_factory, hub_id, pool.reconcile_interval),
+    )

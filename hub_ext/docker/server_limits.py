@@ -79,15 +79,18 @@ class ServerLimits(LoggingConfigurable):
             active += spawner.active or handed
         if self.concurrent_spawn_limit and starting >= self.concurrent_spawn_limit:
             raise self._over_limit(
-                "starting", f"{starting} servers are starting right now, as many as the hub "
-                "starts at once. Try again in a minute.")
+                "starting",
+                f"{starting} servers are starting right now, as many as the hub "
+                "starts at once. Try again in a minute.",
+            )
         if self.active_server_limit and active >= self.active_server_limit:
             raise self._over_limit(
-                "active", f"The hub already runs {active} servers, as many as it can hold. "
-                "Try again later, when someone has stopped theirs, or ask an admin.")
+                "active",
+                f"The hub already runs {active} servers, as many as it can hold. "
+                "Try again later, when someone has stopped theirs, or ask an admin.",
+            )
 
     def _over_limit(self, reason: str, message: str) -> web.HTTPError:
         metrics.SPAWNS_REFUSED.labels(reason=f"server_limit_{reason}").inc()
-        self.log.warning("Refusing spawn of %s (%s servers): %s", self._log_name, reason,
-                         message)
+        self.log.warning("Refusing spawn of %s (%s servers): %s", self._log_name, reason, message)
         return web.HTTPError(429, message)

@@ -77,8 +77,9 @@ from .spawner_line import TOPIC as LINE_TOPIC
 from .spawner_line import LineSpawner
 
 
-class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContainer,
-                       SpawnerCore, DockerSpawner):
+class GPUDockerSpawner(
+    LineSpawner, ServerLimits, PoolAvailability, MemberContainer, SpawnerCore, DockerSpawner
+):
     """A DockerSpawner that gives each server exclusive GPUs and a chosen profile."""
 
     gpus = Union(
@@ -130,9 +131,22 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
     # Traits a profile may override; restored to their configured values at each start,
     # so one start's profile never leaks into the next.
     _overridable = (
-        "image", "mem_limit", "cpu_limit", "environment", "volumes", "extra_host_config",
-        "extra_create_kwargs", "gpus", "credits_per_hour", "cmd", "default_url",
-        "pids_limit", "shm_size", "gpu_idle_timeout", "cull_idle_timeout", "cull_max_age",
+        "image",
+        "mem_limit",
+        "cpu_limit",
+        "environment",
+        "volumes",
+        "extra_host_config",
+        "extra_create_kwargs",
+        "gpus",
+        "credits_per_hour",
+        "cmd",
+        "default_url",
+        "pids_limit",
+        "shm_size",
+        "gpu_idle_timeout",
+        "cull_idle_timeout",
+        "cull_max_age",
     )
 
     @default("name_template")
@@ -245,12 +259,16 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
             if count:
                 what = self._units_text(count, mig)
                 waited = await self.reserve_gpus(count, mig, what)
-                self.log.info("%s holds GPU(s) %s%s", self._log_name,
-                              ",".join(self.allocation.uuids),
-                              " after a wait in line" * waited)
+                self.log.info(
+                    "%s holds GPU(s) %s%s",
+                    self._log_name,
+                    ",".join(self.allocation.uuids),
+                    " after a wait in line" * waited,
+                )
                 if not waited:
-                    self.emit(20, f"Reserved {what} for you alone: "
-                                  f"{', '.join(self.allocation.uuids)}")
+                    self.emit(
+                        20, f"Reserved {what} for you alone: {', '.join(self.allocation.uuids)}"
+                    )
                 self.tell_next_window(mig)
             async with self.timed_rest(waited):
                 return await self._start_container(container)
@@ -270,8 +288,9 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
                 ip, port = await super().start()
             except ImageNotFound as e:
                 raise web.HTTPError(
-                    500, f"The image {self.image} of this profile is not on this node. "
-                    "Ask an admin to build it."
+                    500,
+                    f"The image {self.image} of this profile is not on this node. "
+                    "Ask an admin to build it.",
                 ) from e
             self.emit(80, "Waiting for JupyterLab to answer")
             if await self._wait_until_ready(ip, port):
@@ -291,8 +310,11 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
             obj = await self.get_object()
             if obj is not None:
                 if not obj["State"]["Running"]:
-                    self.log.error("Last lines of %s's container: %s", self._log_name,
-                                   await self._container_logs())
+                    self.log.error(
+                        "Last lines of %s's container: %s",
+                        self._log_name,
+                        await self._container_logs(),
+                    )
                 await self.docker("remove_container", obj["Id"], force=True)
             self.object_id = ""
         except Exception:
@@ -323,8 +345,12 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
                 self.port = int(labels[LABEL_PREFIX + "port"])
             ip, port = await self.get_ip_and_port()
         except Exception as e:  # noqa: BLE001 - an old container without the label, or Docker
-            self.log.warning("%s: where its container serves is unknown (%r); trying %s",
-                             self._log_name, e, self.server.url)
+            self.log.warning(
+                "%s: where its container serves is unknown (%r); trying %s",
+                self._log_name,
+                e,
+                self.server.url,
+            )
             return self.server.url
         return f"{self.server.proto}://{ip}:{port}{self.server.base_url}"
 
@@ -352,8 +378,9 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
         while time.monotonic() < deadline:
             if await port_open(ip, port):
                 try:
-                    await client.fetch(url, request_timeout=2, follow_redirects=False,
-                                       raise_error=False)
+                    await client.fetch(
+                        url, request_timeout=2, follow_redirects=False, raise_error=False
+                    )
                     return True
                 except (ConnectionError, OSError, HTTPClientError):
                     pass
@@ -362,11 +389,13 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
                 status = await self.poll()
                 if status is not None:
                     logs = await self._container_logs()
-                    self.log.error("Container of %s exited during start (%s): %s",
-                                   self._log_name, status, logs)
+                    self.log.error(
+                        "Container of %s exited during start (%s): %s", self._log_name, status, logs
+                    )
                     raise web.HTTPError(
-                        500, "The server's container stopped while starting. "
-                        "Ask an admin to look at the hub log."
+                        500,
+                        "The server's container stopped while starting. "
+                        "Ask an admin to look at the hub log.",
                     )
             await asyncio.sleep(self.ready_poll_interval)
         return False  # the hub's own wait reports the time-out as usual
@@ -393,8 +422,11 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
         status = await super().poll()
         if status is not None:
             await self._ended_out_of_memory()
-        if status is None and not self._labels_read and (
-                self.allocation is None or not self.hook_state or self.start_unfinished()):
+        if (
+            status is None
+            and not self._labels_read
+            and (self.allocation is None or not self.hook_state or self.start_unfinished())
+        ):
             self._labels_read = True  # once per container, not at every poll
             obj = await self.get_object()
             labels = (obj or {}).get("Config", {}).get("Labels") or {}
@@ -402,22 +434,28 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
             if uuids and self.allocation is None:
                 self.profile_slug = labels.get(LABEL_PREFIX + "profile", "")
                 self.allocation = self.pool.restore(
-                    self.server_key, uuids,
+                    self.server_key,
+                    uuids,
                     float(labels.get(LABEL_PREFIX + "since") or time.time()),
                     profile=self.profile_slug,
                 )
-                self.log.info("%s re-adopted GPU(s) %s from its container's labels",
-                              self._log_name, ",".join(uuids))
+                self.log.info(
+                    "%s re-adopted GPU(s) %s from its container's labels",
+                    self._log_name,
+                    ",".join(uuids),
+                )
             hook_state = labels.get(LABEL_PREFIX + "hook-state")
             if hook_state and (not self.hook_state or self.start_unfinished()):
                 try:
                     self.hook_state = dict(json.loads(hook_state))
                 except (TypeError, ValueError):
-                    self.log.error("%s: unreadable hook state label %r", self._log_name,
-                                   hook_state)
+                    self.log.error("%s: unreadable hook state label %r", self._log_name, hook_state)
                 else:
-                    self.log.info("%s re-adopted its hook state (%s) from its container's "
-                                  "labels", self._log_name, ", ".join(self.hook_state))
+                    self.log.info(
+                        "%s re-adopted its hook state (%s) from its container's labels",
+                        self._log_name,
+                        ", ".join(self.hook_state),
+                    )
                     self.restore_hooks()
         return status
 
@@ -442,10 +480,15 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
             return
         limit = f"{self.mem_limit // 2**20}M" if self.mem_limit else "memory limit"
         self.stop_reason = "out_of_memory"
-        self.stop_detail = (f"out of memory: the server used more than its {limit} "
-                            f"(Docker: OOMKilled, exit code {state.get('ExitCode')})")
-        self.log.warning("%s stopped: its container %s was killed out of memory",
-                         self._log_name, self.object_name)
+        self.stop_detail = (
+            f"out of memory: the server used more than its {limit} "
+            f"(Docker: OOMKilled, exit code {state.get('ExitCode')})"
+        )
+        self.log.warning(
+            "%s stopped: its container %s was killed out of memory",
+            self._log_name,
+            self.object_name,
+        )
         try:
             await self.run_stop_hooks()
         except Exception:
@@ -496,14 +539,18 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
         if self._container_may_live:
             disowned = self.pool.disown(self.server_key)
             if disowned is not None:
-                self.log.error("%s: the container may still run; GPU(s) %s stay busy until "
-                               "Docker removes it", self._log_name, ",".join(disowned.uuids))
+                self.log.error(
+                    "%s: the container may still run; GPU(s) %s stay busy until Docker removes it",
+                    self._log_name,
+                    ",".join(disowned.uuids),
+                )
             self._container_may_live = False
         else:
             released = self.pool.release(self.server_key)
             if released is not None:
-                self.log.info("%s released GPU(s) %s (%s)", self._log_name,
-                              ",".join(released.uuids), why)
+                self.log.info(
+                    "%s released GPU(s) %s (%s)", self._log_name, ",".join(released.uuids), why
+                )
         self.allocation = None
 
     # -- state -------------------------------------------------------------------------
@@ -519,7 +566,9 @@ class GPUDockerSpawner(LineSpawner, ServerLimits, PoolAvailability, MemberContai
         if saved and saved.get("version") == STATE_VERSION and saved.get("uuids"):
             self.profile_slug = saved.get("profile", "")
             self.allocation = self.pool.restore(
-                self.server_key, saved["uuids"], saved.get("since", time.time()),
+                self.server_key,
+                saved["uuids"],
+                saved.get("since", time.time()),
                 profile=self.profile_slug,
             )
         super().load_state(state)  # DockerSpawner's, then the hooks' (SpawnerCore)

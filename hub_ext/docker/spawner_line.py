@@ -97,9 +97,12 @@ class LineSpawner(LoggingConfigurable):
         return asyncio.timeout(self._start_timeout)
 
     def _line_refusal(self, ahead: int, what: str):
-        return self._refuse_gpus("line", f"No GPU free: {ahead} member(s) already wait in line "
-                                 f"for {what}. Choose \"Wait for a GPU\" to join them, or try "
-                                 "the CPU profile.")
+        return self._refuse_gpus(
+            "line",
+            f"No GPU free: {ahead} member(s) already wait in line "
+            f'for {what}. Choose "Wait for a GPU" to join them, or try '
+            "the CPU profile.",
+        )
 
     def check_gpus_now(self, devices, count: int, mig: str | None, what: str) -> None:
         """The GPU refusal :meth:`reserve_gpus` would give at once, from the inventory read
@@ -122,8 +125,9 @@ class LineSpawner(LoggingConfigurable):
             if not self.wait_requested:
                 raise self._line_refusal(ahead, what)
             return  # joins the line
-        refused = self.pool.refusal(devices, key, count, mig_profile=mig,
-                                    claimed=self._claimed_units(units, line))
+        refused = self.pool.refusal(
+            devices, key, count, mig_profile=mig, claimed=self._claimed_units(units, line)
+        )
         if refused is None:
             self.gpu_claim = (count, units)
             self.pool.claims[key] = self
@@ -135,11 +139,12 @@ class LineSpawner(LoggingConfigurable):
         """Places waiting for ``units`` that this start may not pass: all of them, or, for a
         member of a group whose reservation is open, only the other members' (the group
         goes first: :meth:`hub_ext.line.LineBackend.first`)."""
-        if not (Reservations.initialized()
-                and Reservations.instance().member_first(self.user.name, units)):
+        if not (
+            Reservations.initialized()
+            and Reservations.instance().member_first(self.user.name, units)
+        ):
             return line.waiting(units)
-        return sum(1 for p in line.places.values()
-                   if p.units == units and line.backend.first(p))
+        return sum(1 for p in line.places.values() if p.units == units and line.backend.first(p))
 
     def _claimed_units(self, units: str, line) -> int:
         """Units of kind ``units`` claimed by other starts (see :meth:`check_gpus_now`);
@@ -148,8 +153,7 @@ class LineSpawner(LoggingConfigurable):
         for key, spawner in list(self.pool.claims.items()):
             claim = spawner.gpu_claim
             starting = spawner.handing_over or spawner.pending == "spawn"
-            if not claim or not starting or spawner.allocation is not None or (
-                    key in line.places):
+            if not claim or not starting or spawner.allocation is not None or (key in line.places):
                 del self.pool.claims[key]
             elif key != self.server_key and claim[1] == units:
                 claimed += claim[0]
@@ -175,7 +179,8 @@ class LineSpawner(LoggingConfigurable):
         if not requeued and not ahead:
             try:
                 self.allocation = await self.pool.allocate(
-                    key, count, mig_profile=mig, profile=self.profile_slug)
+                    key, count, mig_profile=mig, profile=self.profile_slug
+                )
                 return False
             except AllocationRefused as e:
                 if e.reason not in WAITABLE or not self.wait_requested:
@@ -186,10 +191,15 @@ class LineSpawner(LoggingConfigurable):
             if not requeued:
                 line.check_one_place(key, self.profile_slug, self.profile_name)
                 await self._check_may_queue(line, count)
-            place = await line.join(key, profile=self.profile_slug,
-                              profile_name=self.profile_name, units=units,
-                              count=count, user_options=dict(self.user_options or {}),
-                              share_hours=self._share_hours(line))
+            place = await line.join(
+                key,
+                profile=self.profile_slug,
+                profile_name=self.profile_name,
+                units=units,
+                count=count,
+                user_options=dict(self.user_options or {}),
+                share_hours=self._share_hours(line),
+            )
         except LineRefused as e:
             raise self._refuse_gpus(e.reason, e.message) from e
         notices().withdraw(key.user, key.server, TOPIC)
@@ -198,11 +208,19 @@ class LineSpawner(LoggingConfigurable):
         except LineLeft as e:
             raise self._refuse_gpus(f"line_{e.reason}", e.message) from e
         self.line_wait = max(0.0, now() - place.queued_at)
-        self.emit(20, f"Your turn came after {self.line_wait / 60:.0f} min in line: "
-                      f"{what} reserved for you alone: {', '.join(self.allocation.uuids)}")
+        self.emit(
+            20,
+            f"Your turn came after {self.line_wait / 60:.0f} min in line: "
+            f"{what} reserved for you alone: {', '.join(self.allocation.uuids)}",
+        )
         server = f"your server '{key.server}'" if key.server else "your server"
-        notices().post(key.user, key.server, TOPIC, f"Your turn in line came: {server} "
-                       f"({place.profile_name}) started after {self.line_wait / 60:.0f} min.")
+        notices().post(
+            key.user,
+            key.server,
+            TOPIC,
+            f"Your turn in line came: {server} "
+            f"({place.profile_name}) started after {self.line_wait / 60:.0f} min.",
+        )
         return True
 
     def tell_next_window(self, mig: str | None) -> None:
@@ -214,15 +232,19 @@ class LineSpawner(LoggingConfigurable):
         window = rules.next_stop(self.user.name, mig or "gpu")
         if window is not None:
             left = (window.start - rules.now()).total_seconds()
-            self.emit(25, f"{starts_text(window)}: this server may run until then (about "
-                          f"{duration(left)} from now) and is stopped at the start if the "
-                          "reservation needs its GPU.")
+            self.emit(
+                25,
+                f"{starts_text(window)}: this server may run until then (about "
+                f"{duration(left)} from now) and is stopped at the start if the "
+                "reservation needs its GPU.",
+            )
 
     def goes_first(self, gpus) -> bool:
         """The spawn page's seam: a member of an open window's group passes the line
         (:meth:`Reservations.member_first`), so the card is not held back by it."""
         return Reservations.initialized() and Reservations.instance().member_first(
-            self.user.name, gpus.kind if gpus.mig else "gpu")
+            self.user.name, gpus.kind if gpus.mig else "gpu"
+        )
 
     def runs_until(self, gpus) -> str:
         """The spawn page's seam: how long a start may run before another group's window
@@ -234,8 +256,10 @@ class LineSpawner(LoggingConfigurable):
         if window is None:
             return ""
         left = (window.start - rules.now()).total_seconds()
-        return (f"{starts_text(window)}: a server started now may run until then (about "
-                f"{duration(left)}).")
+        return (
+            f"{starts_text(window)}: a server started now may run until then (about "
+            f"{duration(left)})."
+        )
 
     async def _check_may_queue(self, line, count: int) -> None:
         """The per-member GPU limit, counting the GPUs of the member's places too.  (That
@@ -245,8 +269,10 @@ class LineSpawner(LoggingConfigurable):
             held = self.pool.held_by(self.user.name) + line.queued_units(self.user.name)
             if held + count > limit:
                 raise self._refuse_gpus(
-                    "user_limit", f"You already hold or wait for {held} GPU(s) and each "
-                    f"member may hold {limit}. Leave the line or stop another server first.")
+                    "user_limit",
+                    f"You already hold or wait for {held} GPU(s) and each "
+                    f"member may hold {limit}. Leave the line or stop another server first.",
+                )
 
     def _share_hours(self, line) -> float:
         """GPU-hours of this member in the last ``c.Line.fair_share_days`` (0 when off)."""
@@ -257,9 +283,14 @@ class LineSpawner(LoggingConfigurable):
 
         now = datetime.now(UTC)
         since = now - timedelta(days=line.fair_share_days)
-        return sum(gpu_seconds(r, since, now)
-                   for r in runs.runs_overlapping(self.db_session(), since)
-                   if r.username == self.user.name) / 3600
+        return (
+            sum(
+                gpu_seconds(r, since, now)
+                for r in runs.runs_overlapping(self.db_session(), since)
+                if r.username == self.user.name
+            )
+            / 3600
+        )
 
     def _show_place(self, place: dict) -> None:
         """A waiting start's place on the progress page (only when it changed)."""

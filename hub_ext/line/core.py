@@ -105,15 +105,19 @@ class Line(SingletonConfigurable):
     @validate("max_wait", "update_interval", "typical_run")
     def _positive(self, proposal):
         if proposal["value"] <= 0:
-            raise ValueError(f"c.Line.{proposal['trait'].name} must be a positive number of "
-                             f"seconds, got {proposal['value']!r}")
+            raise ValueError(
+                f"c.Line.{proposal['trait'].name} must be a positive number of "
+                f"seconds, got {proposal['value']!r}"
+            )
         return proposal["value"]
 
     @validate("fair_share_days", "backfill_age")
     def _not_negative(self, proposal):
         if proposal["value"] < 0:
-            raise ValueError(f"c.Line.{proposal['trait'].name} must be 0 (off) or positive, "
-                             f"got {proposal['value']!r}")
+            raise ValueError(
+                f"c.Line.{proposal['trait'].name} must be 0 (off) or positive, "
+                f"got {proposal['value']!r}"
+            )
         return proposal["value"]
 
     @default("log")
@@ -150,8 +154,11 @@ class Line(SingletonConfigurable):
             place = Place.of(row)
             self.places[place.key] = place
         if self.places:
-            self.log.info("The line has %d place(s) kept from before the restart: %s",
-                          len(self.places), ", ".join(str(k) for k in self.ordered_keys()))
+            self.log.info(
+                "The line has %d place(s) kept from before the restart: %s",
+                len(self.places),
+                ", ".join(str(k) for k in self.ordered_keys()),
+            )
         self._update_metrics()
 
     def ordered(self, units: str | None = None) -> list[Place]:
@@ -172,16 +179,25 @@ class Line(SingletonConfigurable):
 
     def waiting(self, units: str) -> int:
         """How many places wait for this kind of unit (those joining included)."""
-        return sum(1 for p in [*self.places.values(), *self._joining.values()]
-                   if p.units == units)
+        return sum(1 for p in [*self.places.values(), *self._joining.values()] if p.units == units)
 
     def queued_units(self, user: str) -> int:
         """Units ``user`` waits for in all their places (those joining included)."""
-        return sum(p.count for p in [*self.places.values(), *self._joining.values()]
-                   if p.key[0] == user)
+        return sum(
+            p.count for p in [*self.places.values(), *self._joining.values()] if p.key[0] == user
+        )
 
-    async def join(self, key, *, profile: str, profile_name: str, units: str, count: int,
-                   user_options: dict, share_hours: float = 0.0) -> Place:
+    async def join(
+        self,
+        key,
+        *,
+        profile: str,
+        profile_name: str,
+        units: str,
+        count: int,
+        user_options: dict,
+        share_hours: float = 0.0,
+    ) -> Place:
         """A place for server ``key``, at the end of the line, once it is in the hub
         database; the same place again when it has one (a spawn started again after a
         hub restart).
@@ -198,26 +214,48 @@ class Line(SingletonConfigurable):
         if key in self._joining:
             raise LineRefused("joining", "This server is joining the line already.")
         self.check_one_place(key, profile, profile_name)
-        rank = max((p.rank for p in [*self.places.values(), *self._joining.values()]),
-                   default=0.0) + 1
+        rank = (
+            max((p.rank for p in [*self.places.values(), *self._joining.values()]), default=0.0) + 1
+        )
         rank = max(rank, self._last_rank + 1)
         self._last_rank = rank
-        place = Place(key, profile, profile_name, units, count, dict(user_options),
-                      clock.now(), rank, share_hours=share_hours)
+        place = Place(
+            key,
+            profile,
+            profile_name,
+            units,
+            count,
+            dict(user_options),
+            clock.now(),
+            rank,
+            share_hours=share_hours,
+        )
         # counted at once (a second join for this profile is refused), in the line only
         # once its row is in the database: nobody is told of a place a crash could lose
         self._joining[key] = place
         queued_at = datetime.fromtimestamp(place.queued_at, UTC).replace(tzinfo=None)
         try:
-            await self.writer.submit(store.insert_row, {
-                "username": key[0], "server_name": key[1], "profile": profile,
-                "profile_name": profile_name, "units": units, "count": count,
-                "user_options": place.user_options, "queued_at": queued_at, "rank": rank,
-                "share_hours": share_hours})
+            await self.writer.submit(
+                store.insert_row,
+                {
+                    "username": key[0],
+                    "server_name": key[1],
+                    "profile": profile,
+                    "profile_name": profile_name,
+                    "units": units,
+                    "count": count,
+                    "user_options": place.user_options,
+                    "queued_at": queued_at,
+                    "rank": rank,
+                    "share_hours": share_hours,
+                },
+            )
         except IntegrityError as e:  # a row of this server or member and profile is there
-            raise LineRefused("one_per_profile",
-                              f"You are already in line for {profile_name}; each member has "
-                              "one place per profile.") from e
+            raise LineRefused(
+                "one_per_profile",
+                f"You are already in line for {profile_name}; each member has "
+                "one place per profile.",
+            ) from e
         except asyncio.CancelledError:
             # the insert may still be committed by the writer: delete it after (in order)
             self._write(store.delete_row, *key)
@@ -226,22 +264,36 @@ class Line(SingletonConfigurable):
             del self._joining[key]
         self.places[key] = place
         self._update_metrics()
-        self.log.info("%s joined the line for %d %s (profile %s) as %d of %d", key, count,
-                      units, profile, self.position(key), self.waiting(units))
+        self.log.info(
+            "%s joined the line for %d %s (profile %s) as %d of %d",
+            key,
+            count,
+            units,
+            profile,
+            self.position(key),
+            self.waiting(units),
+        )
         return place
 
     def check_one_place(self, key, profile: str, profile_name: str) -> None:
         """Raise :class:`LineRefused` when ``key``'s member waits for ``profile`` with
         another server already, or has one granted and still starting (one place per
         member per profile)."""
-        other = next((p for p in [*self.places.values(), *self._joining.values(),
-                                  *self.granted.values()]
-                      if p.key[0] == key[0] and p.profile == profile and p.key != key), None)
+        other = next(
+            (
+                p
+                for p in [*self.places.values(), *self._joining.values(), *self.granted.values()]
+                if p.key[0] == key[0] and p.profile == profile and p.key != key
+            ),
+            None,
+        )
         if other is not None:
             where = f"server '{other.key[1]}'" if other.key[1] else "your default server"
-            raise LineRefused("one_per_profile",
-                              f"You are already in line for {profile_name} ({where}); "
-                              "each member has one place per profile.")
+            raise LineRefused(
+                "one_per_profile",
+                f"You are already in line for {profile_name} ({where}); "
+                "each member has one place per profile.",
+            )
 
     def position(self, key) -> int:
         """1 for the head of its kind's line; 0 when ``key`` has no place."""
@@ -281,9 +333,13 @@ class Line(SingletonConfigurable):
             return None
         self._write(store.delete_row, *key)
         metrics.LINE_WAIT.labels(profile=place.profile).observe(
-            max(0.0, clock.now() - place.queued_at))
-        self.log.info("%s's turn: started by the scheduler after %.1fs in line", key,
-                      clock.now() - place.queued_at)
+            max(0.0, clock.now() - place.queued_at)
+        )
+        self.log.info(
+            "%s's turn: started by the scheduler after %.1fs in line",
+            key,
+            clock.now() - place.queued_at,
+        )
         self._update_metrics()
         self.announce_soon()
         return place
@@ -314,8 +370,9 @@ class Line(SingletonConfigurable):
 
     def _written(self, future: asyncio.Future) -> None:
         if not future.cancelled() and future.exception() is not None:
-            self.log.error("The line could not be written to the hub database: %s",
-                           future.exception())
+            self.log.error(
+                "The line could not be written to the hub database: %s", future.exception()
+            )
 
     # -- the turn -----------------------------------------------------------------------
 
@@ -340,11 +397,16 @@ class Line(SingletonConfigurable):
             # would be lost; asyncio.wait raises it and leaves the waiter as it is.
             done, _ = await asyncio.wait({place.waiter}, timeout=max(left, 0))
             if not done:
-                within = (f"{self.max_wait:g} s" if self.max_wait < 60
-                          else f"{self.max_wait / 60:g} min")
-                self.remove(key, "expired", f"Your place in line for {place.profile_name} "
-                            f"expired: no GPU freed within {within}. "
-                            "Try again later or pick another profile.")
+                within = (
+                    f"{self.max_wait:g} s" if self.max_wait < 60 else f"{self.max_wait / 60:g} min"
+                )
+                self.remove(
+                    key,
+                    "expired",
+                    f"Your place in line for {place.profile_name} "
+                    f"expired: no GPU freed within {within}. "
+                    "Try again later or pick another profile.",
+                )
             grant = place.waiter.result()  # raises LineLeft
         except asyncio.CancelledError:
             if shutting_down():
@@ -353,8 +415,11 @@ class Line(SingletonConfigurable):
                 # (:mod:`hub_ext.line.resume`)
                 self.places.pop(key, None)
                 self.granted.pop(key, None)
-                self.log.info("%s keeps its place in line for %s through the hub's shutdown",
-                              key, place.profile)
+                self.log.info(
+                    "%s keeps its place in line for %s through the hub's shutdown",
+                    key,
+                    place.profile,
+                )
             elif key in self.places:
                 self.remove(key, "stopped", "The pending server was stopped.")
             elif self.granted.get(key) is place:  # granted, then cancelled before it woke
@@ -366,7 +431,8 @@ class Line(SingletonConfigurable):
         finally:
             place.waiter = place.on_update = None
         metrics.LINE_WAIT.labels(profile=place.profile).observe(
-            max(0.0, clock.now() - place.queued_at))
+            max(0.0, clock.now() - place.queued_at)
+        )
         return grant
 
     def dispatch(self) -> None:
@@ -410,15 +476,19 @@ class Line(SingletonConfigurable):
         """One pass of :meth:`dispatch`; True when anything was granted."""
         granted_any = False
         now = clock.now()
+
         def fit(waiting: Waiting) -> bool:
             return self.backend.fits(self.places[waiting.key])
 
         for units in {p.units for p in self.places.values()}:
             line = self.ordered(units)
-            waiting = [Waiting(p.key, p.count, now - p.queued_at,
-                               p.waiter is not None and not p.waiter.done()) for p in line]
-            for key in grants(waiting, self.backend.free_units(units), self.backfill_age,
-                              fits=fit):
+            waiting = [
+                Waiting(
+                    p.key, p.count, now - p.queued_at, p.waiter is not None and not p.waiter.done()
+                )
+                for p in line
+            ]
+            for key in grants(waiting, self.backend.free_units(units), self.backfill_age, fits=fit):
                 place = self.places[key]
                 grant = self.backend.grant(place)
                 if grant is None:
@@ -427,8 +497,9 @@ class Line(SingletonConfigurable):
                 self.granted[key] = place
                 place.waiter.set_result(grant)
                 granted_any = True
-                self.log.info("%s's turn: granted %s after %.1fs in line", key, grant,
-                              now - place.queued_at)
+                self.log.info(
+                    "%s's turn: granted %s after %.1fs in line", key, grant, now - place.queued_at
+                )
         return granted_any
 
     def _kind(self, units: str) -> tuple[dict, list[int], list]:
@@ -462,24 +533,38 @@ class Line(SingletonConfigurable):
             index, estimate = standing[0] - 1, standing[1]
             unknown = self.backend.no_estimate
         left = max(0.0, place.queued_at + self.max_wait - clock.now())
-        return {"user": key[0], "server": key[1], "profile": place.profile,
-                "profile_name": place.profile_name, "units": place.units,
-                "count": place.count, "position": index + 1, "estimate_s": estimate,
-                "left_s": left, "waiting_since": _iso(place.queued_at),
-                "front": place.front, "waiting": place.waiter is not None,
-                "sentence": place_sentence(index + 1, place.count, place.unit_word,
-                                           place.profile_name, estimate, left, unknown)}
+        return {
+            "user": key[0],
+            "server": key[1],
+            "profile": place.profile,
+            "profile_name": place.profile_name,
+            "units": place.units,
+            "count": place.count,
+            "position": index + 1,
+            "estimate_s": estimate,
+            "left_s": left,
+            "waiting_since": _iso(place.queued_at),
+            "front": place.front,
+            "waiting": place.waiter is not None,
+            "sentence": place_sentence(
+                index + 1, place.count, place.unit_word, place.profile_name, estimate, left, unknown
+            ),
+        }
 
     def describe_all(self, user: str | None = None) -> list[dict]:
         """Every place (of ``user`` when given), in order, described."""
         kinds: dict = {}
-        return [self.describe(p.key, kinds) for p in self.ordered()
-                if user in (None, p.key[0])]
+        return [self.describe(p.key, kinds) for p in self.ordered() if user in (None, p.key[0])]
 
     def expected_left(self, age: float, limits: dict) -> float:
         """:func:`hub_ext.line.order.expected_left` with ``typical_run``."""
-        return expected_left(age, limits.get("max_age", 0), limits.get("idle_timeout", 0),
-                             limits.get("gpu_idle_timeout", 0), self.typical_run)
+        return expected_left(
+            age,
+            limits.get("max_age", 0),
+            limits.get("idle_timeout", 0),
+            limits.get("gpu_idle_timeout", 0),
+            self.typical_run,
+        )
 
     def _update_metrics(self) -> None:
         counts: dict[str, int] = {}

@@ -29,8 +29,12 @@ def apply_line_config(c, settings) -> None:
     c.Line.backfill_age = float(settings.line_backfill_age)
     token = line_token(settings.state_dir)
     c.Line.api_token = token
-    add_service(c, {"name": LINE_SERVICE, "api_token": token}, {
-        "name": ROLE_NAME,
-        "description": "The line of GPU Cluster Hub: start waiting servers after a restart",
-        "scopes": list(SCOPES),
-    })
+    add_service(
+        c,
+        {"name": LINE_SERVICE, "api_token": token},
+        {
+            "name": ROLE_NAME,
+            "description": "The line of GPU Cluster Hub: start waiting servers after a restart",
+            "scopes": list(SCOPES),
+        },
+    )

@@ -17,8 +17,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Waiting", "estimate_wait", "expected_left", "grants", "ordinal",
-           "place_sentence", "sort_key"]
+__all__ = [
+    "Waiting",
+    "estimate_wait",
+    "expected_left",
+    "grants",
+    "ordinal",
+    "place_sentence",
+    "sort_key",
+]
 
 
 @dataclass
@@ -38,8 +45,12 @@ def sort_key(front: bool, share_hours: float, rank: float, fair_share: bool) -> 
     return (0 if front else 1, share_hours if fair_share else 0.0, rank)
 
 
-def grants(line: Sequence[Waiting], free: int, backfill_age: float,
-           fits: Callable[[Waiting], bool] | None = None) -> list[object]:
+def grants(
+    line: Sequence[Waiting],
+    free: int,
+    backfill_age: float,
+    fits: Callable[[Waiting], bool] | None = None,
+) -> list[object]:
     """Keys of the places to grant now, in order, with ``free`` units free.
 
     ``line`` is one kind of unit's line, in order.  ``fits(place)``, when given, is asked
@@ -59,8 +70,9 @@ def grants(line: Sequence[Waiting], free: int, backfill_age: float,
     return granted
 
 
-def expected_left(age: float, max_age: float, idle_timeout: float, gpu_idle_timeout: float,
-                  typical_run: float) -> float:
+def expected_left(
+    age: float, max_age: float, idle_timeout: float, gpu_idle_timeout: float, typical_run: float
+) -> float:
     """Seconds until a running server is expected to free its units: what is left of its
     maximum age when it has one; else the shortest culler timeout (a member who walks away
     is stopped after it); else ``typical_run`` less its age.  Never below 0."""
@@ -72,8 +84,9 @@ def expected_left(age: float, max_age: float, idle_timeout: float, gpu_idle_time
     return max(0.0, typical_run - age)
 
 
-def estimate_wait(units_needed: int, frees: Iterable[tuple[float, int]],
-                  typical_run: float) -> float | None:
+def estimate_wait(
+    units_needed: int, frees: Iterable[tuple[float, int]], typical_run: float
+) -> float | None:
     """Seconds until ``units_needed`` units (those of the places ahead, and one's own)
     have freed, from ``frees``: (seconds until it frees, units) per running server.
 
@@ -115,13 +128,22 @@ def minutes(seconds: float) -> str:
 NO_ESTIMATE = "unknown (nothing of this kind runs)"
 
 
-def place_sentence(position: int, count: int, unit: str, profile_name: str,
-                   estimate: float | None, left: float, unknown: str = NO_ESTIMATE) -> str:
-    """"You are 3rd in line for 1 GPU (PyTorch). Estimated wait: about 20 min. Your place
+def place_sentence(
+    position: int,
+    count: int,
+    unit: str,
+    profile_name: str,
+    estimate: float | None,
+    left: float,
+    unknown: str = NO_ESTIMATE,
+) -> str:
+    """ "You are 3rd in line for 1 GPU (PyTorch). Estimated wait: about 20 min. Your place
     is kept for about 58 min more." ``unit`` is "GPU" or "1g.5gb GPU slice"; ``estimate``
     and ``left`` in seconds; ``unknown`` is said when ``estimate`` is None (Slurm's
     backend: "unknown", ``squeue --start`` has no estimate)."""
     what = f"{count} {unit}{'' if count == 1 else 's'}"
     guess = minutes(estimate) if estimate is not None else unknown
-    return (f"You are {ordinal(position)} in line for {what} ({profile_name}). "
-            f"Estimated wait: {guess}. Your place is kept for {minutes(left)} more.")
+    return (
+        f"You are {ordinal(position)} in line for {what} ({profile_name}). "
+        f"Estimated wait: {guess}. Your place is kept for {minutes(left)} more."
+    )

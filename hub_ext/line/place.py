@@ -103,9 +103,18 @@ class Place:
 
     @classmethod
     def of(cls, row: store.LineRow) -> Place:
-        return cls(ServerKey(row.username, row.server_name), row.profile,
-                   row.profile_name, row.units, row.count, dict(row.user_options or {}),
-                   row.queued_epoch(), row.rank, row.front, row.share_hours)
+        return cls(
+            ServerKey(row.username, row.server_name),
+            row.profile,
+            row.profile_name,
+            row.units,
+            row.count,
+            dict(row.user_options or {}),
+            row.queued_epoch(),
+            row.rank,
+            row.front,
+            row.share_hours,
+        )
 
     @property
     def unit_word(self) -> str:

@@ -35,9 +35,13 @@ def _server_path(api_url: str, user: str, server: str) -> str:
 
 
 async def _call(method: str, url: str, token: str, body: dict | None = None):
-    request = HTTPRequest(url, method=method, headers={"Authorization": f"token {token}"},
-                          body=json.dumps(body) if body is not None else None,
-                          request_timeout=60)
+    request = HTTPRequest(
+        url,
+        method=method,
+        headers={"Authorization": f"token {token}"},
+        body=json.dumps(body) if body is not None else None,
+        request_timeout=60,
+    )
     return await AsyncHTTPClient().fetch(request, raise_error=False)
 
 
@@ -48,8 +52,9 @@ RETRY_CODES = (429, 503, 599)
 RETRY_MAX_DELAY = 30.0
 
 
-async def resume_places(line: Line, api_url: str, timeout: float = 300,
-                        retry_delay: float = 1.0) -> None:
+async def resume_places(
+    line: Line, api_url: str, timeout: float = 300, retry_delay: float = 1.0
+) -> None:
     """Start the spawn of every place nobody waits in (a restart), in the line's order.
 
     A place whose server runs already (it started just before the hub stopped) is
@@ -61,8 +66,11 @@ async def resume_places(line: Line, api_url: str, timeout: float = 300,
     token = line.api_token
     if not token:
         if line.places:
-            line.log.warning("c.Line.api_token is not set: %d waiting place(s) kept from "
-                             "before the restart cannot be started again", len(line.places))
+            line.log.warning(
+                "c.Line.api_token is not set: %d waiting place(s) kept from "
+                "before the restart cannot be started again",
+                len(line.places),
+            )
         return
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -95,11 +103,15 @@ async def resume_places(line: Line, api_url: str, timeout: float = 300,
             # 400 "is pending": the server is still being checked after the restart
             # (JupyterHub's init_spawners polls it), asked again in a moment
             checking = r.code == 400 and b"is pending" in (r.body or b"")
-            if (r.code not in RETRY_CODES and not checking) or place.key not in line.places or (
-                    now() + delay > place.queued_at + line.max_wait):
+            if (
+                (r.code not in RETRY_CODES and not checking)
+                or place.key not in line.places
+                or (now() + delay > place.queued_at + line.max_wait)
+            ):
                 break
-            line.log.info("Start of %s refused for now (%s); again in %.0f s", place.key,
-                          r.code, delay)
+            line.log.info(
+                "Start of %s refused for now (%s); again in %.0f s", place.key, r.code, delay
+            )
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_DELAY)
         if r.code == 400 and b"already running" in (r.body or b""):
@@ -107,13 +119,20 @@ async def resume_places(line: Line, api_url: str, timeout: float = 300,
             line.granted[place.key] = place
             line.forget(place.key)
         elif r.code in RETRY_CODES and place.key in line.places:
-            line.log.warning("Could not start %s again after a restart (%s) within its "
-                             "place's time; the keeper ends it when it expires",
-                             place.key, r.code)
+            line.log.warning(
+                "Could not start %s again after a restart (%s) within its "
+                "place's time; the keeper ends it when it expires",
+                place.key,
+                r.code,
+            )
         elif r.code not in (201, 202) and place.key in line.places:
             line.remove(place.key, "removed", "Your place could not be kept.")
-            line.log.error("Could not start %s again after a restart (%s): %s",
-                           place.key, r.code, (r.body or b"")[:300])
+            line.log.error(
+                "Could not start %s again after a restart (%s): %s",
+                place.key,
+                r.code,
+                (r.body or b"")[:300],
+            )
         else:
             line.log.info("Started %s's waiting spawn again after a restart", place.key)
 

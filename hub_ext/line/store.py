@@ -37,8 +37,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from ..common.db import ensure_tables
 
-__all__ = ["LineRow", "Writer", "delete_row", "ensure_table", "insert_row", "load_rows",
-           "move_row"]
+__all__ = ["LineRow", "Writer", "delete_row", "ensure_table", "insert_row", "load_rows", "move_row"]
 
 
 class Base(DeclarativeBase):
@@ -95,16 +94,19 @@ def insert_row(session: Session, fields: dict) -> None:
 def delete_row(session: Session, username: str, server_name: str) -> None:
     """Delete the row of that server; idempotent."""
     ensure_table(session)
-    session.execute(delete(LineRow).where(LineRow.username == username,
-                                          LineRow.server_name == server_name))
+    session.execute(
+        delete(LineRow).where(LineRow.username == username, LineRow.server_name == server_name)
+    )
 
 
 def move_row(session: Session, username: str, server_name: str, rank: float) -> None:
     """Mark the row of that server as moved to the front, with ``rank``."""
     ensure_table(session)
-    session.execute(update(LineRow).where(LineRow.username == username,
-                                          LineRow.server_name == server_name)
-                    .values(front=True, rank=rank))
+    session.execute(
+        update(LineRow)
+        .where(LineRow.username == username, LineRow.server_name == server_name)
+        .values(front=True, rank=rank)
+    )
 
 
 class Writer:
@@ -116,10 +118,16 @@ class Writer:
 
     def __init__(self, session: Session):
         url = session.get_bind().engine.url
-        self.session = session if url.get_backend_name() == "sqlite" and url.database in (
-            None, "", ":memory:") else None
-        self.engine = None if self.session is not None else create_engine(
-            url.render_as_string(hide_password=False))
+        self.session = (
+            session
+            if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+            else None
+        )
+        self.engine = (
+            None
+            if self.session is not None
+            else create_engine(url.render_as_string(hide_password=False))
+        )
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="gpuhub-line-db")
 
     def _run(self, write, *args) -> None:

@@ -55,8 +55,15 @@ class LoginRefused(web.HTTPError):
     autoescaped template ``login_refused.html``) instead of the log message.
     """
 
-    def __init__(self, log_message: str, *, title: str, why: str, contact: str = "",
-                 groups: list[str] | None = None):
+    def __init__(
+        self,
+        log_message: str,
+        *,
+        title: str,
+        why: str,
+        contact: str = "",
+        groups: list[str] | None = None,
+    ):
         super().__init__(403, log_message, reason=title)
         self.jupyterhub_html_message = Markup(
             render("login_refused.html", why=why, contact=contact, groups=groups)
@@ -223,7 +230,8 @@ class CreditAuthenticator(GatedRoutes, ProviderClient, GenericOAuthenticator):
     @default("custom_403_message")
     def _custom_403_message_default(self) -> str:
         return "You cannot log in to this hub." + (
-            f" Ask {self.admin_contact} for access." if self.admin_contact else "")
+            f" Ask {self.admin_contact} for access." if self.admin_contact else ""
+        )
 
     @validate("issuer", "jwks_url")
     def _validate_url(self, proposal) -> str:
@@ -280,8 +288,11 @@ class CreditAuthenticator(GatedRoutes, ProviderClient, GenericOAuthenticator):
             token_info = await super().get_token_info(handler, params)
         except HTTPClientError as e:
             if 400 <= e.code < 500:
-                self.log.warning("OIDC login refused: the token endpoint answered %s to the "
-                                 "%s grant", e.code, params.get("grant_type"))
+                self.log.warning(
+                    "OIDC login refused: the token endpoint answered %s to the %s grant",
+                    e.code,
+                    params.get("grant_type"),
+                )
                 raise web.HTTPError(403, CODE_REFUSED) from None
             self.log.error("OIDC: the token endpoint did not answer (%s)", why(e))
             raise web.HTTPError(503, SERVICE_DOWN) from None
@@ -293,8 +304,10 @@ class CreditAuthenticator(GatedRoutes, ProviderClient, GenericOAuthenticator):
             await self.verify_id_token(id_token)
         elif params.get("grant_type") != "refresh_token":
             # a refresh answer may omit it (OIDC Core 12.2); a login may not
-            self.log.warning("OIDC login refused: the token endpoint sent no ID token; "
-                             "is 'openid' in c.CreditAuthenticator.scope?")
+            self.log.warning(
+                "OIDC login refused: the token endpoint sent no ID token; "
+                "is 'openid' in c.CreditAuthenticator.scope?"
+            )
             raise web.HTTPError(403, TOKEN_REFUSED)
         return token_info
 
@@ -319,8 +332,10 @@ class CreditAuthenticator(GatedRoutes, ProviderClient, GenericOAuthenticator):
             raise LoginRefused(
                 f"OIDC login refused: no {claim!r} claim for subject {user_info.get('sub')!r}",
                 title="No user name",
-                why=("Your account at the login service has no user name this hub can use. "
-                     "Ask for your account to be completed."),
+                why=(
+                    "Your account at the login service has no user name this hub can use. "
+                    "Ask for your account to be completed."
+                ),
                 contact=self.admin_contact,
             )
         return name
@@ -361,8 +376,10 @@ class CreditAuthenticator(GatedRoutes, ProviderClient, GenericOAuthenticator):
         raise LoginRefused(
             f"OIDC login refused: {username} is in groups {groups}, none of {needed}",
             title="Not a member of this hub",
-            why=(f"You signed in as {username}, but this hub is open only to members of "
-                 f"{_either(needed)}."),
+            why=(
+                f"You signed in as {username}, but this hub is open only to members of "
+                f"{_either(needed)}."
+            ),
             groups=groups,
             contact=self.admin_contact,
         )
@@ -379,18 +396,27 @@ class CreditAuthenticator(GatedRoutes, ProviderClient, GenericOAuthenticator):
         except HTTPClientError as e:
             if 400 <= e.code < 500:
                 raise
-            self.log.warning("Refreshing %s: the login service did not answer (%s); "
-                             "keeping their login", user.name, why(e))
+            self.log.warning(
+                "Refreshing %s: the login service did not answer (%s); keeping their login",
+                user.name,
+                why(e),
+            )
             return await self._refresh_credits_only(user)
         except OSError as e:
-            self.log.warning("Refreshing %s: the login service cannot be reached (%s); "
-                             "keeping their login", user.name, why(e))
+            self.log.warning(
+                "Refreshing %s: the login service cannot be reached (%s); keeping their login",
+                user.name,
+                why(e),
+            )
             return await self._refresh_credits_only(user)
         if isinstance(refreshed, dict):
             groups = set(refreshed.get("groups") or [])
             if not self.may_log_in(refreshed["name"], groups, bool(refreshed.get("admin"))):
-                self.log.warning("%s is no longer in an allowed group (has %s); they must log "
-                                 "in again", user.name, sorted(groups))
+                self.log.warning(
+                    "%s is no longer in an allowed group (has %s); they must log in again",
+                    user.name,
+                    sorted(groups),
+                )
                 return False
         return refreshed
 
@@ -414,20 +440,26 @@ class CreditAuthenticator(GatedRoutes, ProviderClient, GenericOAuthenticator):
                 if self.credits_admin_token:
                     self._grants = CreditsClient(parent=self, token=self.credits_admin_token)
                 else:
-                    self.log.error("initial_credits is set but credits_admin_token is empty; "
-                                   "no initial grants")
+                    self.log.error(
+                        "initial_credits is set but credits_admin_token is empty; no initial grants"
+                    )
         try:
             return await asyncio.wait_for(
                 read_credit_account(
-                    self._credits, username,
+                    self._credits,
+                    username,
                     initial_credits=Decimal(self.initial_credits or "0"),
-                    grant_client=self._grants, log=self.log,
+                    grant_client=self._grants,
+                    log=self.log,
                 ),
                 self.credits_timeout,
             )
         except TimeoutError:
-            self.log.warning("Credits: no answer about %s's account in %ss; balance unknown",
-                             username, self.credits_timeout)
+            self.log.warning(
+                "Credits: no answer about %s's account in %ss; balance unknown",
+                username,
+                self.credits_timeout,
+            )
             return unknown()
 
 

@@ -27,8 +27,7 @@ from datetime import timedelta
 from pathlib import Path
 
 #: Paths the hub calls server-to-server; everything else needs the secret.
-OPEN_PATHS = frozenset({"/.well-known/openid-configuration", "/jwks", "/oauth2/token",
-                        "/userinfo"})
+OPEN_PATHS = frozenset({"/.well-known/openid-configuration", "/jwks", "/oauth2/token", "/userinfo"})
 REALM = "GPU Cluster Hub demo login (any user name; the password is printed by demo.sh)"
 
 
@@ -59,13 +58,18 @@ class SecretGuard:
     def __call__(self, environ, start_response):
         if self.allowed(environ):
             return self.app(environ, start_response)
-        body = (b"The demo's sign-in page needs the password printed on the demo's console "
-                b"(scripts/demo.sh).\n")
-        start_response("401 Unauthorized", [
-            ("WWW-Authenticate", f'Basic realm="{REALM}"'),
-            ("Content-Type", "text/plain; charset=utf-8"),
-            ("Content-Length", str(len(body))),
-        ])
+        body = (
+            b"The demo's sign-in page needs the password printed on the demo's console "
+            b"(scripts/demo.sh).\n"
+        )
+        start_response(
+            "401 Unauthorized",
+            [
+                ("WWW-Authenticate", f'Basic realm="{REALM}"'),
+                ("Content-Type", "text/plain; charset=utf-8"),
+                ("Content-Length", str(len(body))),
+            ],
+        )
         return [body]
 
 
@@ -81,14 +85,16 @@ def build_app(secret: str, user_claims: list[dict]):
     from oidc_provider_mock import app
     from oidc_provider_mock._storage import User
 
-    users = [User(sub=c["sub"], claims={k: v for k, v in c.items() if k != "sub"})
-             for c in user_claims]
+    users = [
+        User(sub=c["sub"], claims={k: v for k, v in c.items() if k != "sub"}) for c in user_claims
+    ]
     return SecretGuard(app(user_claims=users, access_token_max_age=timedelta(hours=1)), secret)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hub_ext.login.demo_provider",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m hub_ext.login.demo_provider", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9400)
     parser.add_argument("--secret-file", type=Path, required=True)

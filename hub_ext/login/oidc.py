@@ -35,14 +35,38 @@ __all__ = [
 #: Algorithms an ID token may be signed with.  Never ``none`` and never HS*: a shared
 #: secret would let anyone holding the client secret mint tokens.
 ASYMMETRIC_ALGORITHMS = (
-    "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA",
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "ES256",
+    "ES384",
+    "ES512",
+    "EdDSA",
 )
 
 #: Claims about the token itself, not about the member; dropped when claims are merged.
-TOKEN_CLAIMS = frozenset({
-    "iss", "aud", "exp", "iat", "nbf", "jti", "azp", "nonce", "auth_time", "at_hash",
-    "c_hash", "s_hash", "acr", "amr", "sid",
-})
+TOKEN_CLAIMS = frozenset(
+    {
+        "iss",
+        "aud",
+        "exp",
+        "iat",
+        "nbf",
+        "jti",
+        "azp",
+        "nonce",
+        "auth_time",
+        "at_hash",
+        "c_hash",
+        "s_hash",
+        "acr",
+        "amr",
+        "sid",
+    }
+)
 
 
 class IDTokenRejected(Exception):
@@ -84,8 +108,11 @@ def provider_metadata(document: object, issuer: str) -> ProviderMetadata:
             f"the discovery document names issuer {document.get('issuer')!r}, not {issuer!r}; "
             "GPUHUB_OIDC_ISSUER must be exactly the provider's issuer URL"
         )
-    missing = [k for k in ("authorization_endpoint", "token_endpoint", "jwks_uri")
-               if not isinstance(document.get(k), str) or not document[k]]
+    missing = [
+        k
+        for k in ("authorization_endpoint", "token_endpoint", "jwks_uri")
+        if not isinstance(document.get(k), str) or not document[k]
+    ]
     if missing:
         raise ValueError(f"the discovery document has no {', '.join(missing)}")
     return ProviderMetadata(
@@ -150,8 +177,10 @@ def verify_id_token(
         raise IDTokenRejected("the ID token is not a signed JWT") from None
     alg = header.get("alg")
     if alg not in ASYMMETRIC_ALGORITHMS:
-        raise IDTokenRejected(f"the ID token uses algorithm {alg!r}; only "
-                              f"{', '.join(ASYMMETRIC_ALGORITHMS)} are accepted")
+        raise IDTokenRejected(
+            f"the ID token uses algorithm {alg!r}; only "
+            f"{', '.join(ASYMMETRIC_ALGORITHMS)} are accepted"
+        )
     candidates = _candidates(header, keys)
     if not candidates:
         raise UnknownSigningKey(

@@ -63,23 +63,34 @@ class ProviderClient:
                     metadata = oidc.provider_metadata(document, self.issuer)
                 except ValueError as e:
                     self.log.error("OIDC discovery %s: %s", url, e)
-                    raise web.HTTPError(500, "The login service is misconfigured; "
-                                             "the hub's operators have the details.") from None
+                    raise web.HTTPError(
+                        500,
+                        "The login service is misconfigured; the hub's operators have the details.",
+                    ) from None
                 self.authorize_url = self.authorize_url or metadata.authorization_endpoint
                 self.token_url = self.token_url or metadata.token_endpoint
                 self.jwks_url = self.jwks_url or metadata.jwks_uri
                 if not self.userdata_url and not self.userdata_from_id_token:
                     self.userdata_url = metadata.userinfo_endpoint
-                self.log.info("OIDC provider %s: authorize %s, token %s, keys %s",
-                              self.issuer, self.authorize_url, self.token_url, self.jwks_url)
+                self.log.info(
+                    "OIDC provider %s: authorize %s, token %s, keys %s",
+                    self.issuer,
+                    self.authorize_url,
+                    self.token_url,
+                    self.jwks_url,
+                )
             self._discovered = True
 
     async def _get_json(self, url: str, label: str):
         try:
             return await self.httpfetch(
-                url, label, method="GET", headers={"Accept": "application/json"},
+                url,
+                label,
+                method="GET",
+                headers={"Accept": "application/json"},
                 validate_cert=self.validate_server_cert,
-                request_timeout=self.discovery_timeout, connect_timeout=self.discovery_timeout,
+                request_timeout=self.discovery_timeout,
+                connect_timeout=self.discovery_timeout,
             )
         except (HTTPClientError, OSError, ValueError) as e:
             self.log.error("OIDC: %s failed (%s)", label, why(e))
@@ -103,15 +114,23 @@ class ProviderClient:
         try:
             try:
                 keys = await self._signing_keys()
-                return oidc.verify_id_token(id_token, keys, issuer=self.issuer,
-                                            client_id=self.client_id,
-                                            leeway=self.id_token_leeway)
+                return oidc.verify_id_token(
+                    id_token,
+                    keys,
+                    issuer=self.issuer,
+                    client_id=self.client_id,
+                    leeway=self.id_token_leeway,
+                )
             except oidc.UnknownSigningKey:
                 # the provider may have rotated its keys since we fetched them
                 keys = await self._signing_keys(refresh=True)
-                return oidc.verify_id_token(id_token, keys, issuer=self.issuer,
-                                            client_id=self.client_id,
-                                            leeway=self.id_token_leeway)
+                return oidc.verify_id_token(
+                    id_token,
+                    keys,
+                    issuer=self.issuer,
+                    client_id=self.client_id,
+                    leeway=self.id_token_leeway,
+                )
         except oidc.IDTokenRejected as e:
             self.log.warning("OIDC login refused: %s", e)
             raise web.HTTPError(403, TOKEN_REFUSED) from None

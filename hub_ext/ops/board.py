@@ -38,8 +38,16 @@ from tornado import web
 
 from ..common.services import CLI_SERVICE, CLI_TOKEN_FILE, ROLE_NAME
 
-__all__ = ["CLI_SERVICE", "CLI_TOKEN_FILE", "GPUS_SCOPE", "ROLE_NAME", "apply_admin_config",
-           "board_model", "handlers", "stop_path"]
+__all__ = [
+    "CLI_SERVICE",
+    "CLI_TOKEN_FILE",
+    "GPUS_SCOPE",
+    "ROLE_NAME",
+    "apply_admin_config",
+    "board_model",
+    "handlers",
+    "stop_path",
+]
 
 GPUS_SCOPE = "custom:gpuhub:gpus:read"
 #: remove a place in line or move it to the front (the admin role only, not gpuhub-cli)
@@ -79,8 +87,7 @@ async def board_model(handler) -> dict:
     model.setdefault("pending", [])
     model["checked_at"] = iso(datetime.now(UTC))
     model["line"] = line_rows(handler)
-    model["reserved"] = (Reservations.instance().held_back() if Reservations.initialized()
-                         else [])
+    model["reserved"] = Reservations.instance().held_back() if Reservations.initialized() else []
     return filtered(model, handler)
 
 
@@ -117,8 +124,10 @@ def line_rows(handler) -> list[dict]:
 
     rows = []
     for place in the_line(handler).describe_all():
-        url = (f"{handler.hub.base_url}api/gpuhub/line/{quote(place['user'], safe='')}/"
-               f"{quote(place['server'], safe='')}")
+        url = (
+            f"{handler.hub.base_url}api/gpuhub/line/{quote(place['user'], safe='')}/"
+            f"{quote(place['server'], safe='')}"
+        )
         rows.append({**place, "remove_url": url, "front_url": url + "/front"})
     return rows
 
@@ -138,7 +147,9 @@ class GPUBoardHandler(BaseHandler):
     async def get(self):
         _require_scope(self)
         html = await self.render_template(
-            "gpus.html", board=await board_model(self), refresh_seconds=REFRESH_SECONDS,
+            "gpus.html",
+            board=await board_model(self),
+            refresh_seconds=REFRESH_SECONDS,
             api_url=self.hub.base_url + "api/gpuhub/gpus",
         )
         self.finish(html)
@@ -173,23 +184,28 @@ def apply_admin_config(c, settings) -> None:
         "description": "Read the GPU board: every device, who holds it and how busy it is.",
     }
     custom[LINE_ADMIN_SCOPE] = {
-        "description": "Change the waiting line: remove any member's place, move one to "
-                       "the front.",
+        "description": "Change the waiting line: remove any member's place, move one to the front.",
     }
     c.JupyterHub.custom_scopes = custom
     roles = list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
-    c.JupyterHub.load_roles = [r for r in roles if r.get("name") != ROLE_NAME] + [{
-        "name": ROLE_NAME,
-        "description": "Admins of GPU Cluster Hub: see the GPU board, change the line",
-        "scopes": [GPUS_SCOPE, LINE_ADMIN_SCOPE],
-        "groups": split_list(settings.admin_groups),
-    }]
-    add_service(c, {
-        "name": CLI_SERVICE,
-        "api_token": token_file(Path(settings.state_dir) / CLI_TOKEN_FILE),
-        "display": False,
-    }, {
-        "name": CLI_SERVICE,
-        "description": "gpuhub gpus on the hub's machine: read the GPU board",
-        "scopes": [GPUS_SCOPE],
-    })
+    c.JupyterHub.load_roles = [r for r in roles if r.get("name") != ROLE_NAME] + [
+        {
+            "name": ROLE_NAME,
+            "description": "Admins of GPU Cluster Hub: see the GPU board, change the line",
+            "scopes": [GPUS_SCOPE, LINE_ADMIN_SCOPE],
+            "groups": split_list(settings.admin_groups),
+        }
+    ]
+    add_service(
+        c,
+        {
+            "name": CLI_SERVICE,
+            "api_token": token_file(Path(settings.state_dir) / CLI_TOKEN_FILE),
+            "display": False,
+        },
+        {
+            "name": CLI_SERVICE,
+            "description": "gpuhub gpus on the hub's machine: read the GPU board",
+            "scopes": [GPUS_SCOPE],
+        },
+    )

@@ -93,15 +93,20 @@ def docker_gid(socket: str = DOCKER_SOCKET) -> int | None:
 def render_env(gid: int | None, socket: str = DOCKER_SOCKET) -> str:
     """The text of a new ``.env``, with fresh secrets (:func:`secrets.token_hex`, 32 bytes)."""
     if gid is None:
-        gid_line = (f"# {socket} was not found: set this to `stat -c %g {socket}` on the "
-                    "Docker host\nGPUHUB_DOCKER_GID=")
+        gid_line = (
+            f"# {socket} was not found: set this to `stat -c %g {socket}` on the "
+            "Docker host\nGPUHUB_DOCKER_GID="
+        )
     else:
         gid_line = f"GPUHUB_DOCKER_GID={gid}"
     lines = []
     for name, what in SECRETS.items():
         lines += [f"# {what}", f"{name}={secrets.token_hex(32)}"]
-    return ENV_TEMPLATE.format(date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                               docker_gid_line=gid_line, secrets="\n".join(lines))
+    return ENV_TEMPLATE.format(
+        date=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        docker_gid_line=gid_line,
+        secrets="\n".join(lines),
+    )
 
 
 def write_env(path: Path, *, force: bool = False, socket: str = DOCKER_SOCKET) -> Path:
@@ -211,8 +216,9 @@ def credits_db_url(settings: Settings) -> str | None:
     ``GPUHUB_CREDITS_URL``), its SQLite file in the state directory.
     """
     if settings.credits_db_url:
-        return with_password(settings.credits_db_url, settings.credits_db_password,
-                             "GPUHUB_CREDITS_DB_PASSWORD")
+        return with_password(
+            settings.credits_db_url, settings.credits_db_password, "GPUHUB_CREDITS_DB_PASSWORD"
+        )
     if not settings.credits or settings.credits_url:
         return None
     return f"sqlite:///{Path(settings.state_dir) / 'credits.sqlite'}"
@@ -230,8 +236,11 @@ def upgrade(settings: Settings, log: logging.Logger) -> list[Step]:
     steps.append(Step("hub database", _shown(url), upgrade_hub_db(url, log)))
     ledger = credits_db_url(settings)
     if ledger is None:
-        why = ("credits are off" if not settings.credits
-               else "GPUHUB_CREDITS_URL is the site's own Credits API")
+        why = (
+            "credits are off"
+            if not settings.credits
+            else "GPUHUB_CREDITS_URL is the site's own Credits API"
+        )
         steps.append(Step("credits ledger", "-", f"skipped: {why}"))
     else:
         steps.append(Step("credits ledger", _shown(ledger), upgrade_credits_db(ledger)))

@@ -33,21 +33,34 @@ class AvailabilityHandler(APIHandler):
         if user is None:
             raise web.HTTPError(403, "Log in to see which GPUs are free.")
         backend = self.settings["spawner_class"]
-        model = {**await backend.availability(self.settings["config"], self.log),
-                 "profiles": {}}
+        model = {**await backend.availability(self.settings["config"], self.log), "profiles": {}}
         if getattr(user, "kind", "user") == "user":
             spawner = user.spawners[""]
             visible, _ = await spawner.get_profiles()
             for card in await spawner.profile_cards(visible):
                 model["profiles"][card["slug"]] = {
-                    key: card[key] for key in ("gpus", "mig_profile", "free", "total",
-                                               "available", "why_not", "can_wait",
-                                               "credits_per_hour", "choices")
+                    key: card[key]
+                    for key in (
+                        "gpus",
+                        "mig_profile",
+                        "free",
+                        "total",
+                        "available",
+                        "why_not",
+                        "can_wait",
+                        "credits_per_hour",
+                        "choices",
+                    )
                 }
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
         self.write(json.dumps(model))
 
 
-handlers = [(r"/api/gpuhub/availability", AvailabilityHandler), *admin_handlers,
-            *line_handlers, *reservation_handlers, *course_handlers]
+handlers = [
+    (r"/api/gpuhub/availability", AvailabilityHandler),
+    *admin_handlers,
+    *line_handlers,
+    *reservation_handlers,
+    *course_handlers,
+]

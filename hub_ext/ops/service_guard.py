@@ -53,8 +53,17 @@ PID_DIR = "services"
 def guarded(command: list[str], name: str, state_dir: Path, hub_pid: int) -> list[str]:
     """``command`` run through this module (see the module docstring)."""
     pid_file = Path(state_dir) / PID_DIR / f"{name}.pid"
-    return [sys.executable, "-m", __name__, "--hub-pid", str(hub_pid),
-            "--pid-file", str(pid_file), "--", *command]
+    return [
+        sys.executable,
+        "-m",
+        __name__,
+        "--hub-pid",
+        str(hub_pid),
+        "--pid-file",
+        str(pid_file),
+        "--",
+        *command,
+    ]
 
 
 def guard_services(c, state_dir: Path, hub_pid: int | None = None) -> None:
@@ -68,8 +77,10 @@ def guard_services(c, state_dir: Path, hub_pid: int | None = None) -> None:
     for service in c.JupyterHub.services:
         command = service.get("command")
         if command and command[1:3] != ["-m", __name__]:
-            service = {**service, "command": guarded(list(command), service["name"],
-                                                    state_dir, hub_pid)}
+            service = {
+                **service,
+                "command": guarded(list(command), service["name"], state_dir, hub_pid),
+            }
         services.append(service)
     c.JupyterHub.services = services
 
@@ -125,8 +136,11 @@ def stale_copies(pid_file: Path, command: list[str]) -> set[int]:
         candidates.add(int(pid_file.read_text().strip()))
     except (OSError, ValueError):
         pass
-    return {pid for pid in candidates
-            if pid != os.getpid() and _owned_by_me(pid) and _cmdline(pid) == command}
+    return {
+        pid
+        for pid in candidates
+        if pid != os.getpid() and _owned_by_me(pid) and _cmdline(pid) == command
+    }
 
 
 def stop_stale(pid_file: Path, command: list[str]) -> set[int]:
@@ -152,9 +166,10 @@ def write_pid(pid_file: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m hub_ext.ops.service_guard",
-                                     description="Run a hub-managed service that dies "
-                                                 "with its hub.")
+    parser = argparse.ArgumentParser(
+        prog="python -m hub_ext.ops.service_guard",
+        description="Run a hub-managed service that dies with its hub.",
+    )
     parser.add_argument("--hub-pid", type=int, required=True)
     parser.add_argument("--pid-file", type=Path, required=True)
     parser.add_argument("command", nargs=argparse.REMAINDER)
@@ -165,12 +180,16 @@ def main(argv: list[str] | None = None) -> None:
     default_stop_signals()
     set_parent_death_signal()
     if os.getppid() != args.hub_pid:
-        print(f"service_guard: the hub (pid {args.hub_pid}) is gone; not starting "
-              f"{command[0]}", file=sys.stderr)
+        print(
+            f"service_guard: the hub (pid {args.hub_pid}) is gone; not starting {command[0]}",
+            file=sys.stderr,
+        )
         sys.exit(1)
     for pid in sorted(stop_stale(args.pid_file, command)):
-        print(f"service_guard: stopped pid {pid}, a copy of {command[0]} left by an earlier "
-              "hub", file=sys.stderr)
+        print(
+            f"service_guard: stopped pid {pid}, a copy of {command[0]} left by an earlier hub",
+            file=sys.stderr,
+        )
     write_pid(args.pid_file)
     os.execvp(command[0], command)
 

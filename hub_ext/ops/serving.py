@@ -131,8 +131,9 @@ def apply_serving_config(c, settings) -> None:
     if settings.ssl_cert or settings.ssl_key:
         if not (settings.ssl_cert and settings.ssl_key):
             missing = "GPUHUB_SSL_KEY" if settings.ssl_cert else "GPUHUB_SSL_CERT"
-            raise ValueError(f"HTTPS needs both GPUHUB_SSL_CERT and GPUHUB_SSL_KEY; "
-                             f"{missing} is empty")
+            raise ValueError(
+                f"HTTPS needs both GPUHUB_SSL_CERT and GPUHUB_SSL_KEY; {missing} is empty"
+            )
         if not Path(settings.ssl_cert).is_file():
             raise ValueError(f"GPUHUB_SSL_CERT names {settings.ssl_cert}, which does not exist")
         check_secret_file(settings.ssl_key, "GPUHUB_SSL_KEY", readable=True)

@@ -31,7 +31,14 @@ def load_site_config(c, folder: Path | str) -> list[Path]:
     paths = sorted(folder.glob("*.py"))
     for path in paths:
         code = compile(path.read_text(), str(path), "exec")
-        exec(code, {"c": c, "get_config": lambda: c, "__file__": str(path),  # noqa: S102
-                    "__name__": f"gpuhub_site_config.{path.stem}"})
+        exec(
+            code,
+            {
+                "c": c,
+                "get_config": lambda: c,
+                "__file__": str(path),  # noqa: S102
+                "__name__": f"gpuhub_site_config.{path.stem}",
+            },
+        )
         log.info("Loaded site configuration %s", path)
     return paths

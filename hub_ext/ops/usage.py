@@ -86,16 +86,16 @@ def gpu_seconds(run: ServerRun, since: datetime, until: datetime) -> float:
     return max(0.0, (end - start).total_seconds()) * run.gpus
 
 
-def credits_by_run(transactions: Iterable, since: datetime,
-                   until: datetime) -> dict[str, Decimal]:
+def credits_by_run(transactions: Iterable, since: datetime, until: datetime) -> dict[str, Decimal]:
     """Credits charged per credits run id (debits less refunds) made in [since, until).
 
     ``transactions`` are ledger entries (:class:`hub_ext.credits.client.Transaction`); a
     debit names its run in ``metadata["server_id"]``, a refund names its debit.
     """
     entries = list(transactions)
-    run_of_debit = {t.transaction_id: t.metadata.get("server_id") for t in entries
-                    if t.kind == "debit"}
+    run_of_debit = {
+        t.transaction_id: t.metadata.get("server_id") for t in entries if t.kind == "debit"
+    }
     charged: dict[str, Decimal] = {}
     for t in entries:
         if not since <= t.created_at < until:
@@ -108,9 +108,14 @@ def credits_by_run(transactions: Iterable, since: datetime,
     return charged
 
 
-def summarise(runs: Iterable[ServerRun], charged: dict[str, Decimal] | None, since: datetime,
-              until: datetime, by: str, accounted: dict[int, float] | None = None
-              ) -> list[UsageRow]:
+def summarise(
+    runs: Iterable[ServerRun],
+    charged: dict[str, Decimal] | None,
+    since: datetime,
+    until: datetime,
+    by: str,
+    accounted: dict[int, float] | None = None,
+) -> list[UsageRow]:
     """Rows per user (``by="user"``), group (``by="group"``) or course (``by="course"``:
     the runs whose record names it), sorted by name.
 
@@ -130,9 +135,14 @@ def summarise(runs: Iterable[ServerRun], charged: dict[str, Decimal] | None, sin
         else:
             names = [run.username] if by == "user" else (run.groups or ["(no group)"])
         for name in names:
-            row = rows.setdefault(name, UsageRow(
-                name, credits=None if charged is None else Decimal("0.00"),
-                slurm_gpu_hours=None if accounted is None else 0.0))
+            row = rows.setdefault(
+                name,
+                UsageRow(
+                    name,
+                    credits=None if charged is None else Decimal("0.00"),
+                    slurm_gpu_hours=None if accounted is None else 0.0,
+                ),
+            )
             row.servers += 1
             row.gpu_hours += gpu_seconds(run, since, until) / 3600
             if accounted is not None:
@@ -153,21 +163,33 @@ def _date(text: str) -> datetime:
         when = datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a date (YYYY-MM-DD) or an ISO 8601 time") from None
+            f"{text!r} is not a date (YYYY-MM-DD) or an ISO 8601 time"
+        ) from None
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--since", type=_date, required=True,
-                        help="start of the period, YYYY-MM-DD (UTC) or an ISO 8601 time")
-    parser.add_argument("--until", type=_date, default=None,
-                        help="end of the period (default: now)")
-    parser.add_argument("--by", choices=BY, default="user",
-                        help="one row per user (default), per group, or per course (the "
-                        "runs its account paid for)")
+    parser.add_argument(
+        "--since",
+        type=_date,
+        required=True,
+        help="start of the period, YYYY-MM-DD (UTC) or an ISO 8601 time",
+    )
+    parser.add_argument(
+        "--until", type=_date, default=None, help="end of the period (default: now)"
+    )
+    parser.add_argument(
+        "--by",
+        choices=BY,
+        default="user",
+        help="one row per user (default), per group, or per course (the runs its account paid for)",
+    )
     parser.add_argument("--csv", action="store_true", help="CSV instead of a table")
-    parser.add_argument("--jobs", action="store_true",
-                        help="one line per run instead (Slurm: beside its job's accounting)")
+    parser.add_argument(
+        "--jobs",
+        action="store_true",
+        help="one line per run instead (Slurm: beside its job's accounting)",
+    )
 
 
 def _credits_client(settings):
@@ -183,8 +205,9 @@ def _credits_client(settings):
     for name in (HUB_TOKEN_FILE, ADMIN_TOKEN_FILE):
         path = Path(settings.state_dir) / name
         if path.exists():
-            return CreditsClient(url=api_url(settings), token=path.read_text().strip(),
-                                 max_attempts=2)
+            return CreditsClient(
+                url=api_url(settings), token=path.read_text().strip(), max_attempts=2
+            )
     return None
 
 
@@ -211,13 +234,18 @@ def _table(head: list[str], lines: list[list[str]], left: int, as_csv: bool, out
     head = [h.upper().replace("_", " ") for h in head]
     widths = [max([len(h), *(len(line[i]) for line in lines)]) for i, h in enumerate(head)]
     for line in [head, *lines]:
-        print("  ".join(v.ljust(w) if i < left else v.rjust(w)
-                        for i, (v, w) in enumerate(zip(line, widths, strict=True))).rstrip(),
-              file=out)
+        print(
+            "  ".join(
+                v.ljust(w) if i < left else v.rjust(w)
+                for i, (v, w) in enumerate(zip(line, widths, strict=True))
+            ).rstrip(),
+            file=out,
+        )
 
 
 def _print(rows: list[UsageRow], by: str, as_csv: bool, out, slurm: bool = False) -> None:
     """The report; ``slurm`` adds the column Slurm GPU-hours (``-`` when not read)."""
+
     def credits(row: UsageRow) -> str:
         return "-" if row.credits is None else f"{row.credits:.2f}"
 
@@ -228,25 +256,49 @@ def _print(rows: list[UsageRow], by: str, as_csv: bool, out, slurm: bool = False
 
     if as_csv:
         writer = csv.writer(out, lineterminator="\n")
-        writer.writerow([by, "servers", "gpu_hours", "credits", "line_starts",
-                         "average_wait_min", *(["slurm_gpu_hours"] if slurm else [])])
+        writer.writerow(
+            [
+                by,
+                "servers",
+                "gpu_hours",
+                "credits",
+                "line_starts",
+                "average_wait_min",
+                *(["slurm_gpu_hours"] if slurm else []),
+            ]
+        )
         for row in rows:
-            writer.writerow([row.name, row.servers, f"{row.gpu_hours:.2f}", credits(row),
-                             row.line_starts, row.average_wait, *slurm_hours(row)])
+            writer.writerow(
+                [
+                    row.name,
+                    row.servers,
+                    f"{row.gpu_hours:.2f}",
+                    credits(row),
+                    row.line_starts,
+                    row.average_wait,
+                    *slurm_hours(row),
+                ]
+            )
         return
     width = max([len(by), *(len(r.name) for r in rows)])
     extra = f"  {'SLURM GPU-HOURS':>15}" if slurm else ""
-    print(f"{by.upper():<{width}}  {'SERVERS':>7}  {'GPU-HOURS':>9}  {'CREDITS':>9}  "
-          f"{'LINE STARTS':>11}  {'AVG WAIT MIN':>12}{extra}", file=out)
+    print(
+        f"{by.upper():<{width}}  {'SERVERS':>7}  {'GPU-HOURS':>9}  {'CREDITS':>9}  "
+        f"{'LINE STARTS':>11}  {'AVG WAIT MIN':>12}{extra}",
+        file=out,
+    )
     for row in rows:
         extra = "".join(f"  {v:>15}" for v in slurm_hours(row))
-        print(f"{row.name:<{width}}  {row.servers:>7}  {row.gpu_hours:>9.2f}  "
-              f"{credits(row):>9}  {row.line_starts:>11}  {row.average_wait:>12}{extra}",
-              file=out)
+        print(
+            f"{row.name:<{width}}  {row.servers:>7}  {row.gpu_hours:>9.2f}  "
+            f"{credits(row):>9}  {row.line_starts:>11}  {row.average_wait:>12}{extra}",
+            file=out,
+        )
 
 
-def _print_jobs(runs: list[ServerRun], jobs: dict | None, since: datetime, until: datetime,
-                as_csv: bool, out) -> None:
+def _print_jobs(
+    runs: list[ServerRun], jobs: dict | None, since: datetime, until: datetime, as_csv: bool, out
+) -> None:
     """``--jobs``: one line per run, the hub's figures beside Slurm's accounting of its job
     (``jobs``: run id -> :class:`hub_ext.slurm.accounting.AccountedJob`, None when not
     read): GPUs (run record; AllocTRES), seconds (the run's whole length; Slurm's
@@ -254,17 +306,36 @@ def _print_jobs(runs: list[ServerRun], jobs: dict | None, since: datetime, until
     and end.  ``-`` where a source has no figure."""
     from ..common.runs import naive_utc
 
-    head = ["job", "user", "server", "state", "gpus", "slurm_gpus", "seconds",
-            "slurm_elapsed_s", "gpu_hours", "slurm_gpu_hours"]
+    head = [
+        "job",
+        "user",
+        "server",
+        "state",
+        "gpus",
+        "slurm_gpus",
+        "seconds",
+        "slurm_elapsed_s",
+        "gpu_hours",
+        "slurm_gpu_hours",
+    ]
     lines = []
     for run in runs:
         job = (jobs or {}).get(run.id)
         seconds = ((run.stopped_at or naive_utc(until)) - run.started_at).total_seconds()
-        lines.append([run.job_id or "-", run.username, run.server_name or "-",
-                      job.state if job else "-", str(run.gpus), str(job.gpus) if job else "-",
-                      f"{seconds:.0f}", str(job.elapsed_s) if job else "-",
-                      f"{gpu_seconds(run, since, until) / 3600:.4f}",
-                      f"{job.gpu_seconds(since, until) / 3600:.4f}" if job else "-"])
+        lines.append(
+            [
+                run.job_id or "-",
+                run.username,
+                run.server_name or "-",
+                job.state if job else "-",
+                str(run.gpus),
+                str(job.gpus) if job else "-",
+                f"{seconds:.0f}",
+                str(job.elapsed_s) if job else "-",
+                f"{gpu_seconds(run, since, until) / 3600:.4f}",
+                f"{job.gpu_seconds(since, until) / 3600:.4f}" if job else "-",
+            ]
+        )
     _table(head, lines, 4, as_csv, out)
 
 
@@ -305,13 +376,18 @@ def usage(args) -> int:
     client = _credits_client(settings)
     if client is not None:
         try:
-            accounts = (_course_accounts(settings).values() if args.by == "course"
-                        else (r.username for r in runs))
+            accounts = (
+                _course_accounts(settings).values()
+                if args.by == "course"
+                else (r.username for r in runs)
+            )
             entries = asyncio.run(_ledger(client, accounts))
             charged = credits_by_run(entries, args.since, until)
         except CreditsError as e:
-            print(f"gpuhub usage: the credits ledger cannot be read ({e}); credits are "
-                  "shown as -", file=sys.stderr)
+            print(
+                f"gpuhub usage: the credits ledger cannot be read ({e}); credits are shown as -",
+                file=sys.stderr,
+            )
             status = 1
     jobs = None
     accounting = backend(settings.backend).read_accounting(settings, runs)  # Slurm's sacct
@@ -323,9 +399,16 @@ def usage(args) -> int:
     if args.jobs:
         _print_jobs(runs, jobs, args.since, until, args.csv, sys.stdout)
         return status
-    accounted = None if jobs is None else {
-        run_id: job.gpu_seconds(args.since, until) for run_id, job in jobs.items()}
-    _print(summarise(runs, charged, args.since, until, args.by, accounted), args.by, args.csv,
-           sys.stdout, slurm=settings.backend == "slurm")
+    accounted = (
+        None
+        if jobs is None
+        else {run_id: job.gpu_seconds(args.since, until) for run_id, job in jobs.items()}
+    )
+    _print(
+        summarise(runs, charged, args.since, until, args.by, accounted),
+        args.by,
+        args.csv,
+        sys.stdout,
+        slurm=settings.backend == "slurm",
+    )
     return status
-

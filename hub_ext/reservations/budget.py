@@ -35,8 +35,10 @@ class CoursePayer:
 
 def _course_of(group: str, courses: Mapping[str, Mapping]) -> tuple[str, Mapping] | None:
     """The course (slug, entry) whose group is ``group`` and which has an account."""
-    return next(((slug, c) for slug, c in courses.items()
-                 if c.get("group") == group and c.get("account")), None)
+    return next(
+        ((slug, c) for slug, c in courses.items() if c.get("group") == group and c.get("account")),
+        None,
+    )
 
 
 def inside_window(key, open_windows: list[Window], holdings: list[Holding]) -> Window | None:
@@ -50,9 +52,10 @@ def inside_window(key, open_windows: list[Window], holdings: list[Holding]) -> W
         if window.units != mine.units or window.group not in mine.groups:
             continue
         used = 0
-        for h in sorted((h for h in holdings
-                         if h.units == window.units and window.group in h.groups),
-                        key=lambda h: (h.since, str(h.key))):
+        for h in sorted(
+            (h for h in holdings if h.units == window.units and window.group in h.groups),
+            key=lambda h: (h.since, str(h.key)),
+        ):
             if h.key == key:
                 if used + h.count <= window.gpus:
                     return window
@@ -76,8 +79,7 @@ def course_payer(rules, key, courses: Mapping[str, Mapping]) -> CoursePayer | No
     if found is None:
         return None
     slug, course = found
-    return CoursePayer(slug, course.get("display_name") or slug, course["account"],
-                       window.end)
+    return CoursePayer(slug, course.get("display_name") or slug, course["account"], window.end)
 
 
 def may_pay(rules, user: str, courses: Mapping[str, Mapping]) -> CoursePayer | None:
@@ -90,8 +92,9 @@ def may_pay(rules, user: str, courses: Mapping[str, Mapping]) -> CoursePayer | N
             found = _course_of(window.group, courses)
             if found is not None:
                 slug, course = found
-                return CoursePayer(slug, course.get("display_name") or slug,
-                                   course["account"], window.end)
+                return CoursePayer(
+                    slug, course.get("display_name") or slug, course["account"], window.end
+                )
     return None
 
 

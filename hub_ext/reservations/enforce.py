@@ -136,8 +136,9 @@ class Reservations(SingletonConfigurable):
     def _check_seconds(self, proposal):
         value, name = proposal["value"], proposal["trait"].name
         if value < 0 or (name == "check_interval" and value == 0):
-            raise ValueError(f"c.Reservations.{name} must be a positive number of seconds, "
-                             f"got {value!r}")
+            raise ValueError(
+                f"c.Reservations.{name} must be a positive number of seconds, got {value!r}"
+            )
         return value
 
     @default("log")
@@ -173,8 +174,10 @@ class Reservations(SingletonConfigurable):
             self.db = db
         if self.users is None and users is not None:
             self.users = users
-        self._task = ensure_task(self._task, lambda: every(
-            self._interval, self.check_once, self.log, "Reservations pass"))
+        self._task = ensure_task(
+            self._task,
+            lambda: every(self._interval, self.check_once, self.log, "Reservations pass"),
+        )
 
     # -- what the pool and the line ask --------------------------------------------------
 
@@ -185,8 +188,10 @@ class Reservations(SingletonConfigurable):
     def _holdings(self) -> list[Holding]:
         if self.backend is None:
             return []
-        return [Holding(key, key[0], units, count, since, self.groups_of(key[0]))
-                for key, units, count, since in self.backend.holdings()]
+        return [
+            Holding(key, key[0], units, count, since, self.groups_of(key[0]))
+            for key, units, count, since in self.backend.holdings()
+        ]
 
     def closed_to(self, user: str, units: str, soon: bool = False) -> tuple[int, str]:
         """Units of kind ``units`` closed to ``user`` now (``soon``: and by the windows
@@ -211,8 +216,7 @@ class Reservations(SingletonConfigurable):
     def member_first(self, user: str, units: str) -> bool:
         """``user`` belongs to a group whose window of kind ``units`` is open: their place
         in line goes ahead of the others."""
-        return any(w.units == units and user in self.members.get(w.group, ())
-                   for w in self.open)
+        return any(w.units == units and user in self.members.get(w.group, ()) for w in self.open)
 
     def next_stop(self, user: str, units: str) -> Window | None:
         """The next window (within 12 h) that a server of ``user`` holding ``units`` may be
@@ -243,9 +247,14 @@ class Reservations(SingletonConfigurable):
         warned = due(self.soon, holdings, self.backend.free_units, now, self.warning)
         for key, window in warned.items():
             left = (window.start - now).total_seconds()
-            notices().post(key[0], key[1], TOPIC, f"Your {_server(key)} will be stopped in "
-                           f"about {duration(left)}: {starts_text(window)}, and it holds a "
-                           "GPU they need. Save your work.")
+            notices().post(
+                key[0],
+                key[1],
+                TOPIC,
+                f"Your {_server(key)} will be stopped in "
+                f"about {duration(left)}: {starts_text(window)}, and it holds a "
+                "GPU they need. Save your work.",
+            )
         for key in self._warned - set(warned):
             notices().withdraw(key[0], key[1], TOPIC)
         self._warned = set(warned)
@@ -260,23 +269,35 @@ class Reservations(SingletonConfigurable):
 
         was = {(w.reservation, w.start) for w in self.open}
         specs = store.all_specs(self.db)
-        found = windows(specs, now, now + max(NOTICE_AHEAD, timedelta(seconds=self.warning)),
-                        label=lambda group: self.labels.get(group, group))
+        found = windows(
+            specs,
+            now,
+            now + max(NOTICE_AHEAD, timedelta(seconds=self.warning)),
+            label=lambda group: self.labels.get(group, group),
+        )
         self.open = open_at(found, now)
         self.soon = [w for w in found if 0 < (w.start - now).total_seconds() <= self.warning]
         self.ahead = found
         groups = {w.group for w in self.open + self.soon}
-        self.members = {g.name: {u.name for u in g.users} for g in
-                        self.db.query(orm.Group).filter(orm.Group.name.in_(groups))}
+        self.members = {
+            g.name: {u.name for u in g.users}
+            for g in self.db.query(orm.Group).filter(orm.Group.name.in_(groups))
+        }
         self.db.commit()  # end the read transaction
-        edges = [t for w in found
-                 for t in (w.start - timedelta(seconds=self.warning), w.start, w.end)]
-        self._next = min([(t - now).total_seconds() for t in edges if t > now]
-                         + [self.check_interval])
+        edges = [
+            t for w in found for t in (w.start - timedelta(seconds=self.warning), w.start, w.end)
+        ]
+        self._next = min(
+            [(t - now).total_seconds() for t in edges if t > now] + [self.check_interval]
+        )
         if {(w.reservation, w.start) for w in self.open} != was:
-            self.log.info("Reservation windows open now: %s", ", ".join(
-                f"{w.group} ({w.gpus} {w.units} until {w.end.isoformat()})"
-                for w in self.open) or "none")
+            self.log.info(
+                "Reservation windows open now: %s",
+                ", ".join(
+                    f"{w.group} ({w.gpus} {w.units} until {w.end.isoformat()})" for w in self.open
+                )
+                or "none",
+            )
             self.backend.changed()
 
     async def _stop(self, holding: Holding, window: Window) -> None:
@@ -288,20 +309,24 @@ class Reservations(SingletonConfigurable):
             if spawner is None or spawner.pending or not spawner.ready:
                 return  # a start or stop under way: the next pass sees it again
             sentence = f"{starts_text(window)}, and your server held a GPU they need"
-            self.log.warning("Stopping %s (GPUs %d %s) for reservation %s of %s (%s)",
-                             key, holding.count, holding.units, window.reservation,
-                             window.group, starts_text(window))
+            self.log.warning(
+                "Stopping %s (GPUs %d %s) for reservation %s of %s (%s)",
+                key,
+                holding.count,
+                holding.units,
+                window.reservation,
+                window.group,
+                starts_text(window),
+            )
             spawner.stop_detail = sentence
             try:
                 await stop_server(spawner, "reservation")
             finally:
                 spawner.stop_detail = None
-            notices().post(key[0], key[1], TOPIC, f"Your {_server(key)} was stopped: "
-                           f"{sentence}.")
+            notices().post(key[0], key[1], TOPIC, f"Your {_server(key)} was stopped: {sentence}.")
             self._stopped.add(key)
         except Exception:
-            self.log.exception("Could not stop %s for reservation %s", key,
-                               window.reservation)
+            self.log.exception("Could not stop %s for reservation %s", key, window.reservation)
         finally:
             self._stopping.discard(key)
 

@@ -66,10 +66,10 @@ def managed_groups(handler) -> set[str] | None:
     sub = handler.parsed_scopes.get(RESERVATIONS_SCOPE)
     if sub is None:
         who = getattr(handler.current_user, "name", "?")
-        handler.log.warning("%s may not manage reservations (needs %s)", who,
-                            RESERVATIONS_SCOPE)
-        raise web.HTTPError(403, "Only admins (and a course's instructors) may manage "
-                                 "reservations.")
+        handler.log.warning("%s may not manage reservations (needs %s)", who, RESERVATIONS_SCOPE)
+        raise web.HTTPError(
+            403, "Only admins (and a course's instructors) may manage reservations."
+        )
     if sub == Scope.ALL:
         return None
     return set(sub.get("group", ()))
@@ -84,8 +84,11 @@ def next_occurrence(spec, now: datetime) -> dict | None:
 
 def model(row, now: datetime, base_url: str) -> dict:
     """A row as the API shows it, with its ``next`` occurrence and its ``url``."""
-    return {**store.to_model(row), "next": next_occurrence(store.to_spec(row), now),
-            "url": f"{base_url}api/gpuhub/reservations/{row.id}"}
+    return {
+        **store.to_model(row),
+        "next": next_occurrence(store.to_spec(row), now),
+        "url": f"{base_url}api/gpuhub/reservations/{row.id}",
+    }
 
 
 class ReservationBase(APIHandler):
@@ -98,14 +101,20 @@ class ReservationBase(APIHandler):
 
     def body(self) -> dict:
         if len(self.request.body) > MAX_BODY_BYTES:
-            raise web.HTTPError(413, f"The body is {len(self.request.body)} bytes; a "
-                                     f"reservation takes at most {MAX_BODY_BYTES}.")
+            raise web.HTTPError(
+                413,
+                f"The body is {len(self.request.body)} bytes; a "
+                f"reservation takes at most {MAX_BODY_BYTES}.",
+            )
         try:
             body = json.loads(self.request.body or b"null")
         except ValueError:
-            raise web.HTTPError(400, "The body is not JSON: send a JSON object such as "
-                                     '{"group": "ml101", "gpus": 1, "start": ..., '
-                                     '"end": ...}.') from None
+            raise web.HTTPError(
+                400,
+                "The body is not JSON: send a JSON object such as "
+                '{"group": "ml101", "gpus": 1, "start": ..., '
+                '"end": ...}.',
+            ) from None
         if not isinstance(body, dict):
             raise web.HTTPError(400, "The body must be a JSON object.")
         return body
@@ -120,14 +129,18 @@ class ReservationBase(APIHandler):
         """``spec`` once it passed every rule; raises 400/403/409/503.  Ends with no
         ``await`` pending, so the caller's write follows the check at once."""
         if allowed is not None and spec.group not in allowed:
-            raise web.HTTPError(403, "You may manage the reservations of "
-                                     f"{', '.join(sorted(allowed)) or 'no group'} only, "
-                                     f"not of {spec.group!r}.")
+            raise web.HTTPError(
+                403,
+                "You may manage the reservations of "
+                f"{', '.join(sorted(allowed)) or 'no group'} only, "
+                f"not of {spec.group!r}.",
+            )
         try:
             capacity = await hub_capacity(self, spec.mig_profile)
         except CapacityUnknown as e:
-            raise web.HTTPError(503, f"The hub cannot count its GPUs now ({e}); try again "
-                                     "later.") from None
+            raise web.HTTPError(
+                503, f"The hub cannot count its GPUs now ({e}); try again later."
+            ) from None
         now = utcnow()
         groups = self.db.scalars(select(orm.Group.name)).all()
         try:
@@ -150,10 +163,10 @@ class ReservationBase(APIHandler):
             self.log.info("reservation %s refused by the backend: %s", reservation_id, e)
             raise web.HTTPError(409, str(e)) from None
         except BackendUnavailable as e:
-            self.log.warning("reservation %s: the backend does not answer: %s",
-                             reservation_id, e)
-            raise web.HTTPError(503, f"The cluster does not answer ({e}); nothing was "
-                                     "changed. Try again later.") from None
+            self.log.warning("reservation %s: the backend does not answer: %s", reservation_id, e)
+            raise web.HTTPError(
+                503, f"The cluster does not answer ({e}); nothing was changed. Try again later."
+            ) from None
 
     def parse(self, body: dict, base=None):
         try:
@@ -189,17 +202,25 @@ class ReservationsAPIHandler(ReservationBase):
         except Invalid as e:
             raise web.HTTPError(400, str(e)) from None
         if not start < end <= start + timedelta(days=MAX_WINDOW_DAYS):
-            raise web.HTTPError(400, f"to must be after from, at most {MAX_WINDOW_DAYS} "
-                                     "days later.")
+            raise web.HTTPError(
+                400, f"to must be after from, at most {MAX_WINDOW_DAYS} days later."
+            )
         found = []
         for row in rows:
             spec = store.to_spec(row)
-            found += [{"reservation": row.id, "group": row.group, "gpus": row.gpus,
-                       "mig_profile": row.mig_profile, "start": o.start, "end": o.end}
-                      for o in occurrences(spec, since=start, until=end)]
+            found += [
+                {
+                    "reservation": row.id,
+                    "group": row.group,
+                    "gpus": row.gpus,
+                    "mig_profile": row.mig_profile,
+                    "start": o.start,
+                    "end": o.end,
+                }
+                for o in occurrences(spec, since=start, until=end)
+            ]
         found.sort(key=lambda o: (o["start"], o["reservation"]))
-        return [{**o, "start": store.iso(o["start"]), "end": store.iso(o["end"])}
-                for o in found]
+        return [{**o, "start": store.iso(o["start"]), "end": store.iso(o["end"])} for o in found]
 
     async def post(self):
         allowed = self.groups_allowed()
@@ -211,9 +232,16 @@ class ReservationsAPIHandler(ReservationBase):
         except BaseException:
             store.delete(self.db, row)  # refused, or Slurm not answering: nothing kept
             raise
-        self.log.info("%s reserved %d %s for group %s from %s (rule %s): reservation %d",
-                      self.current_user.name, spec.gpus, spec.units, spec.group,
-                      store.iso(spec.start), spec.rrule, row.id)
+        self.log.info(
+            "%s reserved %d %s for group %s from %s (rule %s): reservation %d",
+            self.current_user.name,
+            spec.gpus,
+            spec.units,
+            spec.group,
+            store.iso(spec.start),
+            spec.rrule,
+            row.id,
+        )
         self.set_header("Location", f"{self.hub.base_url}api/gpuhub/reservations/{row.id}")
         self.reply(201, model(row, now, self.hub.base_url))
 
@@ -234,16 +262,16 @@ class ReservationAPIHandler(ReservationBase):
         await self.tell_backend(spec, row.id)
         row = self.row_or_404(reservation_id, allowed)
         store.update(self.db, row, spec)
-        self.log.info("%s changed reservation %d of %s", self.current_user.name, row.id,
-                      row.group)
+        self.log.info("%s changed reservation %d of %s", self.current_user.name, row.id, row.group)
         self.reply(200, model(row, now, self.hub.base_url))
 
     async def delete(self, reservation_id: str):
         row = self.row_or_404(reservation_id, self.groups_allowed())
         await self.tell_backend(None, row.id)
         store.delete(self.db, row)
-        self.log.info("%s deleted reservation %s of %s", self.current_user.name,
-                      reservation_id, row.group)
+        self.log.info(
+            "%s deleted reservation %s of %s", self.current_user.name, reservation_id, row.group
+        )
         self.reply(204, None)
 
 
@@ -255,11 +283,17 @@ class ReservationsPageHandler(BaseHandler):
         allowed = managed_groups(self)
         now = utcnow()
         rows = [model(r, now, self.hub.base_url) for r in store.load(self.db, allowed)]
-        groups = sorted(g for g in self.db.scalars(select(orm.Group.name)).all()
-                        if allowed is None or g in allowed)
+        groups = sorted(
+            g
+            for g in self.db.scalars(select(orm.Group.name)).all()
+            if allowed is None or g in allowed
+        )
         html = await self.render_template(
-            "reservations.html", reservations=rows, groups=groups,
-            api_url=self.hub.base_url + "api/gpuhub/reservations")
+            "reservations.html",
+            reservations=rows,
+            groups=groups,
+            api_url=self.hub.base_url + "api/gpuhub/reservations",
+        )
         self.finish(html)
 
 

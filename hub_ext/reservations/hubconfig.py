@@ -15,8 +15,10 @@ from .handlers import RESERVATIONS_SCOPE
 
 __all__ = ["apply_reservations_config"]
 
-CLI_DESCRIPTION = ("gpuhub gpus and gpuhub reservations on the hub's machine: read the GPU "
-                   "board, manage reservations")
+CLI_DESCRIPTION = (
+    "gpuhub gpus and gpuhub reservations on the hub's machine: read the GPU "
+    "board, manage reservations"
+)
 
 
 def apply_reservations_config(c, settings) -> None:
@@ -28,7 +30,7 @@ def apply_reservations_config(c, settings) -> None:
     custom = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
     custom[RESERVATIONS_SCOPE] = {
         "description": "Manage GPU reservations: list, create, edit and delete a group's "
-                       "reserved GPUs (filter with !group=<name> for one course).",
+        "reserved GPUs (filter with !group=<name> for one course).",
     }
     c.JupyterHub.custom_scopes = custom
     roles = list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
@@ -44,10 +46,14 @@ def apply_reservations_config(c, settings) -> None:
             found.add(role["name"])
     missing = {ROLE_NAME, CLI_SERVICE} - found
     if missing:
-        raise ValueError(f"roles {', '.join(sorted(missing))} missing: call "
-                         "apply_admin_config before apply_reservations_config")
+        raise ValueError(
+            f"roles {', '.join(sorted(missing))} missing: call "
+            "apply_admin_config before apply_reservations_config"
+        )
     c.JupyterHub.load_roles = roles
     if settings.reservation_warning < 0:
-        raise ValueError(f"GPUHUB_RESERVATION_WARNING={settings.reservation_warning}: give "
-                         "the seconds before a reservation to warn members (0 or more)")
+        raise ValueError(
+            f"GPUHUB_RESERVATION_WARNING={settings.reservation_warning}: give "
+            "the seconds before a reservation to warn members (0 or more)"
+        )
     c.Reservations.warning = float(settings.reservation_warning)

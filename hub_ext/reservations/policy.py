@@ -29,8 +29,18 @@ from zoneinfo import ZoneInfo
 
 from .rules import Spec, occurrences
 
-__all__ = ["Holding", "Window", "closed_units", "due", "open_at", "reason", "runs_into",
-           "starts_text", "to_stop", "windows"]
+__all__ = [
+    "Holding",
+    "Window",
+    "closed_units",
+    "due",
+    "open_at",
+    "reason",
+    "runs_into",
+    "starts_text",
+    "to_stop",
+    "windows",
+]
 
 
 @dataclass(frozen=True)
@@ -64,8 +74,9 @@ class Holding:
     groups: frozenset[str] = frozenset()
 
 
-def windows(specs: Iterable[Spec], since: datetime, until: datetime,
-            label: Callable[[str], str] = str) -> list[Window]:
+def windows(
+    specs: Iterable[Spec], since: datetime, until: datetime, label: Callable[[str], str] = str
+) -> list[Window]:
     """The windows of ``specs`` overlapping [since, until), by start; ``label(group)``
     names a group for people.  A rule that cannot be read is skipped (it was checked when
     stored)."""
@@ -75,8 +86,19 @@ def windows(specs: Iterable[Spec], since: datetime, until: datetime,
             occurring = occurrences(spec, since=since, until=until)
         except ValueError:
             continue
-        found += [Window(spec.id, spec.group, label(spec.group), spec.units, spec.gpus,
-                         o.start, o.end, spec.timezone) for o in occurring]
+        found += [
+            Window(
+                spec.id,
+                spec.group,
+                label(spec.group),
+                spec.units,
+                spec.gpus,
+                o.start,
+                o.end,
+                spec.timezone,
+            )
+            for o in occurring
+        ]
     return sorted(found, key=lambda w: (w.start, w.reservation or 0))
 
 
@@ -87,12 +109,12 @@ def open_at(found: Iterable[Window], when: datetime) -> list[Window]:
 
 def _inside(window: Window, holdings: Iterable[Holding]) -> int:
     """Units of the window's kind its group's members hold."""
-    return sum(h.count for h in holdings
-               if h.units == window.units and window.group in h.groups)
+    return sum(h.count for h in holdings if h.units == window.units and window.group in h.groups)
 
 
-def closed_units(open_windows: Iterable[Window], groups: Iterable[str], units: str,
-                 holdings: Iterable[Holding]) -> tuple[int, list[tuple[Window, int]]]:
+def closed_units(
+    open_windows: Iterable[Window], groups: Iterable[str], units: str, holdings: Iterable[Holding]
+) -> tuple[int, list[tuple[Window, int]]]:
     """Units of kind ``units`` closed to a member of ``groups``: for each open window of
     that kind whose group is not one of ``groups``, its units less those its members hold.
     Returns (the sum, [(window, units it closes)] of the windows that close any)."""
@@ -108,8 +130,9 @@ def closed_units(open_windows: Iterable[Window], groups: Iterable[str], units: s
     return sum(n for _, n in closing), closing
 
 
-def to_stop(open_windows: Sequence[Window], holdings: Iterable[Holding],
-            free: Callable[[str], int]) -> list[tuple[Holding, Window]]:
+def to_stop(
+    open_windows: Sequence[Window], holdings: Iterable[Holding], free: Callable[[str], int]
+) -> list[tuple[Holding, Window]]:
     """The servers to stop so that ``open_windows`` can be met, each with the window it
     makes room for: per kind of unit, the units the windows still need (less what their
     members hold) beyond the free ones (``free(units)``), taken from servers of members of
@@ -125,8 +148,10 @@ def to_stop(open_windows: Sequence[Window], holdings: Iterable[Holding],
             continue
         groups = {w.group for w in mine}
         window = next(w for w, n in needs if n)
-        others = sorted((h for h in holdings if h.units == units and not groups & h.groups),
-                        key=lambda h: (-h.since, str(h.key)))
+        others = sorted(
+            (h for h in holdings if h.units == units and not groups & h.groups),
+            key=lambda h: (-h.since, str(h.key)),
+        )
         for holding in others:
             if shortfall <= 0:
                 break
@@ -135,21 +160,26 @@ def to_stop(open_windows: Sequence[Window], holdings: Iterable[Holding],
     return chosen
 
 
-def due(found: Sequence[Window], holdings: Iterable[Holding], free: Callable[[str], int],
-        now: datetime, ahead: float) -> dict[object, Window]:
+def due(
+    found: Sequence[Window],
+    holdings: Iterable[Holding],
+    free: Callable[[str], int],
+    now: datetime,
+    ahead: float,
+) -> dict[object, Window]:
     """The servers that will be stopped at a window starting after ``now`` and within
     ``ahead`` seconds, as things stand: server key -> the first such window."""
     holdings = list(holdings)
     warned: dict[object, Window] = {}
-    for start in sorted({w.start for w in found
-                         if 0 < (w.start - now).total_seconds() <= ahead}):
+    for start in sorted({w.start for w in found if 0 < (w.start - now).total_seconds() <= ahead}):
         for holding, window in to_stop(open_at(found, start), holdings, free):
             warned.setdefault(holding.key, window)
     return warned
 
 
-def runs_into(found: Iterable[Window], groups: Iterable[str], units: str,
-              now: datetime) -> Window | None:
+def runs_into(
+    found: Iterable[Window], groups: Iterable[str], units: str, now: datetime
+) -> Window | None:
     """The first window of kind ``units`` of a group not in ``groups`` that starts after
     ``now``: a server started now by a member of ``groups`` may be stopped then."""
     groups = set(groups)
@@ -170,12 +200,16 @@ def _units(n: int, units: str) -> str:
 def reason(closing: Sequence[tuple[Window, int]]) -> str:
     """What a non-member reads about units closed to them: "2 GPUs reserved for ML101
     until 16:00 UTC" (several windows joined by "and")."""
-    return " and ".join(f"{_units(n, w.units)} reserved for {w.label} until "
-                        f"{_clock(w.end, w.timezone)}" for w, n in closing)
+    return " and ".join(
+        f"{_units(n, w.units)} reserved for {w.label} until {_clock(w.end, w.timezone)}"
+        for w, n in closing
+    )
 
 
 def starts_text(window: Window) -> str:
     """ "1 GPU is reserved for ML101 from 14:00 UTC to 16:00 UTC"."""
     verb = "is" if window.gpus == 1 else "are"
-    return (f"{_units(window.gpus, window.units)} {verb} reserved for {window.label} from "
-            f"{_clock(window.start, window.timezone)} to {_clock(window.end, window.timezone)}")
+    return (
+        f"{_units(window.gpus, window.units)} {verb} reserved for {window.label} from "
+        f"{_clock(window.start, window.timezone)} to {_clock(window.end, window.timezone)}"
+    )

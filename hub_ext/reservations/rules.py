@@ -28,13 +28,24 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dateutil.rrule import rrule, rrulestr
 
-__all__ = ["FIELDS", "MAX_OCCURRENCES", "Conflict", "Invalid", "Occurrence", "Spec",
-           "check_capacity", "describe", "first_conflict", "occurrences", "parse_spec",
-           "parse_time", "validate"]
+__all__ = [
+    "FIELDS",
+    "MAX_OCCURRENCES",
+    "Conflict",
+    "Invalid",
+    "Occurrence",
+    "Spec",
+    "check_capacity",
+    "describe",
+    "first_conflict",
+    "occurrences",
+    "parse_spec",
+    "parse_time",
+    "validate",
+]
 
 #: the fields a request may carry (POST: group, gpus, start and end are required)
-FIELDS = ("group", "gpus", "mig_profile", "start", "end", "timezone", "rrule", "exdates",
-          "note")
+FIELDS = ("group", "gpus", "mig_profile", "start", "end", "timezone", "rrule", "exdates", "note")
 REQUIRED = ("group", "gpus", "start", "end")
 #: the recurrences a reservation may have (a course meets daily or weekly)
 FREQUENCIES = ("DAILY", "WEEKLY")
@@ -102,21 +113,27 @@ def _zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise Invalid(f"timezone: no such time zone {name!r}; give an IANA name such as "
-                      "'UTC' or 'Europe/Berlin'") from None
+        raise Invalid(
+            f"timezone: no such time zone {name!r}; give an IANA name such as "
+            "'UTC' or 'Europe/Berlin'"
+        ) from None
 
 
 def parse_time(value, what: str, zone: str = "UTC") -> datetime:
     """An ISO 8601 text as an aware UTC datetime; a time without an offset is read in
     ``zone``.  Raises :class:`Invalid` naming ``what``."""
     if not isinstance(value, str):
-        raise Invalid(f"{what} must be an ISO 8601 date and time such as "
-                      f"'2026-12-01T14:00:00+01:00'; got {value!r}")
+        raise Invalid(
+            f"{what} must be an ISO 8601 date and time such as "
+            f"'2026-12-01T14:00:00+01:00'; got {value!r}"
+        )
     try:
         when = datetime.fromisoformat(value)
     except ValueError:
-        raise Invalid(f"{what}: {value!r} is not an ISO 8601 date and time such as "
-                      "'2026-12-01T14:00:00+01:00'") from None
+        raise Invalid(
+            f"{what}: {value!r} is not an ISO 8601 date and time such as "
+            "'2026-12-01T14:00:00+01:00'"
+        ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=_zone(zone))
     return when.astimezone(UTC)
@@ -127,17 +144,19 @@ def parse_spec(body: dict, base: Spec | None = None) -> Spec:
     as a :class:`Spec`, its types checked.  Raises :class:`Invalid` for a field that is not
     one of :data:`FIELDS`, a missing required field or a value of the wrong type."""
     if not isinstance(body, dict):
-        raise Invalid("The body must be a JSON object with the fields "
-                      + ", ".join(FIELDS) + ".")
+        raise Invalid("The body must be a JSON object with the fields " + ", ".join(FIELDS) + ".")
     unknown = sorted(set(body) - set(FIELDS))
     if unknown:
-        raise Invalid(f"Unknown field(s): {', '.join(unknown)}. A reservation has: "
-                      + ", ".join(FIELDS) + ".")
+        raise Invalid(
+            f"Unknown field(s): {', '.join(unknown)}. A reservation has: " + ", ".join(FIELDS) + "."
+        )
     if base is None:
         missing = [f for f in REQUIRED if body.get(f) in (None, "")]
         if missing:
-            raise Invalid(f"Missing: {', '.join(missing)}. A reservation needs a group, a "
-                          "number of GPUs, a start and an end.")
+            raise Invalid(
+                f"Missing: {', '.join(missing)}. A reservation needs a group, a "
+                "number of GPUs, a start and an end."
+            )
     values = {}
     if "group" in body:
         if not isinstance(body["group"], str) or not body["group"].strip():
@@ -150,15 +169,17 @@ def parse_spec(body: dict, base: Spec | None = None) -> Spec:
         values["gpus"] = gpus
     if "mig_profile" in body:
         mig = body["mig_profile"]
-        if mig is not None and (not isinstance(mig, str) or not mig.strip()
-                                or len(mig) > 64):
-            raise Invalid(f"mig_profile must be a MIG profile such as '1g.5gb', or null for "
-                          f"whole GPUs; got {mig!r}")
+        if mig is not None and (not isinstance(mig, str) or not mig.strip() or len(mig) > 64):
+            raise Invalid(
+                f"mig_profile must be a MIG profile such as '1g.5gb', or null for "
+                f"whole GPUs; got {mig!r}"
+            )
         values["mig_profile"] = mig.strip() if mig else None
     if "timezone" in body:
         if not isinstance(body["timezone"], str):
-            raise Invalid(f"timezone must be an IANA name such as 'Europe/Berlin'; got "
-                          f"{body['timezone']!r}")
+            raise Invalid(
+                f"timezone must be an IANA name such as 'Europe/Berlin'; got {body['timezone']!r}"
+            )
         _zone(body["timezone"])
         values["timezone"] = body["timezone"]
     zone = values.get("timezone", base.timezone if base else "UTC")
@@ -168,16 +189,20 @@ def parse_spec(body: dict, base: Spec | None = None) -> Spec:
     if "rrule" in body:
         rule = body["rrule"]
         if rule is not None and (not isinstance(rule, str) or len(rule) > RRULE_CHARS):
-            raise Invalid(f"rrule must be an RFC 5545 rule such as "
-                          f"'FREQ=WEEKLY;BYDAY=TU;COUNT=12', or null; got {rule!r}")
+            raise Invalid(
+                f"rrule must be an RFC 5545 rule such as "
+                f"'FREQ=WEEKLY;BYDAY=TU;COUNT=12', or null; got {rule!r}"
+            )
         values["rrule"] = (rule.strip() or None) if rule else None
     if "exdates" in body:
         exdates = body["exdates"]
         if exdates is None:
             exdates = []
         if not isinstance(exdates, list) or len(exdates) > MAX_EXDATES:
-            raise Invalid(f"exdates must be a list (at most {MAX_EXDATES}) of the starts of "
-                          "occurrences that do not take place")
+            raise Invalid(
+                f"exdates must be a list (at most {MAX_EXDATES}) of the starts of "
+                "occurrences that do not take place"
+            )
         values["exdates"] = tuple(sorted({parse_time(x, "exdates", zone) for x in exdates}))
     if "note" in body:
         note = body["note"]
@@ -198,16 +223,21 @@ def _rule(spec: Spec) -> rrule | None:
     for part in text.split(";"):
         key, sep, value = part.partition("=")
         if not sep or "\n" in part:
-            raise Invalid(f"rrule: cannot read {spec.rrule!r}: give one RFC 5545 rule such as "
-                          "'FREQ=WEEKLY;BYDAY=TU;COUNT=12' (no DTSTART: the start is the "
-                          "reservation's; exceptions go in exdates)")
+            raise Invalid(
+                f"rrule: cannot read {spec.rrule!r}: give one RFC 5545 rule such as "
+                "'FREQ=WEEKLY;BYDAY=TU;COUNT=12' (no DTSTART: the start is the "
+                "reservation's; exceptions go in exdates)"
+            )
         parts[key.strip().upper()] = value.strip().upper()
     if parts.get("FREQ") not in FREQUENCIES:
-        raise Invalid(f"rrule: FREQ must be one of {', '.join(FREQUENCIES)}; got "
-                      f"{parts.get('FREQ')!r}")
+        raise Invalid(
+            f"rrule: FREQ must be one of {', '.join(FREQUENCIES)}; got {parts.get('FREQ')!r}"
+        )
     if "COUNT" not in parts and "UNTIL" not in parts:
-        raise Invalid("rrule: a recurrence must end: give COUNT (how many times) or UNTIL "
-                      "(the last day, UTC, e.g. UNTIL=20270301T000000Z)")
+        raise Invalid(
+            "rrule: a recurrence must end: give COUNT (how many times) or UNTIL "
+            "(the last day, UTC, e.g. UNTIL=20270301T000000Z)"
+        )
     try:
         return rrulestr(text, dtstart=spec.start.astimezone(_zone(spec.timezone)))
     except (ValueError, TypeError) as e:
@@ -230,8 +260,9 @@ def _starts(spec: Spec, rule: rrule | None) -> Iterator[datetime]:
             yield start
 
 
-def occurrences(spec: Spec, since: datetime | None = None,
-                until: datetime | None = None) -> list[Occurrence]:
+def occurrences(
+    spec: Spec, since: datetime | None = None, until: datetime | None = None
+) -> list[Occurrence]:
     """The occurrences of ``spec`` that overlap [since, until) (None: unbounded), in order;
     a rule that cannot be read raises :class:`Invalid`."""
     rule = _rule(spec)
@@ -253,62 +284,79 @@ def validate(spec: Spec, now: datetime, groups: Iterable[str], capacity: int) ->
     groups = sorted(groups)
     if spec.group not in groups:
         some = ", ".join(groups[:20]) + (", ..." if len(groups) > 20 else "")
-        raise Invalid(f"No such group: {spec.group!r}. " + (
-            f"Groups include: {some}." if groups else "The hub has no groups yet."))
+        raise Invalid(
+            f"No such group: {spec.group!r}. "
+            + (f"Groups include: {some}." if groups else "The hub has no groups yet.")
+        )
     if spec.end <= spec.start:
-        raise Invalid(f"The end ({describe(spec.end)}) must be after the start "
-                      f"({describe(spec.start)}).")
+        raise Invalid(
+            f"The end ({describe(spec.end)}) must be after the start ({describe(spec.start)})."
+        )
     if spec.duration > MAX_DURATION:
-        raise Invalid(f"One occurrence may last at most {MAX_DURATION.days} days; this one "
-                      f"lasts {spec.duration}.")
+        raise Invalid(
+            f"One occurrence may last at most {MAX_DURATION.days} days; this one "
+            f"lasts {spec.duration}."
+        )
     rule = _rule(spec)
     if rule is not None:
         first = next(iter(rule), None)
         if first is None or first.astimezone(UTC) != spec.start:
-            raise Invalid(f"rrule {spec.rrule!r} does not occur at the start "
-                          f"({describe(spec.start)}): start the reservation on its first "
-                          "occurrence")
+            raise Invalid(
+                f"rrule {spec.rrule!r} does not occur at the start "
+                f"({describe(spec.start)}): start the reservation on its first "
+                "occurrence"
+            )
         starts = list(_starts(replace(spec, exdates=()), rule))
         if len(starts) > MAX_OCCURRENCES:
-            raise Invalid(f"rrule {spec.rrule!r} occurs more than {MAX_OCCURRENCES} times; "
-                          "give a smaller COUNT or an earlier UNTIL")
+            raise Invalid(
+                f"rrule {spec.rrule!r} occurs more than {MAX_OCCURRENCES} times; "
+                "give a smaller COUNT or an earlier UNTIL"
+            )
         for a, b in zip(starts, starts[1:], strict=False):
             if b < a + spec.duration:
-                raise Invalid(f"The occurrences overlap: one starts {describe(b)}, before "
-                              f"the one of {describe(a)} ends; shorten it or space them.")
+                raise Invalid(
+                    f"The occurrences overlap: one starts {describe(b)}, before "
+                    f"the one of {describe(a)} ends; shorten it or space them."
+                )
         stray = [x for x in spec.exdates if x not in set(starts)]
     else:
         starts = [spec.start]
         stray = [x for x in spec.exdates if x != spec.start]
     if stray:
-        raise Invalid(f"exdates: {describe(stray[0])} is not one of the reservation's "
-                      "occurrences (give the start of the occurrence that is cancelled)")
+        raise Invalid(
+            f"exdates: {describe(stray[0])} is not one of the reservation's "
+            "occurrences (give the start of the occurrence that is cancelled)"
+        )
     left = [s for s in starts if s not in set(spec.exdates)]
     if not left:
         raise Invalid("The reservation never occurs: every occurrence is in exdates.")
     if left[-1] + spec.duration <= now:
-        raise Invalid(f"The reservation never occurs after now: its last occurrence ended "
-                      f"{describe(left[-1] + spec.duration)}.")
+        raise Invalid(
+            f"The reservation never occurs after now: its last occurrence ended "
+            f"{describe(left[-1] + spec.duration)}."
+        )
     what = f"{spec.mig_profile} MIG slices" if spec.mig_profile else "GPUs"
     if spec.gpus > capacity:
-        raise Invalid(f"The hub has {capacity} {what}; a reservation of {spec.gpus} can "
-                      "never be met.")
+        raise Invalid(
+            f"The hub has {capacity} {what}; a reservation of {spec.gpus} can never be met."
+        )
 
 
-def first_conflict(spec: Spec, others: Iterable[Spec], capacity: int,
-                   now: datetime) -> Conflict | None:
+def first_conflict(
+    spec: Spec, others: Iterable[Spec], capacity: int, now: datetime
+) -> Conflict | None:
     """The first instant at or after ``now`` when ``spec`` and the ``others`` that overlap
     it (same units: whole GPUs, or the same MIG profile; ``spec`` itself left out by id)
     need more than ``capacity``; None when they fit.  The sum of GPUs of occurrences that
     overlap only changes where one starts, so those instants are the ones checked."""
-    others = [o for o in others if o.units == spec.units
-              and (spec.id is None or o.id != spec.id)]
+    others = [o for o in others if o.units == spec.units and (spec.id is None or o.id != spec.id)]
     mine_all = occurrences(spec, since=now)
     if not mine_all:
         return None
     # every other occurrence that can meet one of mine, read once, by start
-    theirs_all = sorted(o for other in others
-                        for o in occurrences(other, since=now, until=mine_all[-1].end))
+    theirs_all = sorted(
+        o for other in others for o in occurrences(other, since=now, until=mine_all[-1].end)
+    )
     starts = [o.start for o in theirs_all]
     for mine in mine_all:
         # an occurrence lasts at most MAX_DURATION: none that started earlier reaches mine
@@ -325,18 +373,23 @@ def first_conflict(spec: Spec, others: Iterable[Spec], capacity: int,
     return None
 
 
-def _conflict(spec: Spec, others: list[Spec], at: list[Occurrence], when: datetime,
-              need: int, capacity: int) -> Conflict:
+def _conflict(
+    spec: Spec, others: list[Spec], at: list[Occurrence], when: datetime, need: int, capacity: int
+) -> Conflict:
     by_id = {o.id: o for o in others}
     what = f"{spec.mig_profile} MIG slice" if spec.mig_profile else "GPU"
     names = "; ".join(
         f"reservation {o.reservation} ({by_id[o.reservation].group}, {o.gpus} {what}"
         f"{'s' if o.gpus != 1 else ''}, {describe(o.start)} to {describe(o.end)})"
-        for o in sorted(at))
+        for o in sorted(at)
+    )
     return Conflict(
         f"Not enough {what}s at {describe(when)}: this reservation needs {spec.gpus} and "
         f"{names} hold{'s' if len(at) == 1 else ''} {need - spec.gpus} then; the hub has "
-        f"{capacity}.", when, sorted({o.reservation for o in at}))
+        f"{capacity}.",
+        when,
+        sorted({o.reservation for o in at}),
+    )
 
 
 def check_capacity(spec: Spec, others: Iterable[Spec], capacity: int, now: datetime) -> None:

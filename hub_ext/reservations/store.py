@@ -20,8 +20,19 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from ..common.db import ensure_tables
 from .rules import NOTE_CHARS, RRULE_CHARS, Spec
 
-__all__ = ["ReservationRow", "all_specs", "delete", "ensure_table", "get", "insert", "iso",
-           "load", "to_model", "to_spec", "update"]
+__all__ = [
+    "ReservationRow",
+    "all_specs",
+    "delete",
+    "ensure_table",
+    "get",
+    "insert",
+    "iso",
+    "load",
+    "to_model",
+    "to_spec",
+    "update",
+]
 
 
 class Base(DeclarativeBase):
@@ -75,26 +86,44 @@ def iso(when: datetime) -> str:
 def _values(spec: Spec) -> dict:
     values = asdict(spec)
     values.pop("id")
-    values.update(start=_naive(spec.start), end=_naive(spec.end),
-                  exdates=[iso(x) for x in spec.exdates])
+    values.update(
+        start=_naive(spec.start), end=_naive(spec.end), exdates=[iso(x) for x in spec.exdates]
+    )
     return values
 
 
 def to_spec(row: ReservationRow) -> Spec:
     """The row's rule, times aware UTC."""
-    return Spec(group=row.group, gpus=row.gpus, mig_profile=row.mig_profile,
-                start=_aware(row.start), end=_aware(row.end), timezone=row.timezone,
-                rrule=row.rrule, note=row.note or "", id=row.id,
-                exdates=tuple(datetime.fromisoformat(x) for x in row.exdates or ()))
+    return Spec(
+        group=row.group,
+        gpus=row.gpus,
+        mig_profile=row.mig_profile,
+        start=_aware(row.start),
+        end=_aware(row.end),
+        timezone=row.timezone,
+        rrule=row.rrule,
+        note=row.note or "",
+        id=row.id,
+        exdates=tuple(datetime.fromisoformat(x) for x in row.exdates or ()),
+    )
 
 
 def to_model(row: ReservationRow) -> dict:
     """The row as the REST API shows it (times ISO 8601 UTC)."""
-    return {"id": row.id, "group": row.group, "gpus": row.gpus,
-            "mig_profile": row.mig_profile, "start": iso(_aware(row.start)),
-            "end": iso(_aware(row.end)), "timezone": row.timezone, "rrule": row.rrule,
-            "exdates": list(row.exdates or []), "note": row.note or "",
-            "created_by": row.created_by, "created_at": iso(_aware(row.created_at))}
+    return {
+        "id": row.id,
+        "group": row.group,
+        "gpus": row.gpus,
+        "mig_profile": row.mig_profile,
+        "start": iso(_aware(row.start)),
+        "end": iso(_aware(row.end)),
+        "timezone": row.timezone,
+        "rrule": row.rrule,
+        "exdates": list(row.exdates or []),
+        "note": row.note or "",
+        "created_by": row.created_by,
+        "created_at": iso(_aware(row.created_at)),
+    }
 
 
 def load(session: Session, groups: set[str] | None = None) -> list[ReservationRow]:

@@ -34,14 +34,30 @@ BACKENDS = {
 }
 
 #: Variables the project's own scripts and tests read, not the hub (no warning for them).
-NOT_SETTINGS = frozenset({
-    "GPUHUB_CACHE", "GPUHUB_CHROMIUM", "GPUHUB_DEMO_OIDC_PORT", "GPUHUB_DOCS_SCREENSHOTS",
-    "GPUHUB_GPU_STANDIN", "GPUHUB_HOOK_LOG", "GPUHUB_IMAGE_NAMESPACE", "GPUHUB_IMAGE_SOURCE",
-    "GPUHUB_SLURMD_TIMEOUT", "GPUHUB_SLURM_BRIDGE", "GPUHUB_SLURM_DBD", "GPUHUB_SLURM_DIR",
-    "GPUHUB_SLURM_NODES", "GPUHUB_SLURM_NS_PREFIX", "GPUHUB_SLURM_PORT",
-    "GPUHUB_SLURM_SCHEDULER_PARAMETERS", "GPUHUB_SLURM_SUBNET", "GPUHUB_SLURM_VETH",
-    "GPUHUB_VENV", "GPUHUB_WHEELHOUSE",
-})
+NOT_SETTINGS = frozenset(
+    {
+        "GPUHUB_CACHE",
+        "GPUHUB_CHROMIUM",
+        "GPUHUB_DEMO_OIDC_PORT",
+        "GPUHUB_DOCS_SCREENSHOTS",
+        "GPUHUB_GPU_STANDIN",
+        "GPUHUB_HOOK_LOG",
+        "GPUHUB_IMAGE_NAMESPACE",
+        "GPUHUB_IMAGE_SOURCE",
+        "GPUHUB_SLURMD_TIMEOUT",
+        "GPUHUB_SLURM_BRIDGE",
+        "GPUHUB_SLURM_DBD",
+        "GPUHUB_SLURM_DIR",
+        "GPUHUB_SLURM_NODES",
+        "GPUHUB_SLURM_NS_PREFIX",
+        "GPUHUB_SLURM_PORT",
+        "GPUHUB_SLURM_SCHEDULER_PARAMETERS",
+        "GPUHUB_SLURM_SUBNET",
+        "GPUHUB_SLURM_VETH",
+        "GPUHUB_VENV",
+        "GPUHUB_WHEELHOUSE",
+    }
+)
 NOT_SETTINGS_PREFIX = "GPUHUB_TEST_"
 
 log = logging.getLogger("JupyterHub")  # the hub's own logger when the hub loads its config
@@ -75,9 +91,13 @@ class Int(Kind):
 
     def __init__(self, low: int | None = 0, high: int | None = None, unit: str = ""):
         self.low, self.high, self.unit = low, high, unit
-        self.allowed = (f"a whole number {low}..{high}" if high is not None else
-                        f"{low} or a larger whole number" if low is not None else
-                        "a whole number") + (f" ({unit})" if unit else "")
+        self.allowed = (
+            f"a whole number {low}..{high}"
+            if high is not None
+            else f"{low} or a larger whole number"
+            if low is not None
+            else "a whole number"
+        ) + (f" ({unit})" if unit else "")
 
     def parse(self, text: str) -> int:
         try:
@@ -85,7 +105,8 @@ class Int(Kind):
         except ValueError:
             raise ValueError(self.allowed) from None
         if (self.low is not None and value < self.low) or (
-                self.high is not None and value > self.high):
+            self.high is not None and value > self.high
+        ):
             raise OutOfBounds(value, self.allowed)
         return value
 
@@ -221,8 +242,11 @@ class Setting:
         except OutOfBounds as e:
             raise SettingError(f"{self.name}={e.value}: use {e}") from None
         except ValueError as e:
-            shown = ("(a secret: not shown)" if self.secret else
-                     repr(text if len(text) <= 40 else text[:40] + "..."))
+            shown = (
+                "(a secret: not shown)"
+                if self.secret
+                else repr(text if len(text) <= 40 else text[:40] + "...")
+            )
             allowed = str(e)
             allowed = allowed if allowed.startswith(("use ", "must ")) else "use " + allowed
             raise SettingError(f"{self.name}={shown}: {allowed}") from None
@@ -264,14 +288,21 @@ def value(name: str, environ: Mapping[str, str] | None = None) -> Any:
 
 
 def _settings_class() -> type:
-    fields = [(r.attr, Any, dataclasses.field(default=r.default, repr=not r.secret))
-              for r in declared() if r.attr]
-    return dataclasses.make_dataclass("Settings", fields, namespace={
-        "__doc__": "Everything a site sets, one attribute per row of hub_ext.settings.rows "
-                   "(docs: reference/settings).  ``Settings.from_env()`` reads them.",
-        "__module__": __name__,
-        "from_env": classmethod(lambda cls, environ=None: from_env(environ, cls)),
-    })
+    fields = [
+        (r.attr, Any, dataclasses.field(default=r.default, repr=not r.secret))
+        for r in declared()
+        if r.attr
+    ]
+    return dataclasses.make_dataclass(
+        "Settings",
+        fields,
+        namespace={
+            "__doc__": "Everything a site sets, one attribute per row of hub_ext.settings.rows "
+            "(docs: reference/settings).  ``Settings.from_env()`` reads them.",
+            "__module__": __name__,
+            "from_env": classmethod(lambda cls, environ=None: from_env(environ, cls)),
+        },
+    )
 
 
 @dataclass
@@ -286,8 +317,9 @@ class Reading:
     unknown: dict[str, str | None]
 
 
-def read(environ: Mapping[str, str], dotenv: Mapping[str, str] | None = None,
-         dotenv_name: str = ".env") -> Reading:
+def read(
+    environ: Mapping[str, str], dotenv: Mapping[str, str] | None = None, dotenv_name: str = ".env"
+) -> Reading:
     """Parse every declared variable: ``environ`` first, then ``dotenv`` (a .env file's
     values, as docker-compose passes them), then the default."""
     dotenv = dotenv or {}
@@ -295,8 +327,7 @@ def read(environ: Mapping[str, str], dotenv: Mapping[str, str] | None = None,
     for row in declared():
         if environ.get(row.name, "").strip() or (row.empty_is_value and row.name in environ):
             text, source = environ[row.name], "environment"
-        elif (dotenv.get(row.name) or "").strip() or (row.empty_is_value
-                                                      and row.name in dotenv):
+        elif (dotenv.get(row.name) or "").strip() or (row.empty_is_value and row.name in dotenv):
             text, source = dotenv[row.name] or "", dotenv_name
         else:
             text, source = None, "default"
@@ -316,10 +347,13 @@ def unknown_variables(names) -> dict[str, str | None]:
     tails = [k.removeprefix("GPUHUB_") for k in known if k.startswith("GPUHUB_")]
     unknown = {}
     for name in names:
-        if (name.startswith("GPUHUB_") and name not in known and name not in NOT_SETTINGS
-                and not name.startswith(NOT_SETTINGS_PREFIX)):
-            close = difflib.get_close_matches(name.removeprefix("GPUHUB_"), tails, n=1,
-                                              cutoff=0.6)
+        if (
+            name.startswith("GPUHUB_")
+            and name not in known
+            and name not in NOT_SETTINGS
+            and not name.startswith(NOT_SETTINGS_PREFIX)
+        ):
+            close = difflib.get_close_matches(name.removeprefix("GPUHUB_"), tails, n=1, cutoff=0.6)
             unknown[name] = "GPUHUB_" + close[0] if close else None
     return unknown
 

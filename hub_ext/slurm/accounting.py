@@ -35,8 +35,16 @@ from datetime import UTC, datetime
 from .cluster import SlurmCluster, SlurmUnavailable
 from .config import submit_host
 
-__all__ = ["Accounting", "AccountedJob", "AccountingNotConfigured", "accounted_jobs",
-           "match_runs", "parse_alloc_gpus", "parse_sacct", "read_accounting"]
+__all__ = [
+    "Accounting",
+    "AccountedJob",
+    "AccountingNotConfigured",
+    "accounted_jobs",
+    "match_runs",
+    "parse_alloc_gpus",
+    "parse_sacct",
+    "read_accounting",
+]
 
 SACCT_FORMAT = "JobIDRaw,User,State,ElapsedRaw,Start,End,AllocTRES"
 #: job ids per sacct call (its command line stays short on any site)
@@ -114,30 +122,50 @@ def parse_sacct(out: str) -> list[AccountedJob]:
         if len(cols) != 7:
             continue
         job_id, user, state, elapsed, start, end, tres = cols
-        if not (job_id.isascii() and job_id.isdigit() and elapsed.isascii()
-                and elapsed.isdigit()):
+        if not (job_id.isascii() and job_id.isdigit() and elapsed.isascii() and elapsed.isdigit()):
             continue
-        jobs.append(AccountedJob(job_id, user, state, int(elapsed), _seconds(start),
-                                 _seconds(end), parse_alloc_gpus(tres)))
+        jobs.append(
+            AccountedJob(
+                job_id,
+                user,
+                state,
+                int(elapsed),
+                _seconds(start),
+                _seconds(end),
+                parse_alloc_gpus(tres),
+            )
+        )
     return jobs
 
 
-async def accounted_jobs(cluster: SlurmCluster, job_ids: Iterable[str],
-                         timeout: float = 60) -> dict[str, list[AccountedJob]]:
+async def accounted_jobs(
+    cluster: SlurmCluster, job_ids: Iterable[str], timeout: float = 60
+) -> dict[str, list[AccountedJob]]:
     """Job id -> every record Slurm's accounting keeps under that id (reused ids give
     several).  Asks once when ``job_ids`` is empty, so that a site without accounting is
     told apart from one with no jobs.  Raises :class:`AccountingNotConfigured`, or
     :class:`SlurmUnavailable` when sacct fails otherwise (slurmdbd down)."""
     ids = sorted({j for j in job_ids if j.isascii() and j.isdigit()}, key=int)
-    chunks = [ids[i:i + IDS_PER_CALL] for i in range(0, len(ids), IDS_PER_CALL)]
+    chunks = [ids[i : i + IDS_PER_CALL] for i in range(0, len(ids), IDS_PER_CALL)]
     found: dict[str, list[AccountedJob]] = {}
     for chunk in chunks or [[]]:
         asked = set(chunk)
         select = ["-j", ",".join(chunk)] if chunk else ["-S", "now", "-E", "now"]
         try:
-            out = await cluster.run("env", "SLURM_TIME_FORMAT=%s", "sacct", "-a", "-X", "-n",
-                                    "-P", "--duplicates", *select, "-o", SACCT_FORMAT,
-                                    timeout=timeout)
+            out = await cluster.run(
+                "env",
+                "SLURM_TIME_FORMAT=%s",
+                "sacct",
+                "-a",
+                "-X",
+                "-n",
+                "-P",
+                "--duplicates",
+                *select,
+                "-o",
+                SACCT_FORMAT,
+                timeout=timeout,
+            )
         except SlurmUnavailable as e:
             if _DISABLED in str(e).lower():
                 raise AccountingNotConfigured(sacct_said(e)) from e
@@ -167,9 +195,13 @@ def match_runs(runs: Iterable, records: dict[str, list[AccountedJob]]) -> dict[i
     matched = {}
     for run in runs:
         started = epoch(run.started_at)
-        fits = [job for job in records.get(run.job_id or "", [])
-                if job.start is not None and job.start <= started + CLOCK_SLACK
-                and (job.end is None or job.end >= started - CLOCK_SLACK)]
+        fits = [
+            job
+            for job in records.get(run.job_id or "", [])
+            if job.start is not None
+            and job.start <= started + CLOCK_SLACK
+            and (job.end is None or job.end >= started - CLOCK_SLACK)
+        ]
         if fits:
             matched[run.id] = max(fits, key=lambda job: job.start)
     return matched
@@ -192,21 +224,27 @@ def read_accounting(settings, runs: Sequence) -> Accounting:
     takes a site without accounting quietly (a note), ``on`` makes that an error."""
     if settings.slurm_accounting == "off":
         return Accounting(None, "Slurm accounting is off (GPUHUB_SLURM_ACCOUNTING=off)")
-    cluster = SlurmCluster(env={"SLURM_CONF": settings.slurm_conf} if settings.slurm_conf
-                           else {}, submit=submit_host(settings))
+    cluster = SlurmCluster(
+        env={"SLURM_CONF": settings.slurm_conf} if settings.slurm_conf else {},
+        submit=submit_host(settings),
+    )
     try:
         records = asyncio.run(accounted_jobs(cluster, [r.job_id for r in runs if r.job_id]))
     except AccountingNotConfigured as e:
-        return Accounting(None, f"Slurm accounting is not configured ({e}); the site needs "
-                          "slurmdbd (docs/howto/slurm.md)",
-                          failed=settings.slurm_accounting == "on")
+        return Accounting(
+            None,
+            f"Slurm accounting is not configured ({e}); the site needs "
+            "slurmdbd (docs/howto/slurm.md)",
+            failed=settings.slurm_accounting == "on",
+        )
     except SlurmUnavailable as e:
-        return Accounting(None, f"Slurm's accounting cannot be read ({sacct_said(e)})",
-                          failed=True)
+        return Accounting(None, f"Slurm's accounting cannot be read ({sacct_said(e)})", failed=True)
     jobs = match_runs(runs, records)
     lacking = [r.job_id or f"run {r.id}" for r in runs if r.id not in jobs]
-    note = (f"Slurm's accounting has no record of {len(lacking)} run(s) (jobs "
-            f"{', '.join(lacking[:10])}{', ...' if len(lacking) > 10 else ''})"
-            if lacking else "")
+    note = (
+        f"Slurm's accounting has no record of {len(lacking)} run(s) (jobs "
+        f"{', '.join(lacking[:10])}{', ...' if len(lacking) > 10 else ''})"
+        if lacking
+        else ""
+    )
     return Accounting(jobs, note)
-

@@ -62,19 +62,26 @@ def gpus_in(nodes: list[Node], partition: str, kind: str, count: int) -> GPUsNow
     refusal = ""
     if count and not any(n.free(kind) >= count for n in up):
         if not any(configured(n) >= count for n in up):
-            refusal = (f"No GPU free: no node of the cluster's {partition} partition that "
-                       f"takes jobs now has {count} {what}. Try another profile or ask an "
-                       "admin.")
+            refusal = (
+                f"No GPU free: no node of the cluster's {partition} partition that "
+                f"takes jobs now has {count} {what}. Try another profile or ask an "
+                "admin."
+            )
         elif free == 0:
-            refusal = (f"No GPU free: all {total} {what} are in use. You can wait in line "
-                       "for one, try the CPU profile or come back later.")
+            refusal = (
+                f"No GPU free: all {total} {what} are in use. You can wait in line "
+                "for one, try the CPU profile or come back later."
+            )
         else:
-            refusal = (f"No GPU free for this profile: it needs {count} {what} on one node "
-                       f"and only {free} of {total} are free. You can wait in line, try a "
-                       "smaller profile or come back later.")
+            refusal = (
+                f"No GPU free for this profile: it needs {count} {what} on one node "
+                f"and only {free} of {total} are free. You can wait in line, try a "
+                "smaller profile or come back later."
+            )
     can_wait = any(configured(n) >= count for n in up)
-    return GPUsNow(count=count, kind=kind, free=free, total=total, refusal=refusal,
-                   can_wait=can_wait)
+    return GPUsNow(
+        count=count, kind=kind, free=free, total=total, refusal=refusal, can_wait=can_wait
+    )
 
 
 class SlurmAvailability(SpawnPage):
@@ -87,14 +94,14 @@ class SlurmAvailability(SpawnPage):
         except SlurmUnavailable as e:
             self.log.warning("%s for the spawn page: %s", e.what, e)
             return NodesSnapshot([], error=e.member_message)
-        return NodesSnapshot(nodes, self.cluster.default_partition,
-                             reservations=await self.slurm_reservations())
+        return NodesSnapshot(
+            nodes, self.cluster.default_partition, reservations=await self.slurm_reservations()
+        )
 
     async def slurm_reservations(self) -> list[SlurmReservation]:
         """Slurm's ``gpuhub-<id>`` reservations now; [] (logged) when they cannot be read."""
         try:
-            return list((await SlurmReservations(self.cluster, config=self.config)
-                         .read()).values())
+            return list((await SlurmReservations(self.cluster, config=self.config).read()).values())
         except (BackendRefused, BackendUnavailable) as e:
             self.log.warning("No Slurm reservations for %s: %s", self._log_name, e)
             return []
@@ -102,11 +109,13 @@ class SlurmAvailability(SpawnPage):
     def open_to_me(self, reservation: SlurmReservation) -> bool:
         """Whether this member may use ``reservation``: one of its users, or of its
         group in the hub (joined since the last pass)."""
-        return (self.user.name in reservation.users
-                or self.group_of(hub_id(reservation.name)) in {g.name for g in self.user.groups})
+        return self.user.name in reservation.users or self.group_of(hub_id(reservation.name)) in {
+            g.name for g in self.user.groups
+        }
 
-    def as_member_sees(self, nodes: list[Node], reservations, kind: str, count: int,
-                       partition: str) -> GPUsNow:
+    def as_member_sees(
+        self, nodes: list[Node], reservations, kind: str, count: int, partition: str
+    ) -> GPUsNow:
         """:func:`gpus_in` with the GPUs reserved for a group the member is not in taken,
         and the reason in words in the refusal ("No GPU free for you: 2 GPUs reserved
         for ml101 until 16:00 UTC, and the others are in use. ...")."""
@@ -115,10 +124,15 @@ class SlurmAvailability(SpawnPage):
         if closing is not None and gpus.refusal:
             group = self.group_of(hub_id(closing.name)) or "a group"
             reserved = until_text(closing, group, nodes)
-            gpus = replace(gpus, refusal=(
-                f"No GPU free for you: {reserved}, and the others are in use. You can "
-                "wait in line for one, try the CPU profile or come back later."
-                if gpus.can_wait else f"{reserved}. {gpus.refusal}"))
+            gpus = replace(
+                gpus,
+                refusal=(
+                    f"No GPU free for you: {reserved}, and the others are in use. You can "
+                    "wait in line for one, try the CPU profile or come back later."
+                    if gpus.can_wait
+                    else f"{reserved}. {gpus.refusal}"
+                ),
+            )
         return gpus
 
     def gpus_now(self, snapshot: NodesSnapshot, overrides: dict) -> GPUsNow:
@@ -126,12 +140,12 @@ class SlurmAvailability(SpawnPage):
         partition) and of its GRES type; when Slurm does not answer, the card says so."""
         kind, count = parse_gres_request(gres_of(overrides, self._configured))
         if snapshot.error:
-            return GPUsNow(count=count, kind=kind,
-                           refusal=snapshot.error if count else "")
-        partition = (overrides.get("req_partition", self._configured.get("req_partition"))
-                     or snapshot.default_partition)
-        return self.as_member_sees(snapshot.nodes, snapshot.reservations, kind, count,
-                                   partition)
+            return GPUsNow(count=count, kind=kind, refusal=snapshot.error if count else "")
+        partition = (
+            overrides.get("req_partition", self._configured.get("req_partition"))
+            or snapshot.default_partition
+        )
+        return self.as_member_sees(snapshot.nodes, snapshot.reservations, kind, count, partition)
 
     def limits_of(self, overrides: dict) -> tuple:
         """What the job asks Slurm for: ``req_memory`` (Slurm's ``--mem``, megabytes
@@ -144,12 +158,15 @@ class SlurmAvailability(SpawnPage):
             return overrides.get(name, self._configured.get(name))
 
         try:
-            memory, cpus = slurm_request(value("req_memory"), value("req_nprocs"),
-                                         value("mem_limit"), value("cpu_limit"))
+            memory, cpus = slurm_request(
+                value("req_memory"), value("req_nprocs"), value("mem_limit"), value("cpu_limit")
+            )
         except ValueError:  # a bad size: the start itself refuses it
             memory, cpus = str(value("req_memory") or ""), str(value("req_nprocs") or "")
-        return (memory + "M" if memory.isdigit() else memory or None,
-                int(cpus) if cpus.isdigit() else None)
+        return (
+            memory + "M" if memory.isdigit() else memory or None,
+            int(cpus) if cpus.isdigit() else None,
+        )
 
     @classmethod
     async def availability(cls, config, log) -> dict:
@@ -160,15 +177,24 @@ class SlurmAvailability(SpawnPage):
             nodes = await cls.shared_cluster(config).nodes()
         except SlurmUnavailable as e:
             log.warning("%s for the availability endpoint: %s", e.what, e)
-            return {"inventory": "slurm", "total": 0, "free": 0, "allocated": 0,
-                    "outside": 0, "unhealthy": 0, "error": e.member_message}
-        return {"inventory": "slurm",
-                "total": sum(sum(n.gpus.values()) for n in nodes),
-                "free": sum(n.free() for n in nodes),
-                "allocated": sum(sum(n.gpus_used.values()) for n in nodes if n.available),
+            return {
+                "inventory": "slurm",
+                "total": 0,
+                "free": 0,
+                "allocated": 0,
                 "outside": 0,
-                "unhealthy": sum(sum(n.gpus.values()) for n in nodes if not n.available),
-                "error": ""}
+                "unhealthy": 0,
+                "error": e.member_message,
+            }
+        return {
+            "inventory": "slurm",
+            "total": sum(sum(n.gpus.values()) for n in nodes),
+            "free": sum(n.free() for n in nodes),
+            "allocated": sum(sum(n.gpus_used.values()) for n in nodes if n.available),
+            "outside": 0,
+            "unhealthy": sum(sum(n.gpus.values()) for n in nodes if not n.available),
+            "error": "",
+        }
 
     @classmethod
     def shared_cluster(cls, config) -> SlurmCluster:
@@ -176,10 +202,14 @@ class SlurmAvailability(SpawnPage):
         ``submit_ssh_command`` and ``exec_prefix`` (the spawners' one: shared node
         cache)."""
         section = config.get(cls.__name__, {})
-        submit = SubmitHost(section.get("submit_host", ""),
-                            tuple(section.get("submit_ssh_command", DEFAULT_SSH)))
-        return SlurmCluster.shared(dict(section.get("slurm_env", {}) or {}), submit,
-                                   section.get("exec_prefix", MEMBER_PREFIX))
+        submit = SubmitHost(
+            section.get("submit_host", ""), tuple(section.get("submit_ssh_command", DEFAULT_SSH))
+        )
+        return SlurmCluster.shared(
+            dict(section.get("slurm_env", {}) or {}),
+            submit,
+            section.get("exec_prefix", MEMBER_PREFIX),
+        )
 
     @classmethod
     async def gpu_board(cls, handler) -> dict:

@@ -180,8 +180,8 @@ class SlurmBatchJob(LoggingConfigurable):
         except KeyError:
             metrics.SPAWNS_REFUSED.labels(reason="no_uid_mapping").inc()
             raise web.HTTPError(
-                403, f"{self.user.name} has no account on the cluster. Ask an admin to "
-                "create it.") from None
+                403, f"{self.user.name} has no account on the cluster. Ask an admin to create it."
+            ) from None
         return entry.pw_uid, entry.pw_gid
 
     def rootfs(self) -> str:
@@ -190,8 +190,7 @@ class SlurmBatchJob(LoggingConfigurable):
     def rootfs_of(self, image: str) -> str:
         """Where the nodes find ``image`` unpacked: ``image_dir/<image, / and : as _>/
         rootfs``."""
-        return str(Path(self.image_dir) / image.replace("/", "_").replace(":", "_")
-                   / "rootfs")
+        return str(Path(self.image_dir) / image.replace("/", "_").replace(":", "_") / "rootfs")
 
     def check_mount_points(self, datasets: dict[str, str]) -> None:
         """The unpacked image must hold ``/datasets`` when the member has datasets:
@@ -199,10 +198,16 @@ class SlurmBatchJob(LoggingConfigurable):
         image`` makes it).  Raises HTTPError(500) with a sentence for the member."""
         rootfs = Path(self.rootfs())
         if datasets and rootfs.is_dir() and not (rootfs / "datasets").is_dir():
-            self.log.error("Refusing spawn of %s: %s has no datasets folder to mount on",
-                           self._log_name, rootfs)
-            raise web.HTTPError(500, f"The image {self.image} on the cluster has no place to "
-                                     "mount the datasets. Ask an admin to unpack it again.")
+            self.log.error(
+                "Refusing spawn of %s: %s has no datasets folder to mount on",
+                self._log_name,
+                rootfs,
+            )
+            raise web.HTTPError(
+                500,
+                f"The image {self.image} on the cluster has no place to "
+                "mount the datasets. Ask an admin to unpack it again.",
+            )
 
     def prepare_workspace(self) -> str:
         """Create the member's workspace and its log folder ``.gpuhub``, both owned by her
@@ -218,9 +223,12 @@ class SlurmBatchJob(LoggingConfigurable):
             # e.g. an account deleted and its uid given to someone else: the job could
             # not even write its log there
             self.log.error("Refusing spawn of %s: %s (uid %d)", self._log_name, e, uid)
-            raise web.HTTPError(500, "Your workspace folder belongs to another account or "
-                                     "holds a link where a folder should be. Ask an admin "
-                                     "to fix it.") from None
+            raise web.HTTPError(
+                500,
+                "Your workspace folder belongs to another account or "
+                "holds a link where a folder should be. Ask an admin "
+                "to fix it.",
+            ) from None
         return path
 
     def get_req_subvars(self):
@@ -231,11 +239,20 @@ class SlurmBatchJob(LoggingConfigurable):
         # a tmpfs at the image's /datasets holds their mount points (the root is
         # read-only), made read-only again once they are bound
         datasets = self.member_datasets()
-        dataset_binds = " ".join(
-            ["--tmpfs /datasets",
-             *(f"--ro-bind {shlex.quote(p)} /datasets/{shlex.quote(n)}"
-               for n, p in sorted(datasets.items())),
-             "--remount-ro /datasets"]) if datasets else ""
+        dataset_binds = (
+            " ".join(
+                [
+                    "--tmpfs /datasets",
+                    *(
+                        f"--ro-bind {shlex.quote(p)} /datasets/{shlex.quote(n)}"
+                        for n, p in sorted(datasets.items())
+                    ),
+                    "--remount-ro /datasets",
+                ]
+            )
+            if datasets
+            else ""
+        )
         subvars.update(
             # a word of the commands' shell line (exec_prefix), whatever the name holds
             username=shlex.quote(self.user.name),
@@ -244,10 +261,12 @@ class SlurmBatchJob(LoggingConfigurable):
             job_name=self.job_name,
             gpu_device=self.gpu_device,
             container=self.container_command.format(
-                rootfs=shlex.quote(self.rootfs()), image=shlex.quote(self.image),
+                rootfs=shlex.quote(self.rootfs()),
+                image=shlex.quote(self.image),
                 workspace=shlex.quote(workspace),
                 workspace_mount=shlex.quote(self.workspace_mount),
-                dataset_binds=dataset_binds, gpu_binds='"${gpu_binds[@]}"',
+                dataset_binds=dataset_binds,
+                gpu_binds='"${gpu_binds[@]}"',
                 batchspawner=shlex.quote(str(Path(batchspawner.__file__).parent)),
                 path=shlex.quote(self.container_path),
             ),

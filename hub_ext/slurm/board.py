@@ -40,8 +40,9 @@ def hub_jobs(users) -> dict[str, HubJob]:
         for name, spawner in list(getattr(user, "spawners", {}).items()):
             job_id = getattr(spawner, "job_id", "")
             if job_id:
-                jobs[str(job_id)] = HubJob(user.name, name or "",
-                                           getattr(spawner, "profile_slug", "") or "")
+                jobs[str(job_id)] = HubJob(
+                    user.name, name or "", getattr(spawner, "profile_slug", "") or ""
+                )
     return jobs
 
 
@@ -50,8 +51,9 @@ def gpu_names(node: Node) -> list[str]:
     return [kind for kind, count in node.gpus.items() for _ in range(count)]
 
 
-def board(nodes: list[Node], jobs: list[JobGPUs], hub: dict[str, HubJob],
-          base_url: str) -> list[dict]:
+def board(
+    nodes: list[Node], jobs: list[JobGPUs], hub: dict[str, HubJob], base_url: str
+) -> list[dict]:
     """One JSON-ready row per GPU of every node, in the Docker board's shape (``uuid`` is
     ``<node>/gpu<index>``, ``index`` ``<node>:<index>``), plus ``node`` and, in
     ``owner``, the ``job`` id.  States: ``free``, ``held`` (by a hub job), ``outside``
@@ -90,26 +92,29 @@ def board(nodes: list[Node], jobs: list[JobGPUs], hub: dict[str, HubJob],
                 state = "free"
             else:
                 state = "held" if owner["known"] else "outside"
-            rows.append({
-                "uuid": f"{node.name}/gpu{index}",
-                "index": f"{node.name}:{index}",
-                "node": node.name,
-                "name": f"{node.name} GPU {index}" + (f" ({kind})" if kind else ""),
-                "mig_profile": None,
-                "state": state,
-                "health_reason": node.reason if not node.available else "",
-                "utilization_pct": None,
-                "memory_used_mib": None,
-                "memory_total_mib": None,
-                "last_busy": None,
-                "processes": [],
-                "owner": owner,
-            })
+            rows.append(
+                {
+                    "uuid": f"{node.name}/gpu{index}",
+                    "index": f"{node.name}:{index}",
+                    "node": node.name,
+                    "name": f"{node.name} GPU {index}" + (f" ({kind})" if kind else ""),
+                    "mig_profile": None,
+                    "state": state,
+                    "health_reason": node.reason if not node.available else "",
+                    "utilization_pct": None,
+                    "memory_used_mib": None,
+                    "memory_total_mib": None,
+                    "last_busy": None,
+                    "processes": [],
+                    "owner": owner,
+                }
+            )
     return rows
 
 
-def pending_rows(queue: list[QueuedJob], starts: dict[str, str], hub: dict[str, HubJob],
-                 base_url: str) -> list[dict]:
+def pending_rows(
+    queue: list[QueuedJob], starts: dict[str, str], hub: dict[str, HubJob], base_url: str
+) -> list[dict]:
     """The pending jobs in Slurm's order, each with its position in its partition's line,
     Slurm's reason (``Resources``, ``Priority``, ...) and expected start (or None)."""
     rows, positions = [], {}
@@ -118,30 +123,40 @@ def pending_rows(queue: list[QueuedJob], starts: dict[str, str], hub: dict[str, 
             continue
         positions[job.partition] = positions.get(job.partition, 0) + 1
         mine = hub.get(job.job_id)
-        rows.append({
-            "position": positions[job.partition],
-            "job": job.job_id,
-            "user": mine.user if mine else job.user,
-            "server": mine.server if mine else "",
-            "profile": mine.profile if mine else "",
-            "partition": job.partition,
-            "reason": job.reason,
-            "expected_start": starts.get(job.job_id),
-            "known": mine is not None,
-            "stop_url": stop_path(base_url, mine.user, mine.server) if mine else None,
-        })
+        rows.append(
+            {
+                "position": positions[job.partition],
+                "job": job.job_id,
+                "user": mine.user if mine else job.user,
+                "server": mine.server if mine else "",
+                "profile": mine.profile if mine else "",
+                "partition": job.partition,
+                "reason": job.reason,
+                "expected_start": starts.get(job.job_id),
+                "known": mine is not None,
+                "stop_url": stop_path(base_url, mine.user, mine.server) if mine else None,
+            }
+        )
     return rows
 
 
 def node_rows(nodes: list[Node]) -> list[dict]:
     """Every node: state, Slurm's reason, partitions, GPUs in all and free."""
-    return [{"name": n.name, "state": n.state, "reason": n.reason,
-             "partitions": n.partitions, "gpus": sum(n.gpus.values()), "free": n.free(),
-             "available": n.available} for n in nodes]
+    return [
+        {
+            "name": n.name,
+            "state": n.state,
+            "reason": n.reason,
+            "partitions": n.partitions,
+            "gpus": sum(n.gpus.values()),
+            "free": n.free(),
+            "available": n.available,
+        }
+        for n in nodes
+    ]
 
 
-async def reservation_texts(handler, cluster: SlurmCluster, nodes: list[Node]
-                            ) -> dict[str, str]:
+async def reservation_texts(handler, cluster: SlurmCluster, nodes: list[Node]) -> dict[str, str]:
     """Node -> "2 GPUs reserved for ml101 until 16:00 UTC", for the nodes of the hub's
     active Slurm reservations (:mod:`.reservations`); {} (logged) when unreadable."""
     from ..reservations import store
@@ -173,23 +188,32 @@ async def board_model(handler, cluster: SlurmCluster) -> dict:
         starts = await cluster.start_times()
     except SlurmUnavailable as e:
         handler.log.warning("%s for the GPU board: %s", e.what, e)
-        return {"inventory": "slurm", "error": f"{e.what}: {e}",
-                "summary": dict.fromkeys(("total", "free", "allocated", "outside",
-                                          "unhealthy"), 0),
-                "devices": [], "nodes": [], "pending": []}
+        return {
+            "inventory": "slurm",
+            "error": f"{e.what}: {e}",
+            "summary": dict.fromkeys(("total", "free", "allocated", "outside", "unhealthy"), 0),
+            "devices": [],
+            "nodes": [],
+            "pending": [],
+        }
     hub = hub_jobs(handler.users.values())
     rows = board(nodes, jobs, hub, base_url)
     reserved = await reservation_texts(handler, cluster, nodes)
     for row in rows:
         row["reserved_for"] = reserved.get(row["node"])
-    count = {state: sum(1 for r in rows if r["state"] == state)
-             for state in ("free", "held", "outside")}
+    count = {
+        state: sum(1 for r in rows if r["state"] == state) for state in ("free", "held", "outside")
+    }
     return {
         "inventory": "slurm",
         "error": "",
-        "summary": {"total": len(rows), "free": count["free"], "allocated": count["held"],
-                    "outside": count["outside"],
-                    "unhealthy": len(rows) - sum(count.values())},
+        "summary": {
+            "total": len(rows),
+            "free": count["free"],
+            "allocated": count["held"],
+            "outside": count["outside"],
+            "unhealthy": len(rows) - sum(count.values()),
+        },
         "devices": rows,
         "nodes": node_rows(nodes),
         "pending": pending_rows(queue, starts, hub, base_url),

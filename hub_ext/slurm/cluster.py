@@ -23,8 +23,20 @@ from .submit import CommandFailed, SubmitHost, SubmitHostUnavailable
 
 #: Node states in which a node takes no new jobs (sinfo's long state names, lower case,
 #: with their flag suffixes such as ``*`` or ``~`` stripped).
-UNAVAILABLE = ("down", "drained", "draining", "fail", "failing", "future", "maint",
-               "not_responding", "power_down", "powered_down", "reboot", "unknown")
+UNAVAILABLE = (
+    "down",
+    "drained",
+    "draining",
+    "fail",
+    "failing",
+    "future",
+    "maint",
+    "not_responding",
+    "power_down",
+    "powered_down",
+    "reboot",
+    "unknown",
+)
 
 
 #: How the hub runs a command as a member on the submit host when it runs there as root
@@ -32,13 +44,17 @@ UNAVAILABLE = ("down", "drained", "draining", "fail", "failing", "future", "main
 #: ``sudo -n -E -u {username} --``, docs/howto/slurm.md "A submit host").
 MEMBER_PREFIX = "runuser -u {username} --"
 
-UNREACHABLE_MESSAGE = ("The cluster's scheduler is not answering, so no server can start "
-                       "right now. Servers already running are not affected; try again in a "
-                       "few minutes.")
+UNREACHABLE_MESSAGE = (
+    "The cluster's scheduler is not answering, so no server can start "
+    "right now. Servers already running are not affected; try again in a "
+    "few minutes."
+)
 
-SUBMIT_HOST_MESSAGE = ("The cluster's submit host is not answering, so no server can start "
-                       "right now. Servers already running are not affected; try again in a "
-                       "few minutes.")
+SUBMIT_HOST_MESSAGE = (
+    "The cluster's submit host is not answering, so no server can start "
+    "right now. Servers already running are not affected; try again in a "
+    "few minutes."
+)
 
 
 class SlurmUnavailable(RuntimeError):
@@ -104,7 +120,7 @@ def parse_gres_request(gres: str) -> tuple[str, int]:
     counts = parse_gres(gres)
     if not counts:
         return "", 0
-    (kind, count), = counts.items()
+    ((kind, count),) = counts.items()
     return kind, count
 
 
@@ -181,7 +197,7 @@ def expand_hostlist(text: str, limit: int = MAX_HOSTS) -> list[str]:
                 values += [str(i).zfill(len(match[1])) for i in range(low, high + 1)]
             if len(expanded) * len(values) > limit:
                 return []
-            prefix = item[pos:group.start()]
+            prefix = item[pos : group.start()]
             if "[" in prefix or "]" in prefix:
                 return []
             expanded = [e + prefix + v for e in expanded for v in values]
@@ -228,16 +244,24 @@ def parse_job_details(out: str) -> list[JobGPUs]:
             for node in expand_hostlist(nodes) if indexes else []:
                 gpus[node] = indexes  # nodes with the same GPUs share one entry
         start = fields.get("StartTime", "")
-        jobs.append(JobGPUs(
-            fields["JobId"], fields.get("JobName", ""),
-            fields.get("UserId", "").split("(", 1)[0], fields.get("JobState", ""),
-            fields.get("Partition", ""), "" if start in ("Unknown", "None") else start,
-            fields.get("Reason", ""), gpus))
+        jobs.append(
+            JobGPUs(
+                fields["JobId"],
+                fields.get("JobName", ""),
+                fields.get("UserId", "").split("(", 1)[0],
+                fields.get("JobState", ""),
+                fields.get("Partition", ""),
+                "" if start in ("Unknown", "None") else start,
+                fields.get("Reason", ""),
+                gpus,
+            )
+        )
     for job in jobs:
         if starts[job.job_id] > 1:
             job.gpus = {}
-    return [job for i, job in enumerate(jobs)
-            if all(other.job_id != job.job_id for other in jobs[:i])]
+    return [
+        job for i, job in enumerate(jobs) if all(other.job_id != job.job_id for other in jobs[:i])
+    ]
 
 
 #: ``squeue -o``: the job name (``%j``, the submitter's text, which may hold ``|``) last
@@ -255,8 +279,18 @@ def parse_queue(out: str) -> list[QueuedJob]:
         if len(cols) < 8:
             continue
         job_id, state, user, partition, prio, reason, node, name = cols
-        jobs.append(QueuedJob(job_id, state, user, name, partition,
-                              int(prio) if prio.isdigit() else 0, reason, node))
+        jobs.append(
+            QueuedJob(
+                job_id,
+                state,
+                user,
+                name,
+                partition,
+                int(prio) if prio.isdigit() else 0,
+                reason,
+                node,
+            )
+        )
     pending = [j for j in jobs if j.state == "PENDING"]
     pending.sort(key=lambda j: (-j.priority, int(j.job_id.split("_")[0])))
     return pending + [j for j in jobs if j.state != "PENDING"]
@@ -289,8 +323,13 @@ class SlurmCluster:
     default_partition: str = ""
     _nodes: tuple[float, list[Node]] | None = None
 
-    async def run(self, *argv: str, user: str | None = None, input: str | None = None,
-                  timeout: float | None = None) -> str:
+    async def run(
+        self,
+        *argv: str,
+        user: str | None = None,
+        input: str | None = None,
+        timeout: float | None = None,
+    ) -> str:
         """Run one Slurm command (here or on the submit host: ``submit``); returns its
         stdout.  ``user`` runs it as that Unix account (``user_prefix``).  Raises
         :class:`SlurmUnavailable` when slurmctld does not answer or the command fails
@@ -300,8 +339,11 @@ class SlurmCluster:
         limit = timeout or self.timeout
         try:
             return await self.submit.run(
-                [*prefix, *argv], env=self.env, timeout=limit,
-                input=input.encode() if input is not None else None)
+                [*prefix, *argv],
+                env=self.env,
+                timeout=limit,
+                input=input.encode() if input is not None else None,
+            )
         except SubmitHostUnavailable as e:
             raise SubmitHostDown(str(e)) from e
         except OSError as e:
@@ -315,9 +357,14 @@ class SlurmCluster:
         """Every node (cached ``cache_seconds``); ``timeout`` as in :meth:`run`."""
         if not fresh and self._nodes and time.monotonic() - self._nodes[0] < self.cache_seconds:
             return self._nodes[1]
-        out = await self.run("sinfo", "-h", "-N", "-O",
-                             "NodeList:|,Partition:|,StateLong:|,Gres:|,GresUsed:|,NodeAddr:|,Reason:",
-                             timeout=timeout)
+        out = await self.run(
+            "sinfo",
+            "-h",
+            "-N",
+            "-O",
+            "NodeList:|,Partition:|,StateLong:|,Gres:|,GresUsed:|,NodeAddr:|,Reason:",
+            timeout=timeout,
+        )
         by_name: dict[str, Node] = {}
         for line in out.splitlines():
             cols = [c.strip() for c in line.split("|")]
@@ -329,16 +376,23 @@ class SlurmCluster:
             if name in by_name:
                 by_name[name].partitions.append(partition)
                 continue
-            by_name[name] = Node(name, [partition], state.rstrip("*~#!%$@^-").lower(),
-                                 parse_gres(gres), parse_gres(used),
-                                 "" if reason in ("none", "(null)") else reason, address)
+            by_name[name] = Node(
+                name,
+                [partition],
+                state.rstrip("*~#!%$@^-").lower(),
+                parse_gres(gres),
+                parse_gres(used),
+                "" if reason in ("none", "(null)") else reason,
+                address,
+            )
         nodes = list(by_name.values())
         self._nodes = (time.monotonic(), nodes)
         return nodes
 
     @classmethod
-    def shared(cls, env: dict[str, str], submit: SubmitHost | None = None,
-               user_prefix: str = MEMBER_PREFIX) -> SlurmCluster:
+    def shared(
+        cls, env: dict[str, str], submit: SubmitHost | None = None, user_prefix: str = MEMBER_PREFIX
+    ) -> SlurmCluster:
         """The one cluster object of this hub process for ``env``, ``submit`` and
         ``user_prefix`` (its node cache shared)."""
         submit = submit or SubmitHost()
@@ -352,8 +406,9 @@ class SlurmCluster:
         running one holds (``scontrol -d -o show job``, read by
         :func:`parse_job_details`).  Raises :class:`SlurmUnavailable` as :meth:`run`
         does, also for a ``job_id`` Slurm no longer knows."""
-        return parse_job_details(await self.run("scontrol", "-d", "-o", "show", "job",
-                                                *([job_id] if job_id else [])))
+        return parse_job_details(
+            await self.run("scontrol", "-d", "-o", "show", "job", *([job_id] if job_id else []))
+        )
 
     async def queue(self) -> list[QueuedJob]:
         """Every job Slurm knows, pending ones in Slurm's priority order (highest first,

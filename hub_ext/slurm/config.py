@@ -28,11 +28,13 @@ class SlurmBackend(Backend):
         (the submit host when there is one)."""
         env = {"SLURM_CONF": settings.slurm_conf} if settings.slurm_conf else None
         try:
-            out = asyncio.run(submit_host(settings).run(["scontrol", "ping"], env,
-                                                        timeout=timeout * 2))
+            out = asyncio.run(
+                submit_host(settings).run(["scontrol", "ping"], env, timeout=timeout * 2)
+            )
         except TimeoutError:
-            return [f"Slurm's controller does not answer (scontrol ping): no answer in "
-                    f"{timeout * 2} s"]
+            return [
+                f"Slurm's controller does not answer (scontrol ping): no answer in {timeout * 2} s"
+            ]
         except Exception as e:  # noqa: BLE001 - ssh and scontrol fail differently
             return [f"Slurm's controller does not answer (scontrol ping): {reason(e)}"]
         if "UP" not in out:
@@ -50,13 +52,15 @@ class SlurmBackend(Backend):
         c.Culler.gpu_units = None
         if settings.slurm_conf:
             slurm.slurm_env = {"SLURM_CONF": settings.slurm_conf}
-        for trait, value in (("req_partition", settings.slurm_partition),
-                             ("req_account", settings.slurm_account),
-                             ("req_qos", settings.slurm_qos),
-                             ("req_runtime", settings.slurm_time),
-                             ("image_dir", settings.slurm_image_dir),
-                             ("workspace", settings.slurm_workspace),
-                             ("gpu_device", settings.slurm_gpu_device)):
+        for trait, value in (
+            ("req_partition", settings.slurm_partition),
+            ("req_account", settings.slurm_account),
+            ("req_qos", settings.slurm_qos),
+            ("req_runtime", settings.slurm_time),
+            ("image_dir", settings.slurm_image_dir),
+            ("workspace", settings.slurm_workspace),
+            ("gpu_device", settings.slurm_gpu_device),
+        ):
             if value:
                 slurm[trait] = value
         submit = submit_host(settings)

@@ -104,8 +104,9 @@ class SlurmQueue(LineBackend):
         self._reading = asyncio.get_running_loop().create_future()
         try:
             jobs = await self.cluster.queue()
-            starts = await self.cluster.start_times() if any(
-                j.state == "PENDING" for j in jobs) else {}
+            starts = (
+                await self.cluster.start_times() if any(j.state == "PENDING" for j in jobs) else {}
+            )
             self._update(jobs, starts, datetime.now())
             self._read_at = time.monotonic()
         finally:
@@ -134,8 +135,7 @@ def attach_line(spawner) -> Line:
     restart)."""
     line = Line.instance(config=spawner.config)
     if not isinstance(line.backend, SlurmQueue):
-        line.backend = SlurmQueue(spawner.cluster, line,
-                                  spawner.line_poll_interval)
+        line.backend = SlurmQueue(spawner.cluster, line, spawner.line_poll_interval)
     line.attach(spawner.db_session())
     if spawner.hub is not None and spawner.hub.api_url:
         ensure_keeper(line, spawner.hub.api_url)

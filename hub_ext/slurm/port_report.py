@@ -45,8 +45,9 @@ def valid_port(body) -> int:
         raise web.HTTPError(400, 'The body must be a JSON object: {"port": <1-65535>}.')
     extra = sorted(k for k in body if k != "port")
     if extra:
-        raise web.HTTPError(400, f"{', '.join(map(str, extra))}: not accepted; a server "
-                                 "reports only its port.")
+        raise web.HTTPError(
+            400, f"{', '.join(map(str, extra))}: not accepted; a server reports only its port."
+        )
     port = body.get("port")
     if type(port) is not int or not 1 <= port <= 65535:  # bool is an int subclass
         raise web.HTTPError(400, "port: must be an integer from 1 to 65535.")
@@ -62,18 +63,24 @@ class PortReportHandler(APIHandler):
         spawner = None
         if token and user is not None and getattr(user, "kind", "user") == "user":
             for s in user.spawners.values():
-                if (isinstance(s, BatchSpawnerBase) and s.api_token
-                        and hmac.compare_digest(s.api_token, token)):
+                if (
+                    isinstance(s, BatchSpawnerBase)
+                    and s.api_token
+                    and hmac.compare_digest(s.api_token, token)
+                ):
                     spawner = s
                     break
         if spawner is None:
             raise web.HTTPError(403, "Only a server's own token may report its port.")
         port = valid_port(self.get_json_body())
         if spawner.pending != "spawn" or spawner.port:
-            self.log.warning("Port report for %s refused: its start is not pending",
-                             spawner._log_name)
-            raise web.HTTPError(400, "port: this server is not starting; its port is "
-                                     "reported once, while it starts.")
+            self.log.warning(
+                "Port report for %s refused: its start is not pending", spawner._log_name
+            )
+            raise web.HTTPError(
+                400,
+                "port: this server is not starting; its port is reported once, while it starts.",
+            )
         spawner.port = port
         self.log.info("%s reports port %d", spawner._log_name, port)
         self.set_status(201)

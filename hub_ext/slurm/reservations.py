@@ -41,18 +41,31 @@ from ..reservations.rules import Spec, occurrences
 from .cluster import Node, SlurmCluster, SlurmUnavailable
 from .submit import CommandFailed
 
-__all__ = ["PREFIX", "SlurmReservation", "SlurmReservations", "Wanted", "closed_gpus",
-           "parse_reservations", "slurm_name", "unix_accounts", "until_text", "wanted"]
+__all__ = [
+    "PREFIX",
+    "SlurmReservation",
+    "SlurmReservations",
+    "Wanted",
+    "closed_gpus",
+    "parse_reservations",
+    "slurm_name",
+    "unix_accounts",
+    "until_text",
+    "wanted",
+]
 
 PREFIX = "gpuhub-"
 _NAME = re.compile(r"gpuhub-(\d+)")
 #: Slurm's words when it was not reached (the command ran, the controller did not answer);
 #: 22.05's ``scontrol create reservation`` says "Unexpected message received" then
-_UNREACHED = re.compile(r"Unable to contact slurm controller|Socket timed out|"
-                        r"Unexpected message received|"
-                        r"Connection refused|Zero Bytes were transmitted|"
-                        r"Communication connection failure|Unable to process configuration|"
-                        r"Munge|authentication error", re.I)
+_UNREACHED = re.compile(
+    r"Unable to contact slurm controller|Socket timed out|"
+    r"Unexpected message received|"
+    r"Connection refused|Zero Bytes were transmitted|"
+    r"Communication connection failure|Unable to process configuration|"
+    r"Munge|authentication error",
+    re.I,
+)
 #: Slurm's time format, read and written with ``TZ=UTC``
 _TIME = "%Y-%m-%dT%H:%M:%S"
 
@@ -106,10 +119,14 @@ def parse_reservations(out: str) -> dict[str, SlurmReservation]:
         nodes = fields.get("Nodes", "")
         users = fields.get("Users", "")
         found[fields["ReservationName"]] = SlurmReservation(
-            fields["ReservationName"], start, end,
+            fields["ReservationName"],
+            start,
+            end,
             tuple(expand_hostlist(nodes)) if nodes not in ("", "(null)") else (),
             tuple(users.split(",")) if users not in ("", "(null)") else (),
-            fields.get("PartitionName", ""), fields.get("State", ""))
+            fields.get("PartitionName", ""),
+            fields.get("State", ""),
+        )
     return found
 
 
@@ -138,8 +155,9 @@ def nodes_needed(gpus: int, node_gpus: list[int]) -> int:
     return 0
 
 
-def wanted(spec: Spec, now: datetime, users: list[str], node_gpus: list[int],
-           partition: str) -> Wanted | None:
+def wanted(
+    spec: Spec, now: datetime, users: list[str], node_gpus: list[int], partition: str
+) -> Wanted | None:
     """Slurm's reservation for ``spec`` (stored: ``spec.id`` set) at ``now``: its current
     or next occurrence, for ``users`` (sorted), on ``partition``; None when no occurrence
     is left.  Raises :class:`BackendRefused` when the partition cannot hold its GPUs."""
@@ -148,22 +166,41 @@ def wanted(spec: Spec, now: datetime, users: list[str], node_gpus: list[int],
         return None
     count = nodes_needed(spec.gpus, node_gpus)
     if not count:
-        raise BackendRefused(f"Slurm's partition {partition} has {sum(node_gpus)} GPUs on "
-                             f"its nodes; it cannot hold {spec.gpus}.")
-    return Wanted(slurm_name(spec.id), left[0].start, left[0].end, tuple(sorted(users)),
-                  partition, count, spec.gpus)
+        raise BackendRefused(
+            f"Slurm's partition {partition} has {sum(node_gpus)} GPUs on "
+            f"its nodes; it cannot hold {spec.gpus}."
+        )
+    return Wanted(
+        slurm_name(spec.id),
+        left[0].start,
+        left[0].end,
+        tuple(sorted(users)),
+        partition,
+        count,
+        spec.gpus,
+    )
 
 
 def _fields(w: Wanted, start: bool = True) -> list[str]:
-    return [*([f"StartTime={w.start.astimezone(UTC).strftime(_TIME)}"] if start else []),
-            f"EndTime={w.end.astimezone(UTC).strftime(_TIME)}", f"Users={','.join(w.users)}"]
+    return [
+        *([f"StartTime={w.start.astimezone(UTC).strftime(_TIME)}"] if start else []),
+        f"EndTime={w.end.astimezone(UTC).strftime(_TIME)}",
+        f"Users={','.join(w.users)}",
+    ]
 
 
 def create_args(w: Wanted) -> list[str]:
     """``scontrol create reservation ...`` for ``w``."""
-    return ["scontrol", "create", "reservation", f"ReservationName={w.name}", *_fields(w),
-            f"PartitionName={w.partition}", f"NodeCnt={w.node_count}",
-            "Flags=FLEX,IGNORE_JOBS"]
+    return [
+        "scontrol",
+        "create",
+        "reservation",
+        f"ReservationName={w.name}",
+        *_fields(w),
+        f"PartitionName={w.partition}",
+        f"NodeCnt={w.node_count}",
+        "Flags=FLEX,IGNORE_JOBS",
+    ]
 
 
 def update_args(w: Wanted, have: SlurmReservation) -> list[str] | None:
@@ -171,12 +208,12 @@ def update_args(w: Wanted, have: SlurmReservation) -> list[str] | None:
     start of a running reservation is not moved (Slurm refuses that)."""
     if (have.start, have.end, tuple(sorted(have.users))) == (w.start, w.end, w.users):
         return None
-    return ["scontrol", "update", f"ReservationName={w.name}",
-            *_fields(w, start=not have.active)]
+    return ["scontrol", "update", f"ReservationName={w.name}", *_fields(w, start=not have.active)]
 
 
-def closed_gpus(nodes: list[Node], reservations, is_open, kind: str = ""
-                ) -> tuple[list[Node], SlurmReservation | None]:
+def closed_gpus(
+    nodes: list[Node], reservations, is_open, kind: str = ""
+) -> tuple[list[Node], SlurmReservation | None]:
     """``nodes`` as a member sees them: the nodes of active hub reservations not open to
     them (``is_open(reservation)`` false) with every GPU taken; and the first such
     reservation that held a free GPU of ``kind`` ("" any) there (None if none)."""
@@ -208,20 +245,24 @@ class SlurmReservations(LoggingConfigurable):
     """Makes, corrects and deletes ``gpuhub-<id>`` reservations in Slurm."""
 
     interval = Float(
-        60.0, config=True,
+        60.0,
+        config=True,
         help="""Seconds between two passes that make Slurm's reservations match the
         hub's (and move each to its next occurrence).
 
             c.SlurmReservations.interval = 60
-        """)
+        """,
+    )
 
     placeholder_user = Unicode(
-        "root", config=True,
+        "root",
+        config=True,
         help="""The Slurm user a reservation is made for while none of its group's members
         is a Unix account (Slurm needs one): the hub's Slurm operator, who runs no jobs.
 
             c.SlurmReservations.placeholder_user = "gpuhub"
-        """)
+        """,
+    )
 
     def __init__(self, cluster: SlurmCluster, **kwargs):
         super().__init__(**kwargs)
@@ -257,9 +298,16 @@ class SlurmReservations(LoggingConfigurable):
     def users_of(self, members) -> list[str]:
         return unix_accounts(members) or [self.placeholder_user]
 
-    async def apply(self, spec: Spec | None, reservation_id: int, members, partition: str,
-                    now: datetime, have: SlurmReservation | None = None,
-                    known: bool = False) -> None:
+    async def apply(
+        self,
+        spec: Spec | None,
+        reservation_id: int,
+        members,
+        partition: str,
+        now: datetime,
+        have: SlurmReservation | None = None,
+        known: bool = False,
+    ) -> None:
         """Make Slurm's ``gpuhub-<id>`` what ``spec`` (None: deleted) wants at ``now``.
         ``have``/``known``: Slurm's reservation as just read (else it is read here).
         Raises :class:`BackendRefused` or :class:`BackendUnavailable`; a refused creation
@@ -270,8 +318,9 @@ class SlurmReservations(LoggingConfigurable):
         want = None
         if spec is not None:
             partition, node_gpus = await self.partition_gpus(partition)
-            want = wanted(replace(spec, id=reservation_id), now, self.users_of(members),
-                          node_gpus, partition)
+            want = wanted(
+                replace(spec, id=reservation_id), now, self.users_of(members), node_gpus, partition
+            )
         if want is None:
             if have is not None:
                 await self.delete(name)
@@ -279,14 +328,25 @@ class SlurmReservations(LoggingConfigurable):
         if have is None:
             await self.run(*create_args(want))
             await self._check_gpus(want)
-            self.log.info("Slurm reservation %s made: %s to %s, %d node(s), users %s", name,
-                          want.start, want.end, want.node_count, ",".join(want.users))
+            self.log.info(
+                "Slurm reservation %s made: %s to %s, %d node(s), users %s",
+                name,
+                want.start,
+                want.end,
+                want.node_count,
+                ",".join(want.users),
+            )
             return
         argv = update_args(want, have)
         if argv is not None:
             await self.run(*argv)
-            self.log.info("Slurm reservation %s now %s to %s, users %s", name, want.start,
-                          want.end, ",".join(want.users))
+            self.log.info(
+                "Slurm reservation %s now %s to %s, users %s",
+                name,
+                want.start,
+                want.end,
+                ",".join(want.users),
+            )
 
     async def _check_gpus(self, want: Wanted) -> None:
         """Slurm (22.05) makes a reservation on fewer nodes than asked when the others are
@@ -294,14 +354,15 @@ class SlurmReservations(LoggingConfigurable):
         gave."""
         made = (await self.read()).get(want.name)
         nodes = {n.name: n for n in await self.cluster.nodes(fresh=True)}
-        gpus = sum(sum(nodes[n].gpus.values()) for n in (made.nodes if made else ())
-                   if n in nodes)
+        gpus = sum(sum(nodes[n].gpus.values()) for n in (made.nodes if made else ()) if n in nodes)
         if gpus < want.gpus:
             await self.delete(want.name)
-            raise BackendRefused(f"Slurm can hold only {gpus} GPUs "
-                                 f"({', '.join(made.nodes) if made else 'no node'}) of "
-                                 f"partition {want.partition} then, not {want.gpus}: the "
-                                 "others are reserved.")
+            raise BackendRefused(
+                f"Slurm can hold only {gpus} GPUs "
+                f"({', '.join(made.nodes) if made else 'no node'}) of "
+                f"partition {want.partition} then, not {want.gpus}: the "
+                "others are reserved."
+            )
 
     async def delete(self, name: str) -> None:
         """Delete ``name``; one still in use by jobs is ended now instead (Slurm refuses
@@ -314,8 +375,9 @@ class SlurmReservations(LoggingConfigurable):
             await self.run("scontrol", "update", f"ReservationName={name}", "EndTime=now")
         self.log.info("Slurm reservation %s deleted", name)
 
-    async def reconcile(self, specs: list[tuple[Spec, list[str]]], partition: str,
-                        now: datetime) -> None:
+    async def reconcile(
+        self, specs: list[tuple[Spec, list[str]]], partition: str, now: datetime
+    ) -> None:
         """Make Slurm's ``gpuhub-<id>`` reservations match ``specs`` (each with its
         group's members): one that fails is logged and the others go on.  Raises
         :class:`BackendUnavailable` when Slurm cannot be read at all."""
@@ -324,8 +386,15 @@ class SlurmReservations(LoggingConfigurable):
         for spec, members in specs:
             ids.add(spec.id)
             try:
-                await self.apply(spec, spec.id, members, partition, now,
-                                 have.get(slurm_name(spec.id)), known=True)
+                await self.apply(
+                    spec,
+                    spec.id,
+                    members,
+                    partition,
+                    now,
+                    have.get(slurm_name(spec.id)),
+                    known=True,
+                )
             except (BackendRefused, BackendUnavailable) as e:
                 self.log.error("Reservation %s (%s) not in Slurm: %s", spec.id, spec.group, e)
         for name, r in have.items():
@@ -340,6 +409,7 @@ def until_text(r: SlurmReservation, group: str, nodes: list[Node]) -> str:
     """``2 GPUs reserved for ml101 until 16:00 UTC`` (the cards' and the board's words):
     the GPUs of the reservation's ``nodes``."""
     gpus = sum(sum(n.gpus.values()) for n in nodes if n.name in r.nodes)
-    return (f"{gpus} GPU{'s' if gpus != 1 else ''} reserved for {group} until "
-            f"{r.end.strftime('%H:%M')} UTC")
-
+    return (
+        f"{gpus} GPU{'s' if gpus != 1 else ''} reserved for {group} until "
+        f"{r.end.strftime('%H:%M')} UTC"
+    )

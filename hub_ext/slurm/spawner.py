@@ -55,8 +55,15 @@ from .spawner_submit import SubmitHostSpawner
 replace_batchspawner_handler()
 
 
-class GPUSlurmSpawner(SlurmReservationSpawner, SlurmLineSpawner, SubmitHostSpawner,
-                      SlurmAvailability, SlurmBatchJob, SpawnerCore, SlurmSpawner):
+class GPUSlurmSpawner(
+    SlurmReservationSpawner,
+    SlurmLineSpawner,
+    SubmitHostSpawner,
+    SlurmAvailability,
+    SlurmBatchJob,
+    SpawnerCore,
+    SlurmSpawner,
+):
     """A SlurmSpawner with profiles, credits, progress and the line of the Docker backend,
     and its spawn page (:mod:`hub_ext.spawn.page`, free GPUs from Slurm:
     :mod:`hub_ext.slurm.availability`)."""
@@ -102,10 +109,26 @@ class GPUSlurmSpawner(SlurmReservationSpawner, SlurmLineSpawner, SubmitHostSpawn
         """,
     )
 
-    _overridable = ("image", "gpus", "gpu_idle_timeout", "cull_idle_timeout", "cull_max_age",
-                    "mem_limit", "cpu_limit", "req_gres", "req_partition", "req_account", "req_qos",
-                    "req_runtime", "req_memory", "req_nprocs", "credits_per_hour",
-                    "datasets", "default_url", "environment")
+    _overridable = (
+        "image",
+        "gpus",
+        "gpu_idle_timeout",
+        "cull_idle_timeout",
+        "cull_max_age",
+        "mem_limit",
+        "cpu_limit",
+        "req_gres",
+        "req_partition",
+        "req_account",
+        "req_qos",
+        "req_runtime",
+        "req_memory",
+        "req_nprocs",
+        "credits_per_hour",
+        "datasets",
+        "default_url",
+        "environment",
+    )
 
     @default("exec_prefix")
     def _default_exec_prefix(self):
@@ -128,8 +151,9 @@ class GPUSlurmSpawner(SlurmReservationSpawner, SlurmLineSpawner, SubmitHostSpawn
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.init_core()
-        self.cluster = SlurmCluster.shared(self.slurm_env, self.submit,
-                                           self.exec_prefix)  # one cached node list
+        self.cluster = SlurmCluster.shared(
+            self.slurm_env, self.submit, self.exec_prefix
+        )  # one cached node list
         self._hooks_done: list | None = None
         self.gpu_devices: list[str] = []  # the running job's GPUs (the run record)
         self.profile_name = ""
@@ -161,7 +185,8 @@ class GPUSlurmSpawner(SlurmReservationSpawner, SlurmLineSpawner, SubmitHostSpawn
             # the profile's limits are the job's request, which the cluster's cgroups
             # enforce (cgroup.conf ConstrainRAMSpace, ConstrainCores)
             self.req_memory, self.req_nprocs = slurm_request(
-                self.req_memory, self.req_nprocs, self.mem_limit, self.cpu_limit)
+                self.req_memory, self.req_nprocs, self.mem_limit, self.cpu_limit
+            )
             await self.check_hooks()  # a member who cannot pay is not queued at all
             workspace = self.prepare_workspace()
             self.check_mount_points(self.checked_datasets())
@@ -173,10 +198,17 @@ class GPUSlurmSpawner(SlurmReservationSpawner, SlurmLineSpawner, SubmitHostSpawn
                 raise web.HTTPError(503, e.member_message) from None
             self.check_free_gpus(nodes, await self.slurm_reservations())
             await self.choose_reservation()
-            self.emit(10, f"Asking the cluster for {self.req_gres or 'a CPU-only'} server "
-                          f"(partition {self.req_partition or 'default'})")
-            self.log.info("%s submits a job (gres %s) with workspace %s", self._log_name,
-                          self.req_gres, workspace)
+            self.emit(
+                10,
+                f"Asking the cluster for {self.req_gres or 'a CPU-only'} server "
+                f"(partition {self.req_partition or 'default'})",
+            )
+            self.log.info(
+                "%s submits a job (gres %s) with workspace %s",
+                self._log_name,
+                self.req_gres,
+                workspace,
+            )
             self._submitting = True
             ip, port = await super().start()
             if self._hooks_done is None:  # running before the first status query
@@ -193,8 +225,11 @@ class GPUSlurmSpawner(SlurmReservationSpawner, SlurmLineSpawner, SubmitHostSpawn
                 # JupyterHub cancels the starts under way at the end of its clean-up: as
                 # after a kill -9, the job and its place in line are left to the next hub,
                 # which takes the job back by its id (take_back_job; re-adoption)
-                self.log.info("%s: the hub shuts down during the start; job %s is kept",
-                              self._log_name, self.job_id or "(being submitted)")
+                self.log.info(
+                    "%s: the hub shuts down during the start; job %s is kept",
+                    self._log_name,
+                    self.job_id or "(being submitted)",
+                )
                 raise
             await asyncio.shield(self._abandon_start())
             raise
@@ -240,8 +275,9 @@ class GPUSlurmSpawner(SlurmReservationSpawner, SlurmLineSpawner, SubmitHostSpawn
         except SlurmUnavailable as e:
             self.log.warning("%s: no GPU list of job %s: %s", self._log_name, self.job_id, e)
             return []
-        return [f"{node}/gpu{i}" for job in jobs for node, indexes in job.gpus.items()
-                for i in indexes]
+        return [
+            f"{node}/gpu{i}" for job in jobs for node, indexes in job.gpus.items() for i in indexes
+        ]
 
     @property
     def job_name(self) -> str:
@@ -255,8 +291,7 @@ class GPUSlurmSpawner(SlurmReservationSpawner, SlurmLineSpawner, SubmitHostSpawn
             if self.job_id:
                 await self.cancel_batch_job()
             elif getattr(self, "_submitting", False):
-                await self.cluster.run("scancel", "--name", self.job_name,
-                                       "--user", self.user.name)
+                await self.cluster.run("scancel", "--name", self.job_name, "--user", self.user.name)
         except Exception:
             self.log.exception("Could not cancel the job of %s", self._log_name)
 
@@ -309,8 +344,9 @@ class GPUSlurmSpawner(SlurmReservationSpawner, SlurmLineSpawner, SubmitHostSpawn
             # the hub restarted while this start waited: not a server yet.  JupyterHub
             # clears it; the job stays in Slurm's queue and the line's keeper starts the
             # spawn again, which takes the job back
-            self.log.info("%s: job %s is still pending from before the restart",
-                          self._log_name, self.job_id)
+            self.log.info(
+                "%s: job %s is still pending from before the restart", self._log_name, self.job_id
+            )
             self.clear_state()
             return 1
         if status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.UNKNOWN):
@@ -335,30 +371,42 @@ class GPUSlurmSpawner(SlurmReservationSpawner, SlurmLineSpawner, SubmitHostSpawn
         node = last.partition(" ")[2].strip()
         state, found = "", []
         try:
-            state = (await self.cluster.run("squeue", "-h", "-j", self.job_id, "-t", "all",
-                                            "-o", "%T")).strip()
+            state = (
+                await self.cluster.run("squeue", "-h", "-j", self.job_id, "-t", "all", "-o", "%T")
+            ).strip()
             found = [n for n in await self.cluster.nodes(fresh=True) if n.name == node]
         except SlurmUnavailable as e:
-            self.log.warning("Cannot read why job %s of %s ended: %s", self.job_id,
-                             self._log_name, e)
+            self.log.warning(
+                "Cannot read why job %s of %s ended: %s", self.job_id, self._log_name, e
+            )
         if state == "OUT_OF_MEMORY":
             self.stop_reason = "out_of_memory"
-            self.stop_detail = (f"out of memory: the server used more than its "
-                                f"{self.req_memory or 'memory'} (Slurm: {state})")
-            self.log.warning("%s stopped: job %s ended as %s", self._log_name, self.job_id,
-                             state)
+            self.stop_detail = (
+                f"out of memory: the server used more than its "
+                f"{self.req_memory or 'memory'} (Slurm: {state})"
+            )
+            self.log.warning("%s stopped: job %s ended as %s", self._log_name, self.job_id, state)
             return
         if found and not found[0].available:
             self.stop_detail = f"node {node} {found[0].state}: {found[0].reason or state}"
         elif state == "NODE_FAIL":
             self.stop_detail = f"node {node or '?'} failed (Slurm: {state})"
         else:
-            self.log.warning("%s stopped: job %s ended (%s) without the hub", self._log_name,
-                             self.job_id, state or "gone from Slurm")
+            self.log.warning(
+                "%s stopped: job %s ended (%s) without the hub",
+                self._log_name,
+                self.job_id,
+                state or "gone from Slurm",
+            )
             return
         self.stop_reason = "node_down"
-        self.log.warning("%s stopped: job %s ended as %s; %s", self._log_name, self.job_id,
-                         state or "gone", self.stop_detail)
+        self.log.warning(
+            "%s stopped: job %s ended as %s; %s",
+            self._log_name,
+            self.job_id,
+            state or "gone",
+            self.stop_detail,
+        )
 
     def get_state(self):
         state = super().get_state()  # batchspawner's and the hooks' (SpawnerCore)

@@ -53,14 +53,19 @@ class SlurmLineSpawner(LoggingConfigurable):
         kind, count = parse_gres_request(self.req_gres)
         if not count or self.server_key in self.line().places:
             return
-        gpus = self.as_member_sees(nodes, reservations, kind, count,
-                                   self.req_partition or self.cluster.default_partition)
+        gpus = self.as_member_sees(
+            nodes, reservations, kind, count, self.req_partition or self.cluster.default_partition
+        )
         if not gpus.refusal or (self.wait_requested and gpus.can_wait):
             return
         metrics.SPAWNS_REFUSED.labels(reason="no_gpu_free").inc()
-        self.log.warning("Refusing spawn of %s (no_gpu_free, gres %s, partition %s): %s",
-                         self._log_name, self.req_gres, self.req_partition or "default",
-                         gpus.refusal)
+        self.log.warning(
+            "Refusing spawn of %s (no_gpu_free, gres %s, partition %s): %s",
+            self._log_name,
+            self.req_gres,
+            self.req_partition or "default",
+            gpus.refusal,
+        )
         raise web.HTTPError(409, gpus.refusal)
 
     def token_file(self) -> str:
@@ -75,18 +80,26 @@ class SlurmLineSpawner(LoggingConfigurable):
         host when there is one: the hub never writes as root in a folder the member owns.
         Raises HTTPError(503) when the submit host does not answer, HTTPError(500) when
         the write fails."""
-        argv = [*member_prefix(self.exec_prefix, self.user.name),
-                "sh", "-c", 'umask 077 && cat > "$1"', "sh", self.token_file()]
+        argv = [
+            *member_prefix(self.exec_prefix, self.user.name),
+            "sh",
+            "-c",
+            'umask 077 && cat > "$1"',
+            "sh",
+            self.token_file(),
+        ]
         try:
-            await self.submit.run(argv, input=(self.api_token or "").encode(),
-                                  timeout=self.scheduler_timeout * 10)
+            await self.submit.run(
+                argv, input=(self.api_token or "").encode(), timeout=self.scheduler_timeout * 10
+            )
         except SubmitHostUnavailable as e:
             self.log.error("Could not write the token file of %s: %s", self._log_name, e)
             raise web.HTTPError(503, SUBMIT_HOST_MESSAGE) from None
         except (CommandFailed, OSError, TimeoutError) as e:
             self.log.error("Could not write the token file of %s: %s", self._log_name, e)
-            raise web.HTTPError(500, "Your server could not be prepared on the cluster. "
-                                     "Ask an admin.") from None
+            raise web.HTTPError(
+                500, "Your server could not be prepared on the cluster. Ask an admin."
+            ) from None
 
     async def take_back_job(self) -> bool:
         """Before a submission: this server's job left by a hub that stopped during the
@@ -103,15 +116,24 @@ class SlurmLineSpawner(LoggingConfigurable):
         except SlurmUnavailable as e:
             self.log.warning("Cannot look for the earlier job of %s: %s", self._log_name, e)
             return False
-        mine = [j for j in jobs.values() if (j.user, j.name) == (self.user.name, self.job_name)
-                and j.state not in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT")]
-        pending = sorted((j for j in mine if j.state == "PENDING"),
-                         key=lambda j: j.job_id != known)  # the id kept in state first
+        mine = [
+            j
+            for j in jobs.values()
+            if (j.user, j.name) == (self.user.name, self.job_name)
+            and j.state not in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT")
+        ]
+        pending = sorted(
+            (j for j in mine if j.state == "PENDING"), key=lambda j: j.job_id != known
+        )  # the id kept in state first
         kept = pending[0] if pending else None
         for job in mine:
             if job is not kept:
-                self.log.warning("%s: cancelling job %s (%s), left by a hub that stopped "
-                                 "during its start", self._log_name, job.job_id, job.state)
+                self.log.warning(
+                    "%s: cancelling job %s (%s), left by a hub that stopped during its start",
+                    self._log_name,
+                    job.job_id,
+                    job.state,
+                )
                 try:
                     await self.cluster.run("scancel", job.job_id)
                 except SlurmUnavailable:
@@ -120,8 +142,11 @@ class SlurmLineSpawner(LoggingConfigurable):
             return False
         self.job_id = kept.job_id
         self.persist_state()
-        self.log.info("%s takes back job %s, pending since before the hub restarted",
-                      self._log_name, kept.job_id)
+        self.log.info(
+            "%s takes back job %s, pending since before the hub restarted",
+            self._log_name,
+            kept.job_id,
+        )
         self.emit(15, f"Your job {kept.job_id} kept its place in the cluster's queue")
         return True
 
@@ -137,7 +162,8 @@ class SlurmLineSpawner(LoggingConfigurable):
         line = self.line()
         key = self.server_key
         if key not in line.places and asyncio.get_running_loop().time() < getattr(
-                self, "_line_from", 0.0):
+            self, "_line_from", 0.0
+        ):
             return  # just submitted: most jobs run before the queue is worth a read
         try:
             job = (await line.backend.read()).get(self.job_id)
@@ -150,24 +176,33 @@ class SlurmLineSpawner(LoggingConfigurable):
                 return
             kind, count = parse_gres_request(self.req_gres)
             try:
-                place = await line.join(key, profile=self.profile_slug,
-                                        profile_name=self.profile_name or "this server",
-                                        units="gpu", count=count,
-                                        user_options=dict(self.user_options or {}))
+                place = await line.join(
+                    key,
+                    profile=self.profile_slug,
+                    profile_name=self.profile_name or "this server",
+                    units="gpu",
+                    count=count,
+                    user_options=dict(self.user_options or {}),
+                )
             except LineRefused as e:
                 metrics.SPAWNS_REFUSED.labels(reason=e.reason).inc()
                 raise web.HTTPError(409, e.message) from None
-            self.log.info("%s waits in line: job %s pending (%s)", self._log_name,
-                          self.job_id, job.reason)
+            self.log.info(
+                "%s waits in line: job %s pending (%s)", self._log_name, self.job_id, job.reason
+            )
         line.backend.track(key, self.job_id)
         if place.waiter is None:  # this start's place (a new one, or kept from before)
             place.waiter = asyncio.get_running_loop().create_future()
             place.on_update = self._show_place
             self._show_place(line.describe(key))
         if not place.waiter.done() and now() > place.queued_at + line.max_wait:
-            line.remove(key, "expired", f"Your place in line for {place.profile_name} "
-                        f"expired: no GPU freed within {line.max_wait / 60:g} min. "
-                        "Try again later or pick another profile.")
+            line.remove(
+                key,
+                "expired",
+                f"Your place in line for {place.profile_name} "
+                f"expired: no GPU freed within {line.max_wait / 60:g} min. "
+                "Try again later or pick another profile.",
+            )
         if place.waiter.done():
             left = place.waiter.exception()
             metrics.SPAWNS_REFUSED.labels(reason=f"line_{getattr(left, 'reason', 'left')}").inc()

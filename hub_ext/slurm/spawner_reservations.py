@@ -47,8 +47,9 @@ class SlurmReservationSpawner(LoggingConfigurable):
         BackendRefused (Slurm's words) or BackendUnavailable."""
         config = handler.settings["config"]
         members = members_of(handler.db, spec.group) if spec is not None else []
-        await reservations_of(cls, config).apply(spec, reservation_id, members,
-                                                 _partition(config), utcnow())
+        await reservations_of(cls, config).apply(
+            spec, reservation_id, members, _partition(config), utcnow()
+        )
 
     def open_reservations(self) -> list[tuple[int, str]]:
         """(id, group) of the hub reservations of this member's groups with an occurrence
@@ -82,23 +83,37 @@ class SlurmReservationSpawner(LoggingConfigurable):
             runner = reservations_of(type(self), self.config)
             spec = store.to_spec(store.get(self.db_session(), reservation_id))
             try:
-                await runner.apply(spec, reservation_id, members_of(self.db_session(), group),
-                                   self.req_partition, utcnow())
+                await runner.apply(
+                    spec,
+                    reservation_id,
+                    members_of(self.db_session(), group),
+                    self.req_partition,
+                    utcnow(),
+                )
             except (BackendRefused, BackendUnavailable) as e:
-                self.log.warning("%s starts without reservation %s: %s", self._log_name,
-                                 slurm_name(reservation_id), e)
+                self.log.warning(
+                    "%s starts without reservation %s: %s",
+                    self._log_name,
+                    slurm_name(reservation_id),
+                    e,
+                )
                 continue
             self._reservation = slurm_name(reservation_id)
-            self.log.info("%s starts in Slurm reservation %s (group %s)", self._log_name,
-                          self._reservation, group)
+            self.log.info(
+                "%s starts in Slurm reservation %s (group %s)",
+                self._log_name,
+                self._reservation,
+                group,
+            )
             self.emit(12, f"Using the GPUs reserved for {group}")
             return
 
     def get_req_subvars(self):
         subvars = super().get_req_subvars()
         if self._reservation:
-            subvars["options"] = " ".join(filter(None, [
-                subvars.get("options", ""), f"--reservation={self._reservation}"]))
+            subvars["options"] = " ".join(
+                filter(None, [subvars.get("options", ""), f"--reservation={self._reservation}"])
+            )
         return subvars
 
 
@@ -114,8 +129,7 @@ def start_reservation_pass(app, spawner_class) -> None:
 
     async def one_pass() -> None:
         runner = reservations_of(spawner_class, app.config)
-        specs = [(store.to_spec(row), members_of(app.db, row.group))
-                 for row in store.load(app.db)]
+        specs = [(store.to_spec(row), members_of(app.db, row.group)) for row in store.load(app.db)]
         app.db.commit()  # end the read's transaction
         try:
             await runner.reconcile(specs, _partition(app.config), utcnow())
@@ -123,11 +137,17 @@ def start_reservation_pass(app, spawner_class) -> None:
             app.log.warning("Slurm's reservations not checked this pass: %s", e)
 
     async def start_and_reconcile():
-        interval = float(app.config.get("SlurmReservations", {}).get(
-            "interval", SlurmReservations.interval.default_value))
-        state["task"] = ensure_task(state["task"], lambda: every(
-            lambda: interval, one_pass, app.log, "Slurm reservations pass",
-            first_now=True))
+        interval = float(
+            app.config.get("SlurmReservations", {}).get(
+                "interval", SlurmReservations.interval.default_value
+            )
+        )
+        state["task"] = ensure_task(
+            state["task"],
+            lambda: every(
+                lambda: interval, one_pass, app.log, "Slurm reservations pass", first_now=True
+            ),
+        )
         await start()
 
     start_and_reconcile.reconciles_reservations = True

@@ -28,8 +28,15 @@ SUBMIT_HOST_DOWN = "gpuhub: submit host unreachable"
 #: reads it from its token file (``hand_token``), never from a command line on the submit
 #: host.  The hub's own paths (JupyterHub's ``env_keep``): on the submit host, the commands
 #: and the job take that host's (``slurm_env`` may still set any of them).
-NOT_SENT = ("JUPYTERHUB_API_TOKEN", "JPY_API_TOKEN", "PATH", "PYTHONPATH", "CONDA_ROOT",
-            "CONDA_DEFAULT_ENV", "VIRTUAL_ENV")
+NOT_SENT = (
+    "JUPYTERHUB_API_TOKEN",
+    "JPY_API_TOKEN",
+    "PATH",
+    "PYTHONPATH",
+    "CONDA_ROOT",
+    "CONDA_DEFAULT_ENV",
+    "VIRTUAL_ENV",
+)
 
 
 class SubmitHostSpawner(LoggingConfigurable):
@@ -98,19 +105,20 @@ class SubmitHostSpawner(LoggingConfigurable):
         env.update(self.slurm_env)
         try:
             out = await self.submit.run(
-                shlex.split(cmd), env=env, input=input.encode() if input else None,
-                timeout=self.submit_timeout if self.submit.remote else None)
+                shlex.split(cmd),
+                env=env,
+                input=input.encode() if input else None,
+                timeout=self.submit_timeout if self.submit.remote else None,
+            )
         except SubmitHostUnavailable as e:
             self.log.error("%s: %s", self._log_name, e)
             raise RuntimeError(f"{SUBMIT_HOST_DOWN}: {e}") from None
         except CommandFailed as e:
-            self.log.error("%s: %s exited %d: %s", self._log_name, cmd, e.returncode,
-                           e.stderr)
+            self.log.error("%s: %s exited %d: %s", self._log_name, cmd, e.returncode, e.stderr)
             raise RuntimeError(e.stderr) from None
         return out.strip()
 
     def state_isunknown(self):
         """Slurm's "cannot contact the controller", or a submit host that did not answer:
         the job's state is unknown, and a running server is left running."""
-        return (super().state_isunknown()
-                or (self.job_status or "").startswith(SUBMIT_HOST_DOWN))
+        return super().state_isunknown() or (self.job_status or "").startswith(SUBMIT_HOST_DOWN)

@@ -35,17 +35,29 @@ import shlex
 import signal
 from dataclasses import dataclass, field
 
-__all__ = ["DEFAULT_SSH", "CommandFailed", "SubmitHost", "SubmitHostUnavailable",
-           "check_host"]
+__all__ = ["DEFAULT_SSH", "CommandFailed", "SubmitHost", "SubmitHostUnavailable", "check_host"]
 
 #: The ssh command line before the host (``c.GPUSlurmSpawner.submit_ssh_command``):
 #: batch mode, a bounded connect, and one shared connection per host kept 5 min after
 #: its last command (the control socket in the hub user's ``~/.ssh``, made 0700 by
 #: :meth:`SubmitHost.run` when missing).
-DEFAULT_SSH = ("ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
-               "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=2",
-               "-o", "ControlMaster=auto", "-o", "ControlPersist=300",
-               "-o", "ControlPath=~/.ssh/gpuhub-%C")
+DEFAULT_SSH = (
+    "ssh",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "ConnectTimeout=5",
+    "-o",
+    "ServerAliveInterval=15",
+    "-o",
+    "ServerAliveCountMax=2",
+    "-o",
+    "ControlMaster=auto",
+    "-o",
+    "ControlPersist=300",
+    "-o",
+    "ControlPath=~/.ssh/gpuhub-%C",
+)
 
 #: ssh's own exit status for its errors (no connection, no authentication)
 SSH_FAILED = 255
@@ -60,8 +72,10 @@ def check_host(host: str) -> str:
     """``host`` if it is empty or a plain ``[user@]host``; raises ValueError naming the
     setting otherwise (an ssh option or a shell word is never taken for a host)."""
     if host and not _HOST.fullmatch(host):
-        raise ValueError(f"GPUHUB_SLURM_SUBMIT_HOST / c.GPUSlurmSpawner.submit_host = {host!r} "
-                         "is not a host: use 'login1' or 'gpuhub@login1'")
+        raise ValueError(
+            f"GPUHUB_SLURM_SUBMIT_HOST / c.GPUSlurmSpawner.submit_host = {host!r} "
+            "is not a host: use 'login1' or 'gpuhub@login1'"
+        )
     return host
 
 
@@ -93,8 +107,9 @@ class SubmitHost:
     def remote(self) -> bool:
         return bool(self.host)
 
-    def command(self, argv: list[str], env: dict[str, str] | None = None
-                ) -> tuple[list[str], dict[str, str]]:
+    def command(
+        self, argv: list[str], env: dict[str, str] | None = None
+    ) -> tuple[list[str], dict[str, str]]:
         """``(argv to execute here, its environment)`` for running ``argv`` with ``env``
         added to its environment, here or on the submit host.  Raises ValueError for an
         environment name that is not one (it would become a command on the remote
@@ -108,8 +123,13 @@ class SubmitHost:
         words = (["env", *(f"{k}={v}" for k, v in env.items())] if env else []) + list(argv)
         return [*self.ssh, self.host, "--", shlex.join(words)], dict(os.environ)
 
-    async def run(self, argv: list[str], env: dict[str, str] | None = None,
-                  input: bytes | None = None, timeout: float | None = None) -> str:
+    async def run(
+        self,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        input: bytes | None = None,
+        timeout: float | None = None,
+    ) -> str:
         """Run ``argv`` (off the event loop: a subprocess) and return its stdout.
 
         Raises :class:`SubmitHostUnavailable` when ssh cannot reach the submit host or
@@ -121,9 +141,14 @@ class SubmitHost:
             # the default ControlPath's folder (ssh makes ~/.ssh only for known_hosts)
             os.makedirs(os.path.expanduser("~/.ssh"), mode=0o700, exist_ok=True)
         proc = await asyncio.create_subprocess_exec(
-            *cmd, stdin=asyncio.subprocess.PIPE if input is not None else None,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=full_env, cwd="/", start_new_session=True)
+            *cmd,
+            stdin=asyncio.subprocess.PIPE if input is not None else None,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=full_env,
+            cwd="/",
+            start_new_session=True,
+        )
         try:
             out, err = await asyncio.wait_for(proc.communicate(input), timeout)
         except TimeoutError:
@@ -135,13 +160,12 @@ class SubmitHost:
             await proc.wait()
             if self.remote:
                 raise SubmitHostUnavailable(
-                    f"the submit host {self.host} did not answer {argv[0]} within "
-                    f"{timeout} s") from None
+                    f"the submit host {self.host} did not answer {argv[0]} within {timeout} s"
+                ) from None
             raise
         stderr = err.decode(errors="replace").strip()
         if self.remote and proc.returncode == SSH_FAILED:
-            raise SubmitHostUnavailable(f"the submit host {self.host} did not answer: "
-                                        f"{stderr}")
+            raise SubmitHostUnavailable(f"the submit host {self.host} did not answer: {stderr}")
         if proc.returncode != 0:
             raise CommandFailed(list(argv), proc.returncode, stderr)
         return out.decode(errors="replace")

@@ -54,9 +54,10 @@ def json_size(value) -> int:
 
 def too_large(size: int, limit: int) -> str:
     """The sentence a member reads when their choices are larger than ``limit`` bytes."""
-    return (f"Your choices are too large ({size} bytes; at most {limit}). Pick a profile on "
-            "the spawn page.")
-
+    return (
+        f"Your choices are too large ({size} bytes; at most {limit}). Pick a profile on "
+        "the spawn page."
+    )
 
 
 #: ``user_options["pay"]``: "course" (the default: a course pays during its window, if
@@ -71,6 +72,7 @@ def wants_wait(value) -> bool:
         return value.strip().lower() in ("1", "true", "on", "yes")
     return value is True or value == 1
 
+
 class _StoredOptions:
     """What :func:`guard_stored_options` keeps: one limit and log for the hub process."""
 
@@ -84,8 +86,11 @@ def _keep_small(target, value, oldvalue, initiator):
         return value
     _StoredOptions.log.warning(
         "Not storing user_options of %d bytes (over %d) for server %r of user id %s",
-        json_size(value), _StoredOptions.limit, getattr(target, "name", "?"),
-        getattr(target, "user_id", "?"))
+        json_size(value),
+        _StoredOptions.limit,
+        getattr(target, "name", "?"),
+        getattr(target, "user_id", "?"),
+    )
     return oldvalue if isinstance(oldvalue, dict) else {}
 
 
@@ -132,8 +137,10 @@ class ProfileChoice(LoggingConfigurable):
     @validate("user_options_max_bytes")
     def _validate_max_bytes(self, proposal):
         if proposal["value"] < 256:
-            raise ValueError(f"c.{type(self).__name__}.user_options_max_bytes must be at "
-                             f"least 256 (bytes), got {proposal['value']!r}")
+            raise ValueError(
+                f"c.{type(self).__name__}.user_options_max_bytes must be at "
+                f"least 256 (bytes), got {proposal['value']!r}"
+            )
         return proposal["value"]
 
     def __init__(self, **kwargs):
@@ -169,7 +176,7 @@ class ProfileChoice(LoggingConfigurable):
             prefix = f"{profile}--"
             for key, values in formdata.items():
                 if key.startswith(prefix) and values:
-                    options[key[len(prefix):]] = values[0]
+                    options[key[len(prefix) :]] = values[0]
         return options
 
     async def get_profiles(self) -> tuple[list[dict], list[dict]]:
@@ -210,8 +217,9 @@ class ProfileChoice(LoggingConfigurable):
             options = dict(options)
             pay = options.pop("pay")
             if pay not in PAY_CHOICES:
-                self._refuse(400, f"No such payer: {pay!r}. Options include: "
-                             + ", ".join(PAY_CHOICES))
+                self._refuse(
+                    400, f"No such payer: {pay!r}. Options include: " + ", ".join(PAY_CHOICES)
+                )
             self.pay_self = pay == "self"
         if not everything:
             self.profile_slug = self.profile_name = ""
@@ -225,8 +233,9 @@ class ProfileChoice(LoggingConfigurable):
         self.profile_name = selection.profile.get("display_name") or selection.slug
         self._accepted_choice = {"profile": selection.slug, **selection.choices}
         self._keep_choice(self._accepted_choice)
-        self.log.info("%s uses profile %s %s", self._log_name, selection.slug,
-                      selection.choices or "")
+        self.log.info(
+            "%s uses profile %s %s", self._log_name, selection.slug, selection.choices or ""
+        )
 
     def _refuse(self, status: int, message: str) -> NoReturn:
         """Refuse this start's ``user_options``: the last accepted choice is stored back

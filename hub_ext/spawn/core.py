@@ -153,7 +153,8 @@ class SpawnerCore(ProfileChoice, MemberMounts):
             if not isinstance(hook, str | Hook):
                 raise ValueError(
                     f"c.{type(self).__name__}.before_container_hooks: {hook!r} is not a "
-                    "hub_ext.spawn.hooks.Hook (subclass it) nor the import string of one")
+                    "hub_ext.spawn.hooks.Hook (subclass it) nor the import string of one"
+                )
         return proposal["value"]
 
     _overridable: tuple[str, ...] = ()
@@ -168,8 +169,7 @@ class SpawnerCore(ProfileChoice, MemberMounts):
 
     def init_core(self) -> None:
         self.profile_slug = ""
-        self._configured = {name: copy.deepcopy(getattr(self, name))
-                            for name in self._overridable}
+        self._configured = {name: copy.deepcopy(getattr(self, name)) for name in self._overridable}
         self._events: list[dict] = []
         self._events_changed = asyncio.Event()
         self.hook_state: dict[str, dict] = {}
@@ -283,8 +283,10 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         (versioned) when they have any."""
         state = super().get_state()
         if self.hook_state:
-            state["gpuhub_hooks"] = {"version": STATE_VERSION,
-                                     "hooks": copy.deepcopy(self.hook_state)}
+            state["gpuhub_hooks"] = {
+                "version": STATE_VERSION,
+                "hooks": copy.deepcopy(self.hook_state),
+            }
         return state
 
     def load_state(self, state):

@@ -93,11 +93,9 @@ class SpawnGate:
     async def spawn_single_user(self, user, server_name="", display_name="", options=None):
         spawner = user.get_or_create_spawner(server_name, display_name, replace_failed=True)
         if spawner.active:
-            return await super().spawn_single_user(user, server_name, display_name,
-                                                   options=options)
+            return await super().spawn_single_user(user, server_name, display_name, options=options)
         async with spawner.checked_spawn(options):
-            return await super().spawn_single_user(user, server_name, display_name,
-                                                   options=options)
+            return await super().spawn_single_user(user, server_name, display_name, options=options)
 
 
 class EarlyRefusal:
@@ -117,8 +115,9 @@ class EarlyRefusal:
             return
         # tornado's _execute hands an error from prepare() to write_error as it does one
         # from post(): APIHandler's JSON {"status", "message"}, the request logged as before
-        self.log.debug("Refused %s's start before JupyterHub's request handling",
-                       self.current_user.name)
+        self.log.debug(
+            "Refused %s's start before JupyterHub's request handling", self.current_user.name
+        )
         raise refused
 
     async def early_refusal(self) -> web.HTTPError | None:
@@ -151,7 +150,8 @@ class EarlyRefusal:
             except web.HTTPError:
                 return None
             if body.get("display_name") or not has_scope(
-                    f"start:servers!server={user.name}/", self.parsed_scopes, db=self.db):
+                f"start:servers!server={user.name}/", self.parsed_scopes, db=self.db
+            ):
                 return None
             spawner = user.get_or_create_spawner("", "", replace_failed=True)
             if not spawner.active:
@@ -181,8 +181,9 @@ class EarlyRefusal:
             return None
         if not self.check_post_content_type() or not self.get_session_cookie():
             return None
-        cookie_id = self.get_secure_cookie(self.hub.cookie_name,
-                                           max_age_days=self.cookie_max_age_days)
+        cookie_id = self.get_secure_cookie(
+            self.hub.cookie_name, max_age_days=self.cookie_max_age_days
+        )
         if cookie_id is None:
             return None
         cookie_id = cookie_id.decode("utf8", "replace")
@@ -193,8 +194,7 @@ class EarlyRefusal:
         if user.name != self.path_args[0]:
             return None
         age = self.authenticator.auth_refresh_age
-        if age and not (user._auth_refreshed
-                        and time.monotonic() - user._auth_refreshed < age):
+        if age and not (user._auth_refreshed and time.monotonic() - user._auth_refreshed < age):
             return None
         return user
 
@@ -213,14 +213,14 @@ class EarlyRefusal:
         """
         index = self.settings.setdefault(COOKIE_INDEX, CookieIndex())
         if cookie_id not in index.ids and index.built_from != len(self.users):
-            index.ids = {user.cookie_id: user_id
-                         for user_id, user in list(dict.items(self.users))}
+            index.ids = {user.cookie_id: user_id for user_id, user in list(dict.items(self.users))}
             index.built_from = len(self.users)
         return index.ids.get(cookie_id)
 
 
-class GatedServerAPIHandler(EarlyRefusal, SpawnGate, StopAfterCancelledStart,
-                            api_users.UserServerAPIHandler):
+class GatedServerAPIHandler(
+    EarlyRefusal, SpawnGate, StopAfterCancelledStart, api_users.UserServerAPIHandler
+):
     """JupyterHub's ``/hub/api/users/:name/server[s/:server]``: ``POST`` gated (and refused
     early), ``DELETE`` of a starting server answered once its start has cleaned up
     (:class:`hub_ext.spawn.stopping.StopAfterCancelledStart`)."""
@@ -234,11 +234,15 @@ def gated_routes() -> list[tuple[str, type]]:
     """``(pattern, handler)`` for JupyterHub's spawn routes, with the gated handlers; the
     patterns are JupyterHub's own (``default_handlers`` of its API and page handlers),
     without the hub prefix (JupyterHub adds it to an authenticator's handlers)."""
-    gated = {api_users.UserServerAPIHandler: GatedServerAPIHandler,
-             pages.SpawnHandler: GatedSpawnHandler}
-    return [(route[0], gated[route[1]])
-            for route in [*api_users.default_handlers, *pages.default_handlers]
-            if route[1] in gated]
+    gated = {
+        api_users.UserServerAPIHandler: GatedServerAPIHandler,
+        pages.SpawnHandler: GatedSpawnHandler,
+    }
+    return [
+        (route[0], gated[route[1]])
+        for route in [*api_users.default_handlers, *pages.default_handlers]
+        if route[1] in gated
+    ]
 
 
 class GatedRoutes:

@@ -81,8 +81,10 @@ class Hook:
 def resolve_hooks(hooks, config) -> list:
     """``hooks`` (objects, or import strings of ``SingletonConfigurable`` classes) as
     objects; an import string gives the class's one instance, configured by ``config``."""
-    return [import_item(hook).instance(config=config) if isinstance(hook, str) else hook
-            for hook in hooks]
+    return [
+        import_item(hook).instance(config=config) if isinstance(hook, str) else hook
+        for hook in hooks
+    ]
 
 
 async def check_before_reserve(hooks, spawner) -> None:

@@ -41,8 +41,7 @@ def _open_child(parent: int, name: str, path: str) -> int:
         if e.errno not in (errno.ELOOP, errno.ENOTDIR):
             raise
         link = os.stat(name, dir_fd=parent, follow_symlinks=False)
-        if (stat.S_ISLNK(link.st_mode) and link.st_uid == 0
-                and os.fstat(parent).st_uid == 0):
+        if stat.S_ISLNK(link.st_mode) and link.st_uid == 0 and os.fstat(parent).st_uid == 0:
             return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=parent)
         raise MemberDirRefused(path, "is a link or not a folder") from None
 
@@ -65,7 +64,7 @@ def member_dir(path: str, uid: int, gid: int, private: tuple[str, ...] = ()) -> 
     try:
         for i, name in enumerate(parts):
             last = i == len(parts) - 1
-            here = "/" + "/".join(parts[:i + 1])
+            here = "/" + "/".join(parts[: i + 1])
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o700 if last else 0o755, dir_fd=fds[-1])
                 made = last
@@ -91,8 +90,7 @@ def member_dir(path: str, uid: int, gid: int, private: tuple[str, ...] = ()) -> 
         return made
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise MemberDirRefused(path, "a folder on the way is a link or not a folder") \
-                from None
+            raise MemberDirRefused(path, "a folder on the way is a link or not a folder") from None
         raise
     finally:
         for fd in fds:

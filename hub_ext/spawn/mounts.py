@@ -47,13 +47,19 @@ class MemberMounts(LoggingConfigurable):
         datasets = {}
         for name, given in proposal["value"].items():
             spec = {"path": given} if isinstance(given, str) else given
-            if (not isinstance(spec, dict) or not isinstance(spec.get("path"), str)
-                    or not os.path.isabs(spec["path"])):
-                raise TraitError(f"dataset {name!r}: want an absolute host path or "
-                                 f"{{'path': ..., 'groups': [...]}}, got {given!r}")
+            if (
+                not isinstance(spec, dict)
+                or not isinstance(spec.get("path"), str)
+                or not os.path.isabs(spec["path"])
+            ):
+                raise TraitError(
+                    f"dataset {name!r}: want an absolute host path or "
+                    f"{{'path': ..., 'groups': [...]}}, got {given!r}"
+                )
             if not name or "/" in name or name in (".", ".."):
-                raise TraitError(f"dataset name {name!r}: want one folder name, mounted at "
-                                 "/datasets/<name>")
+                raise TraitError(
+                    f"dataset name {name!r}: want one folder name, mounted at /datasets/<name>"
+                )
             datasets[name] = {"path": spec["path"], "groups": list(spec.get("groups") or [])}
         return datasets
 
@@ -61,8 +67,11 @@ class MemberMounts(LoggingConfigurable):
         """Dataset name -> host path, for the member's groups (admins: all)."""
         groups = {g.name for g in getattr(self.user, "groups", [])}
         admin = bool(getattr(self.user, "admin", False))
-        return {name: spec["path"] for name, spec in self.datasets.items()
-                if not spec["groups"] or admin or groups & set(spec["groups"])}
+        return {
+            name: spec["path"]
+            for name, spec in self.datasets.items()
+            if not spec["groups"] or admin or groups & set(spec["groups"])
+        }
 
     def checked_datasets(self) -> dict[str, str]:
         """:meth:`member_datasets`, each path checked to exist on this host.  Raises
@@ -70,10 +79,12 @@ class MemberMounts(LoggingConfigurable):
         datasets = self.member_datasets()
         for name, path in datasets.items():
             if not os.path.isdir(path):
-                self.log.error("Dataset %s of %s: host path %s does not exist",
-                               name, self._log_name, path)
+                self.log.error(
+                    "Dataset %s of %s: host path %s does not exist", name, self._log_name, path
+                )
                 raise web.HTTPError(
-                    500, f"The dataset {name!r} is not available on this node right now. "
-                    "Ask an admin to check the datasets configuration."
+                    500,
+                    f"The dataset {name!r} is not available on this node right now. "
+                    "Ask an admin to check the datasets configuration.",
                 )
         return datasets

@@ -119,8 +119,11 @@ class SpawnPage(LoggingConfigurable):
         if not visible:
             return ""
         cards = await self.profile_cards(visible)
-        return render("options_form.html", profiles=cards,
-                      availability_url=self.hub.base_url + "api/gpuhub/availability")
+        return render(
+            "options_form.html",
+            profiles=cards,
+            availability_url=self.hub.base_url + "api/gpuhub/availability",
+        )
 
     async def profile_cards(self, profiles: list[dict]) -> list[dict]:
         """What the spawn page shows per profile: the image's contents, GPUs asked, free
@@ -139,13 +142,17 @@ class SpawnPage(LoggingConfigurable):
             slug = profile["slug"]
             card = await self._assess({"profile": slug}, profile, snapshot)
             choices = {
-                name: {key: (await self._assess({"profile": slug, name: key}, profile,
-                                                snapshot))["why_not"]
-                       for key in option["choices"]}
+                name: {
+                    key: (await self._assess({"profile": slug, name: key}, profile, snapshot))[
+                        "why_not"
+                    ]
+                    for key in option["choices"]
+                }
                 for name, option in (profile.get("profile_options") or {}).items()
             }
             available = not card["why_not"] or any(
-                not why for option in choices.values() for why in option.values())
+                not why for option in choices.values() for why in option.values()
+            )
             # preselected: each option's default, or else its first choice that can start
             chosen = {}
             for name, option in (profile.get("profile_options") or {}).items():
@@ -153,28 +160,30 @@ class SpawnPage(LoggingConfigurable):
                 startable = [k for k, why in choices[name].items() if not why]
                 chosen[name] = startable[0] if choices[name][default] and startable else default
             image = card["overrides"].get("image", self._configured["image"])
-            cards.append({
-                "slug": slug,
-                "profile": profile,
-                "image": image,
-                "facts": await self.image_facts(image),
-                "gpus": card["gpus"],
-                "mig_profile": card["mig_profile"],
-                "gpu_type": card["gpu_type"],
-                "free": card["free"],
-                "total": card["total"],
-                "simulated": card["simulated"],
-                "available": available,
-                "why_not": "" if available else card["why_not"],
-                "can_wait": not available and card["can_wait"],
-                "credits_per_hour": card["credits_per_hour"],
-                "payer": card["payer"],
-                "may_pay_self": card["may_pay_self"],
-                "runs_until": card["runs_until"],
-                "limits": limits_text(*self.limits_of(card["overrides"])),
-                "choices": choices,
-                "chosen": chosen,
-            })
+            cards.append(
+                {
+                    "slug": slug,
+                    "profile": profile,
+                    "image": image,
+                    "facts": await self.image_facts(image),
+                    "gpus": card["gpus"],
+                    "mig_profile": card["mig_profile"],
+                    "gpu_type": card["gpu_type"],
+                    "free": card["free"],
+                    "total": card["total"],
+                    "simulated": card["simulated"],
+                    "available": available,
+                    "why_not": "" if available else card["why_not"],
+                    "can_wait": not available and card["can_wait"],
+                    "credits_per_hour": card["credits_per_hour"],
+                    "payer": card["payer"],
+                    "may_pay_self": card["may_pay_self"],
+                    "runs_until": card["runs_until"],
+                    "limits": limits_text(*self.limits_of(card["overrides"])),
+                    "choices": choices,
+                    "chosen": chosen,
+                }
+            )
         return cards
 
     async def _assess(self, options: dict, profile: dict, snapshot) -> dict:
@@ -190,14 +199,21 @@ class SpawnPage(LoggingConfigurable):
             why_not = f"No GPU free: {gpus.waiting} member(s) already wait in line for it."
         cannot_pay = await self._hooks_why_not(price)
         payer, may_pay_self = self._hooks_who_pays(price)
-        return {"payer": payer, "may_pay_self": may_pay_self,
-                "runs_until": self.runs_until(gpus) if gpus.count and not why_not else "",
-                "overrides": overrides, "gpus": gpus.count,
-                "mig_profile": gpus.kind if gpus.mig else None,
-                "gpu_type": "" if gpus.mig else gpus.kind,
-                "free": gpus.free, "total": gpus.total, "simulated": gpus.simulated,
-                "credits_per_hour": price, "why_not": why_not or cannot_pay,
-                "can_wait": bool(why_not and gpus.can_wait and not cannot_pay)}
+        return {
+            "payer": payer,
+            "may_pay_self": may_pay_self,
+            "runs_until": self.runs_until(gpus) if gpus.count and not why_not else "",
+            "overrides": overrides,
+            "gpus": gpus.count,
+            "mig_profile": gpus.kind if gpus.mig else None,
+            "gpu_type": "" if gpus.mig else gpus.kind,
+            "free": gpus.free,
+            "total": gpus.total,
+            "simulated": gpus.simulated,
+            "credits_per_hour": price,
+            "why_not": why_not or cannot_pay,
+            "can_wait": bool(why_not and gpus.can_wait and not cannot_pay),
+        }
 
     def _hooks_who_pays(self, credits_per_hour: float) -> tuple[str, bool]:
         """The first hook's word on who pays for a profile of this price (``Hook.who_pays``)."""

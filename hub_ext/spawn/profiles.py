@@ -111,8 +111,9 @@ def _override(entry: dict, overridable: Iterable[str] | None) -> dict:
     return override
 
 
-def init_profiles(profile_list: Iterable[dict],
-                  overridable: Iterable[str] | None = OVERRIDABLE) -> list[dict]:
+def init_profiles(
+    profile_list: Iterable[dict], overridable: Iterable[str] | None = OVERRIDABLE
+) -> list[dict]:
     """Deep-copy the configured list, fill in slugs and make exactly one profile default.
 
     ``overridable``: the override keys the spawner takes (its ``_overridable``: the Slurm
@@ -161,9 +162,7 @@ def visible_profiles(profiles: list[dict], groups: Iterable[str], admin: bool) -
     if admin:
         return list(profiles)
     groups = set(groups)
-    return [
-        p for p in profiles if not p.get("allowed_groups") or groups & set(p["allowed_groups"])
-    ]
+    return [p for p in profiles if not p.get("allowed_groups") or groups & set(p["allowed_groups"])]
 
 
 def quote(value, limit: int = 40) -> str:
@@ -212,8 +211,7 @@ def select_profile(
                 f"The profile {slug!r} is not open to your groups. "
                 f"Options include: {_names(by_slug)}"
             )
-        raise ProfileError(f"No such profile: {quote(slug)}. "
-                           f"Options include: {_names(by_slug)}")
+        raise ProfileError(f"No such profile: {quote(slug)}. Options include: {_names(by_slug)}")
     else:
         profile = by_slug[slug]
 
@@ -248,8 +246,13 @@ def profile_overrides(selection: Selection) -> dict:
     profile = selection.profile
     merged: dict = {}
     base = dict(profile.get("spawner_override") or {})
-    for key in ("gpus", "credits_per_hour", "gpu_idle_timeout", "cull_idle_timeout",
-                "cull_max_age"):
+    for key in (
+        "gpus",
+        "credits_per_hour",
+        "gpu_idle_timeout",
+        "cull_idle_timeout",
+        "cull_max_age",
+    ):
         if key in profile:
             base.setdefault(key, profile[key])
     _merge(merged, base)

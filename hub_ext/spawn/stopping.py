@@ -61,6 +61,9 @@ class StopAfterCancelledStart:
         if spawner is not None and spawner.pending == "spawn" and start is not None:
             done, _ = await asyncio.wait({start}, timeout=CANCELLED_START_WAIT)
             if not done:
-                self.log.warning("The cancelled start of %s is still cleaning up after %g s",
-                                 spawner._log_name, CANCELLED_START_WAIT)
+                self.log.warning(
+                    "The cancelled start of %s is still cleaning up after %g s",
+                    spawner._log_name,
+                    CANCELLED_START_WAIT,
+                )
         return await super().stop_single_user(user, server_name)

@@ -21,13 +21,25 @@ pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
 
 async def test_an_instructor_sees_her_course_on_the_board_and_stops_a_students_server(
-        hub_factory, person, screenshots, tmp_path):
+    hub_factory, person, screenshots, tmp_path
+):
     courses = tmp_path / "courses.json"
-    courses.write_text(json.dumps({
-        "ml101": {"display_name": "ML101", "group": "ml101",
-                  "instructors": ["ml101-instructors"]},
-        "ml102": {"display_name": "ML102", "group": "ml102",
-                  "instructors": ["ml102-instructors"]}}))
+    courses.write_text(
+        json.dumps(
+            {
+                "ml101": {
+                    "display_name": "ML101",
+                    "group": "ml101",
+                    "instructors": ["ml101-instructors"],
+                },
+                "ml102": {
+                    "display_name": "ML102",
+                    "group": "ml102",
+                    "instructors": ["ml102-instructors"],
+                },
+            }
+        )
+    )
     hub = await hub_factory(GPUHUB_CREDITS="off", GPUHUB_COURSES=str(courses))
     await hub.login("alice", groups=[MEMBERS, "ml101"])
     await hub.login("bob", groups=[MEMBERS, "ml102"])

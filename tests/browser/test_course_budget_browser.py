@@ -27,24 +27,40 @@ START, END = 60, 3660
 
 
 async def test_a_member_whose_course_cannot_pay_pays_herself_from_the_card(
-        gpu_hub, movable_clock, ledger_admin, credits_username, tmp_path, person,
-        screenshots):
+    gpu_hub, movable_clock, ledger_admin, credits_username, tmp_path, person, screenshots
+):
     clock = movable_clock
     alice, account = f"{credits_username}-alice", f"{credits_username}-ml101"
     courses = tmp_path / "courses.json"
-    courses.write_text(json.dumps({"ml101": {
-        "display_name": "ML101", "group": "ml101", "instructors": ["ml101-instructors"],
-        "account": account}}))
-    hub = await gpu_hub(node(), PROFILES, clock.hub_config("Reservations")
-                        + "c.Reservations.check_interval = 0.2\n",
-                        GPUHUB_COURSES=str(courses))
+    courses.write_text(
+        json.dumps(
+            {
+                "ml101": {
+                    "display_name": "ML101",
+                    "group": "ml101",
+                    "instructors": ["ml101-instructors"],
+                    "account": account,
+                }
+            }
+        )
+    )
+    hub = await gpu_hub(
+        node(),
+        PROFILES,
+        clock.hub_config("Reservations") + "c.Reservations.check_interval = 0.2\n",
+        GPUHUB_COURSES=str(courses),
+    )
     await hub.login(alice, groups=[MEMBERS, "ml101"])  # makes the group
     await ledger_admin.grant(alice, "10.00", key=f"test-grant-{alice}")
     await ledger_admin.grant(account, "0.50", key=f"test-grant-{account}")  # < 1 interval
     cli = (hub.state_dir / CLI_TOKEN_FILE).read_text().strip()
     at = lambda s: datetime.fromtimestamp(clock.start + s, UTC).isoformat()  # noqa: E731
-    r = await hub.api("POST", "/gpuhub/reservations", token=cli, json={
-        "group": "ml101", "gpus": 1, "start": at(START), "end": at(END)})
+    r = await hub.api(
+        "POST",
+        "/gpuhub/reservations",
+        token=cli,
+        json={"group": "ml101", "gpus": 1, "start": at(START), "end": at(END)},
+    )
     assert r.status_code == 201, r.text
     clock.at(START + 1)
 
@@ -62,7 +78,8 @@ async def test_a_member_whose_course_cannot_pay_pays_herself_from_the_card(
     await gpu.click()
     await page.get_by_role("button", name="Start").click()
     await expect(page.locator("body")).to_contain_text(
-        "ML101's account cannot pay for this server: it has 0.50 credits", timeout=20_000)
+        "ML101's account cannot pay for this server: it has 0.50 credits", timeout=20_000
+    )
     await screenshots.take(page, "21-course-cannot-pay")
 
     gpu = card(page, "gpu")

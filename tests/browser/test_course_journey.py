@@ -30,19 +30,32 @@ START, END = 3600, 7200
 
 
 async def test_a_course_session_from_the_warning_to_the_line(
-        gpu_hub, movable_clock, ledger_admin, credits_username, tmp_path, person,
-        screenshots):
+    gpu_hub, movable_clock, ledger_admin, credits_username, tmp_path, person, screenshots
+):
     clock = movable_clock
     names = {n: f"{credits_username}-{n}" for n in ("dan", "bob", "eve", "alice", "carol")}
     dan, bob, eve, alice, carol = names.values()
     account = f"{credits_username}-ml101"
     courses = tmp_path / "courses.json"
-    courses.write_text(json.dumps({"ml101": {
-        "display_name": "ML101", "group": "ml101", "instructors": ["ml101-instructors"],
-        "account": account}}))
-    hub = await gpu_hub(node(), PROFILES, clock.hub_config("Reservations")
-                        + "c.Reservations.check_interval = 0.2\nc.Line.update_interval = 30\n",
-                        GPUHUB_COURSES=str(courses))
+    courses.write_text(
+        json.dumps(
+            {
+                "ml101": {
+                    "display_name": "ML101",
+                    "group": "ml101",
+                    "instructors": ["ml101-instructors"],
+                    "account": account,
+                }
+            }
+        )
+    )
+    hub = await gpu_hub(
+        node(),
+        PROFILES,
+        clock.hub_config("Reservations")
+        + "c.Reservations.check_interval = 0.2\nc.Line.update_interval = 30\n",
+        GPUHUB_COURSES=str(courses),
+    )
     clients = {n: await hub.login(n) for n in (dan, bob, eve)}
     clients[alice] = await hub.login(alice, groups=[MEMBERS, "ml101"])
     clients[carol] = await hub.login(carol, groups=["ml101-instructors"])
@@ -53,11 +66,16 @@ async def test_a_course_session_from_the_warning_to_the_line(
     await spawn_ready(hub, bob)  # the most recently started: the one to make way
     cli = (hub.state_dir / CLI_TOKEN_FILE).read_text().strip()
     at = lambda s: datetime.fromtimestamp(clock.start + s, UTC).isoformat()  # noqa: E731
-    r = await hub.api("POST", "/gpuhub/reservations", token=cli, json={
-        "group": "ml101", "gpus": 1, "start": at(START), "end": at(END)})
+    r = await hub.api(
+        "POST",
+        "/gpuhub/reservations",
+        token=cli,
+        json={"group": "ml101", "gpus": 1, "start": at(START), "end": at(END)},
+    )
     assert r.status_code == 201, r.text
-    window = (f"1 GPU is reserved for ML101 from {hhmm(clock.start + START)} to "
-              f"{hhmm(clock.start + END)}")
+    window = (
+        f"1 GPU is reserved for ML101 from {hhmm(clock.start + START)} to {hhmm(clock.start + END)}"
+    )
 
     # bob is warned on his home page, and stopped at the start
     page = await person()
@@ -80,6 +98,7 @@ async def test_a_course_session_from_the_warning_to_the_line(
     # eve, not in ML101, waits in line for the reserved GPU
     waiting = asyncio.create_task(hub.spawn(eve, {"profile": "gpu", "wait": True}))
     try:
+
         async def eve_in_line():
             r = await hub.browser_api(clients[eve], "GET", "/gpuhub/line")
             return bool(r.json()["places"])
@@ -92,14 +111,16 @@ async def test_a_course_session_from_the_warning_to_the_line(
         await page.goto(f"{hub.url}/hub/spawn")
         gpu = card(page, "gpu")
         await expect(gpu).to_contain_text(
-            f"Paid by ML101 during its reservation until {hhmm(clock.start + END)}")
+            f"Paid by ML101 during its reservation until {hhmm(clock.start + END)}"
+        )
         await screenshots.take(page, "23-course-card")
         await gpu.click()
         await page.get_by_role("button", name="Start").click()
         await hub.wait_ready(alice)
         debits = [t async for t in ledger_admin.iter_transactions(account) if t.kind == "debit"]
         assert [(t.amount, t.metadata["member"], t.metadata["course"]) for t in debits] == [
-            (debits[0].amount, alice, "ml101")]
+            (debits[0].amount, alice, "ml101")
+        ]
         assert [t.kind async for t in ledger_admin.iter_transactions(alice)] == ["grant"]
 
         # carol sees alice's server on her board and stops it; the course gets the refund
@@ -113,8 +134,10 @@ async def test_a_course_session_from_the_warning_to_the_line(
         page.once("dialog", lambda dialog: dialog.accept())
         await row.locator("button.gpuhub-stop").click()
         await eventually(lambda: hub.stopped(alice), 60, "alice's server stopped")
-        await eventually(lambda: _kinds(ledger_admin, account, ["grant", "debit", "refund"]),
-                         what="the course's refund")
+        await eventually(
+            lambda: _kinds(ledger_admin, account, ["grant", "debit", "refund"]),
+            what="the course's refund",
+        )
         assert await eve_in_line()  # the GPU stays the course's until the window ends
 
         # the window ends: the GPU goes to the head of the line at once

@@ -25,24 +25,40 @@ PROFILES = [
 
 
 def node(utilization: int) -> dict:
-    return {"devices": [{"uuid": GPU, "name": "Stand-in", "memory_total_mib": 16384,
-                         "memory_used_mib": 1024, "utilization_gpu": utilization}]}
+    return {
+        "devices": [
+            {
+                "uuid": GPU,
+                "name": "Stand-in",
+                "memory_total_mib": 16384,
+                "memory_used_mib": 1024,
+                "utilization_gpu": utilization,
+            }
+        ]
+    }
 
 
 async def signed_in(page, client: httpx.AsyncClient) -> None:
     """Give ``page``'s browser context the hub cookies of ``client``, who logged in through
     the provider (:meth:`tests.fixtures.hub.Hub.login`)."""
-    await page.context.add_cookies([
-        {"name": c.name, "value": c.value, "domain": c.domain.lstrip("."),
-         "path": c.path or "/", "httpOnly": c.has_nonstandard_attr("HttpOnly"),
-         "secure": bool(c.secure)}
-        for c in client.cookies.jar
-    ])
+    await page.context.add_cookies(
+        [
+            {
+                "name": c.name,
+                "value": c.value,
+                "domain": c.domain.lstrip("."),
+                "path": c.path or "/",
+                "httpOnly": c.has_nonstandard_attr("HttpOnly"),
+                "secure": bool(c.secure),
+            }
+            for c in client.cookies.jar
+        ]
+    )
 
 
 async def test_admin_page_shows_the_holder_live_and_stops_with_a_refund(
-        gpu_hub, movable_clock, ledger_admin, credits_username, person, screenshots,
-        nvml_node):
+    gpu_hub, movable_clock, ledger_admin, credits_username, person, screenshots, nvml_node
+):
     hub = await gpu_hub(node(utilization=37), PROFILES)
     member = credits_username
     boss = await hub.login("boss", groups=[ADMINS])

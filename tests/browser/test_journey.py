@@ -23,12 +23,21 @@ pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
 # 4 credits per hour: the first 15-minute interval costs 1.00
 PROFILES = [
-    {"display_name": "CPU only", "slug": "cpu", "default": True,
-     "description": "JupyterLab and the scientific Python stack, no GPU.",
-     "spawner_override": {"image": "gpuhub/base:latest"}},
-    {"display_name": "PyTorch, 1 GPU", "slug": "pytorch", "gpus": 1, "credits_per_hour": 4,
-     "description": "PyTorch on one exclusive GPU.",
-     "spawner_override": {"image": "gpuhub/pytorch:latest"}},
+    {
+        "display_name": "CPU only",
+        "slug": "cpu",
+        "default": True,
+        "description": "JupyterLab and the scientific Python stack, no GPU.",
+        "spawner_override": {"image": "gpuhub/base:latest"},
+    },
+    {
+        "display_name": "PyTorch, 1 GPU",
+        "slug": "pytorch",
+        "gpus": 1,
+        "credits_per_hour": 4,
+        "description": "PyTorch on one exclusive GPU.",
+        "spawner_override": {"image": "gpuhub/pytorch:latest"},
+    },
 ]
 PROBE = "echo GPUHUB:$NVIDIA_VISIBLE_DEVICES:$(id -u):END"
 PROBE_RE = re.compile(r"GPUHUB:(GPU-[0-9a-f-]+):(\d+):END")
@@ -93,8 +102,9 @@ async def start_profile(page, slug: str) -> None:
 
 async def open_terminal(page, user: str):
     """Open a Terminal from JupyterLab's launcher; return it once its prompt shows."""
-    status = await page.evaluate(SCREEN_READER, f"/user/{user}/lab/api/settings/"
-                                 "@jupyterlab/terminal-extension:plugin")
+    status = await page.evaluate(
+        SCREEN_READER, f"/user/{user}/lab/api/settings/@jupyterlab/terminal-extension:plugin"
+    )
     assert status in (200, 204), status
     await page.reload()  # JupyterLab reads its settings when it loads
     await page.locator(".jp-LauncherCard[title*='terminal' i]").first.click()
@@ -262,7 +272,8 @@ async def test_a_members_journey(journey_hub, docker_client, person, screenshots
     await expect(alice.locator(".gpuhub-balance")).to_have_text("9.00 credits")
     await alice.get_by_role("button", name=re.compile("Stop My Server")).click()
     await expect(alice.get_by_role("button", name=re.compile("Start My Server"))).to_be_visible(
-        timeout=60_000)
+        timeout=60_000
+    )
     await screenshots.take(alice, "08-home-stop")
     await alice.reload()  # the unused part of the first interval came back
     await expect(alice.locator(".gpuhub-balance")).to_have_text(re.compile(r"^9\.9\d credits$"))
@@ -276,7 +287,8 @@ async def test_a_members_journey(journey_hub, docker_client, person, screenshots
     await log_in(dave, hub, "dave")
     daves = card(dave, "pytorch")
     await expect(daves).to_contain_text(
-        "This profile costs 4.00 credits per hour; your balance is 0.50")
+        "This profile costs 4.00 credits per hour; your balance is 0.50"
+    )
     await expect(daves.locator("input[type=radio]")).to_be_disabled()
     await screenshots.take(dave, "07-no-credits")
     await daves.locator("input[type=radio]").evaluate("r => { r.disabled = false; }")

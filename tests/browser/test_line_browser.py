@@ -21,18 +21,26 @@ pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
 PROFILES = [
     {"display_name": "CPU only", "slug": "cpu", "default": True},
-    {"display_name": "PyTorch", "slug": "pytorch", "gpus": 1,
-     "description": "PyTorch on one exclusive GPU."},
+    {
+        "display_name": "PyTorch",
+        "slug": "pytorch",
+        "gpus": 1,
+        "description": "PyTorch on one exclusive GPU.",
+    },
 ]
 
 
 async def test_member_waits_on_the_progress_page_and_lands_in_jupyterlab(
-        hub_factory, tmp_path, oidc_provider, person, screenshots):
+    hub_factory, tmp_path, oidc_provider, person, screenshots
+):
     profiles = tmp_path / "profiles.json"
     profiles.write_text(json.dumps(PROFILES))
-    hub = await hub_factory(extra_config="c.Line.update_interval = 0.5\n",
-                            GPUHUB_PROFILES=str(profiles), GPUHUB_GPUS="simulated:1",
-                            GPUHUB_CREDITS="off")
+    hub = await hub_factory(
+        extra_config="c.Line.update_interval = 0.5\n",
+        GPUHUB_PROFILES=str(profiles),
+        GPUHUB_GPUS="simulated:1",
+        GPUHUB_CREDITS="off",
+    )
     await hub.create_user("alice")
     bob_token = await hub.create_user("bob")
     r = await hub.spawn("alice", {"profile": "pytorch"})
@@ -56,14 +64,16 @@ async def test_member_waits_on_the_progress_page_and_lands_in_jupyterlab(
     await carol.wait_for_url(re.compile("/hub/spawn-pending/carol"))
     message = carol.locator("#progress-message")
     await expect(message).to_contain_text(
-        re.compile(r"You are 2nd in line for 1 GPU \(PyTorch\)\. Estimated wait: "))
+        re.compile(r"You are 2nd in line for 1 GPU \(PyTorch\)\. Estimated wait: ")
+    )
     await screenshots.take(carol, "10-line-waiting")
 
     # alice stops: bob's turn; carol's page moves her up without a reload
     await hub.stop_server("alice")
     await hub.wait_ready("bob")
-    await expect(message).to_contain_text("You are 1st in line for 1 GPU (PyTorch).",
-                                          timeout=15_000)
+    await expect(message).to_contain_text(
+        "You are 1st in line for 1 GPU (PyTorch).", timeout=15_000
+    )
     await screenshots.take(carol, "11-line-first")
 
     # bob stops: carol's turn; she lands in JupyterLab

@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
 
 async def test_an_admin_reserves_gpus_for_a_course_on_the_page_and_deletes_them(
-        hub_factory, person, screenshots):
+    hub_factory, person, screenshots
+):
     hub = await hub_factory(GPUHUB_CREDITS="off")
     for group in ("ml101", "ml102"):
         assert (await hub.api("POST", f"/groups/{group}")).status_code == 201
@@ -46,9 +47,9 @@ async def test_an_admin_reserves_gpus_for_a_course_on_the_page_and_deletes_them(
     await row.wait_for(timeout=15_000)
     await page.wait_for_load_state()  # the page reloaded after the reservation was made
     assert await row.locator(".gpuhub-next").inner_text() == (
-        f"{day}T14:00:00+00:00 to {day}T16:00:00+00:00")
-    [made] = (await hub.browser_api(boss, "GET", "/gpuhub/reservations")).json()[
-        "reservations"]
+        f"{day}T14:00:00+00:00 to {day}T16:00:00+00:00"
+    )
+    [made] = (await hub.browser_api(boss, "GET", "/gpuhub/reservations")).json()["reservations"]
 
     # a second course at the same hour does not fit: the page says why, nothing is kept
     await reserve("ml102", 1, "", "ML102 lab")
@@ -56,11 +57,14 @@ async def test_an_admin_reserves_gpus_for_a_course_on_the_page_and_deletes_them(
     await status.get_by_text("Not enough GPUs at").wait_for(timeout=15_000)
     assert f"reservation {made['id']} (ml101, 2 GPUs" in await status.inner_text()
     await screenshots.take(page, "01-reservations")
-    assert [r["id"] for r in (await hub.browser_api(boss, "GET", "/gpuhub/reservations")).json()[
-        "reservations"]] == [made["id"]]
+    assert [
+        r["id"]
+        for r in (await hub.browser_api(boss, "GET", "/gpuhub/reservations")).json()["reservations"]
+    ] == [made["id"]]
 
     page.once("dialog", lambda dialog: dialog.accept())
     await row.get_by_role("button", name="Delete").click()
     await row.wait_for(state="detached", timeout=15_000)
     assert (await hub.browser_api(boss, "GET", "/gpuhub/reservations")).json() == {
-        "reservations": []}
+        "reservations": []
+    }

@@ -33,7 +33,8 @@ PROBE_RE = re.compile(r"GPUHUB:(\d+):(node\d+):(\d+):(\d+):END")
 
 
 async def test_a_members_journey_on_slurm_and_the_admin_stops_her_from_the_board(
-        slurm_hub, slurm_cluster, oidc_provider, person, screenshots):
+    slurm_hub, slurm_cluster, oidc_provider, person, screenshots
+):
     uid = slurm_cluster.member(MEMBER)
     hub = await slurm_hub(PROFILES, GPUHUB_CREDITS="off")
     oidc_provider.member(MEMBER)
@@ -74,5 +75,6 @@ async def test_a_members_journey_on_slurm_and_the_admin_stops_her_from_the_board
     await row.locator(".gpuhub-state", has_text="free").wait_for(timeout=60_000)
     assert await row.locator(".gpuhub-owner").inner_text() == ""
     await eventually(lambda: hub.stopped(MEMBER), 60, f"{MEMBER}'s server stopped")
-    slurm_cluster.wait_for("her job to end",
-                           lambda: slurm_cluster.job_state(job) in ("", "CANCELLED"))
+    slurm_cluster.wait_for(
+        "her job to end", lambda: slurm_cluster.job_state(job) in ("", "CANCELLED")
+    )

@@ -45,8 +45,13 @@ from tests.fixtures.oidc import ADMINS, MEMBERS, OIDCProvider, oidc_login
 REPO = Path(__file__).resolve().parents[2]
 OVERRIDE = Path(__file__).with_name("docker-compose.test.yml")
 HUB_UID = 990  # images/hub/Dockerfile
-PORTS = ("GPUHUB_TEST_PORT", "GPUHUB_TEST_HUB_PORT", "GPUHUB_TEST_PROXY_API_PORT",
-         "GPUHUB_TEST_POSTGRES_PORT", "GPUHUB_TEST_CREDITS_PORT")
+PORTS = (
+    "GPUHUB_TEST_PORT",
+    "GPUHUB_TEST_HUB_PORT",
+    "GPUHUB_TEST_PROXY_API_PORT",
+    "GPUHUB_TEST_POSTGRES_PORT",
+    "GPUHUB_TEST_CREDITS_PORT",
+)
 
 
 def docker_compose() -> str:
@@ -65,8 +70,12 @@ def compose_images(docker_client, tmp_path_factory) -> None:
     docker_compose()
     log = tmp_path_factory.mktemp("images") / "build-images.log"
     with open(log, "wb") as out:
-        rc = subprocess.run(["bash", str(REPO / "scripts" / "build-images.sh"), "hub", "postgres"],
-                            stdout=out, stderr=subprocess.STDOUT, timeout=1800).returncode
+        rc = subprocess.run(
+            ["bash", str(REPO / "scripts" / "build-images.sh"), "hub", "postgres"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=1800,
+        ).returncode
     if rc != 0:
         pytest.fail(f"scripts/build-images.sh hub postgres failed:\n{log.read_text()[-4000:]}")
 
@@ -93,8 +102,12 @@ class Stack:
 
     def init(self) -> None:
         """``gpuhub init``, then the site settings a test deployment adds to .env."""
-        r = subprocess.run([sys.executable, "-m", "hub_ext.cli", "init", "--env-file",
-                            str(self.env_file)], capture_output=True, text=True, cwd=self.dir)
+        r = subprocess.run(
+            [sys.executable, "-m", "hub_ext.cli", "init", "--env-file", str(self.env_file)],
+            capture_output=True,
+            text=True,
+            cwd=self.dir,
+        )
         assert r.returncode == 0, r.stderr
         self.set_env(
             GPUHUB_OIDC_ISSUER=self.oidc.url,
@@ -128,8 +141,11 @@ class Stack:
 
     def env(self) -> dict[str, str]:
         """The KEY=value lines of .env."""
-        pairs = (line.split("=", 1) for line in self.env_file.read_text().splitlines()
-                 if "=" in line and not line.startswith("#"))
+        pairs = (
+            line.split("=", 1)
+            for line in self.env_file.read_text().splitlines()
+            if "=" in line and not line.startswith("#")
+        )
         return dict(pairs)
 
     def secrets(self) -> dict[str, str]:
@@ -143,10 +159,27 @@ class Stack:
         tls.mkdir()
         key = tls / "key.pem"
         subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-             "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-             "-keyout", str(key), "-out", str(self.cert)],
-            check=True, capture_output=True)
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                "-keyout",
+                str(key),
+                "-out",
+                str(self.cert),
+            ],
+            check=True,
+            capture_output=True,
+        )
         os.chown(key, HUB_UID, HUB_UID)
         key.chmod(0o600)
 
@@ -156,18 +189,30 @@ class Stack:
 
     # -- docker-compose --------------------------------------------------------------------
 
-    def compose(self, *args: str, check: bool = True, timeout: float = 300,
-                stdin=None) -> subprocess.CompletedProcess:
+    def compose(
+        self, *args: str, check: bool = True, timeout: float = 300, stdin=None
+    ) -> subprocess.CompletedProcess:
         """``docker-compose`` on this project (production file + test override)."""
-        cmd = [docker_compose(), "--no-ansi", "-p", self.name, "--project-directory",
-               str(self.dir), "-f", str(self.dir / "docker-compose.yml"), "-f", str(OVERRIDE),
-               *args]
+        cmd = [
+            docker_compose(),
+            "--no-ansi",
+            "-p",
+            self.name,
+            "--project-directory",
+            str(self.dir),
+            "-f",
+            str(self.dir / "docker-compose.yml"),
+            "-f",
+            str(OVERRIDE),
+            *args,
+        ]
         env = {**os.environ, **self.ports}
         r = subprocess.run(cmd, env=env, stdin=stdin, capture_output=True, timeout=timeout)
         if check and r.returncode != 0:
             raise AssertionError(
                 f"{' '.join(args)} failed ({r.returncode}):\n"
-                f"{r.stderr.decode(errors='replace')[-3000:]}\n{self.logs()[-3000:]}")
+                f"{r.stderr.decode(errors='replace')[-3000:]}\n{self.logs()[-3000:]}"
+            )
         return r
 
     def up(self, *services: str) -> None:
@@ -254,14 +299,18 @@ class HubClient:
         r = await browser.get(r.headers["location"], follow_redirects=True)
         assert r.status_code == 200 and "/hub/login" not in str(r.url), (r.status_code, r.url)
         xsrf = next(c.value for c in browser.cookies.jar if c.name == "_xsrf")
-        r = await browser.post(f"/hub/api/users/{name}/tokens", json={"note": "compose test"},
-                               headers={"X-XSRFToken": xsrf})
+        r = await browser.post(
+            f"/hub/api/users/{name}/tokens",
+            json={"note": "compose test"},
+            headers={"X-XSRFToken": xsrf},
+        )
         assert r.status_code in (200, 201), r.text
         return r.json()["token"]
 
     async def api(self, method: str, path: str, token: str, **kw) -> httpx.Response:
-        return await self.client.request(method, "/hub/api" + path,
-                                         headers={"Authorization": f"token {token}"}, **kw)
+        return await self.client.request(
+            method, "/hub/api" + path, headers={"Authorization": f"token {token}"}, **kw
+        )
 
     async def spawn(self, name: str, token: str, profile: str) -> httpx.Response:
         return await self.api("POST", f"/users/{name}/server", token, json={"profile": profile})
@@ -270,8 +319,9 @@ class HubClient:
         async def model():
             return (await self.api("GET", f"/users/{name}", token)).json()["servers"].get("")
 
-        return await until_ready(model, f"{name}'s server", lambda: self.stack.logs("hub"),
-                                 timeout, 0.2)
+        return await until_ready(
+            model, f"{name}'s server", lambda: self.stack.logs("hub"), timeout, 0.2
+        )
 
     async def stop(self, name: str, token: str, timeout: float = 60) -> None:
         r = await self.api("DELETE", f"/users/{name}/server", token)

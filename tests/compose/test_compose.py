@@ -86,8 +86,14 @@ async def test_member_logs_in_spawns_a_gpu_server_works_and_pays(stack, hub, doc
 def test_hub_container_sees_gpus_for_nvml_only_and_docker_as_a_group_member(stack):
     hub = stack.container("hub")
     assert hub["HostConfig"]["DeviceRequests"] == [
-        {"Driver": "nvidia", "Count": -1, "DeviceIDs": [], "Capabilities": [["utility"]],
-         "Options": {}}]
+        {
+            "Driver": "nvidia",
+            "Count": -1,
+            "DeviceIDs": [],
+            "Capabilities": [["utility"]],
+            "Options": {},
+        }
+    ]
     assert hub["Config"]["User"] == f"{HUB_UID}:{HUB_UID}"
     assert hub["HostConfig"]["GroupAdd"] == [stack.env()["GPUHUB_DOCKER_GID"]]
     assert "/var/run/docker.sock:/var/run/docker.sock:rw" in hub["HostConfig"]["Binds"]
@@ -131,17 +137,23 @@ def test_databases_have_separate_roles_and_want_passwords(stack):
     s = stack.secrets()
 
     def connect(user, db, password=None):
-        return psycopg.connect(host="127.0.0.1", port=stack.pg_port, user=user, dbname=db,
-                               password=password, connect_timeout=10)
+        return psycopg.connect(
+            host="127.0.0.1",
+            port=stack.pg_port,
+            user=user,
+            dbname=db,
+            password=password,
+            connect_timeout=10,
+        )
 
     with connect("hub", "jupyterhub", s["GPUHUB_DB_PASSWORD"]) as conn:
         assert conn.execute("SELECT count(*) FROM users").fetchone()[0] >= 1
     with connect("credits", "credits", s["GPUHUB_CREDITS_DB_PASSWORD"]) as conn:
         assert conn.execute("SELECT count(*) FROM accounts").fetchone()[0] >= 1
     refused = [
-        ("hub", "credits", s["GPUHUB_DB_PASSWORD"]),      # not its database
+        ("hub", "credits", s["GPUHUB_DB_PASSWORD"]),  # not its database
         ("credits", "jupyterhub", s["GPUHUB_CREDITS_DB_PASSWORD"]),
-        ("postgres", "postgres", None),                  # loopback is not trusted
+        ("postgres", "postgres", None),  # loopback is not trusted
         ("hub", "jupyterhub", s["GPUHUB_CREDITS_DB_PASSWORD"]),
     ]
     for user, db, password in refused:
@@ -158,8 +170,9 @@ async def test_down_and_up_keep_the_databases_and_the_workspaces(stack, hub, doc
     assert r.status_code in (201, 202), r.text
     await hub.wait_ready("erin", erin)
     note = secrets.token_hex(8)
-    await terminal_run(hub, "erin", erin, f"echo {note} > ~/work/note.txt && echo WROTE-OK",
-                       expect="WROTE-OK")
+    await terminal_run(
+        hub, "erin", erin, f"echo {note} > ~/work/note.txt && echo WROTE-OK", expect="WROTE-OK"
+    )
     await hub.stop("erin", erin)
     books = await ledger(stack, "erin")
 
@@ -188,16 +201,28 @@ async def test_backup_and_restore_both_databases(stack, hub, tmp_path):
     dumps = {}
     for db in ("jupyterhub", "credits"):
         dumps[db] = tmp_path / f"{db}.dump"
-        dumps[db].write_bytes(stack.compose(
-            "exec", "-T", "postgres", "pg_dump", "-U", "postgres", "-Fc", db).stdout)
+        dumps[db].write_bytes(
+            stack.compose("exec", "-T", "postgres", "pg_dump", "-U", "postgres", "-Fc", db).stdout
+        )
 
     stack.save_logs()
     stack.compose("down", "-v", "-t", "10")  # the databases' volume is gone
     stack.up("postgres")
     for db in ("jupyterhub", "credits"):
         with open(dumps[db], "rb") as dump:
-            stack.compose("exec", "-T", "postgres", "pg_restore", "-U", "postgres", "--clean",
-                          "--if-exists", "-d", db, stdin=dump)
+            stack.compose(
+                "exec",
+                "-T",
+                "postgres",
+                "pg_restore",
+                "-U",
+                "postgres",
+                "--clean",
+                "--if-exists",
+                "-d",
+                db,
+                stdin=dump,
+            )
     stack.up()
 
     r = await hub.api("GET", "/user", erin)
@@ -208,10 +233,16 @@ async def test_backup_and_restore_both_databases(stack, hub, tmp_path):
 def test_upgrade_one_shot_migrates_both_databases(stack):
     r = stack.compose("run", "--rm", "-T", "upgrade")
     out = r.stdout.decode()
-    assert re.search(r"hub database postgresql\+psycopg://hub:\*\*\*@127\.0\.0\.1:\d+/jupyterhub:"
-                     r" up to date \(revision \w+\)", out), out
-    assert re.search(r"credits ledger postgresql\+psycopg://credits:\*\*\*@127\.0\.0\.1:\d+/"
-                     r"credits: up to date \(revision 0001_ledger\)", out), out
+    assert re.search(
+        r"hub database postgresql\+psycopg://hub:\*\*\*@127\.0\.0\.1:\d+/jupyterhub:"
+        r" up to date \(revision \w+\)",
+        out,
+    ), out
+    assert re.search(
+        r"credits ledger postgresql\+psycopg://credits:\*\*\*@127\.0\.0\.1:\d+/"
+        r"credits: up to date \(revision 0001_ledger\)",
+        out,
+    ), out
 
 
 def test_hub_refuses_to_start_while_env_is_readable_by_others(stack):
@@ -244,8 +275,12 @@ def test_no_secret_in_the_logs(stack):
 @pytest.mark.parametrize("image", ["gpuhub/hub:latest", "postgres:15-bookworm"])
 def test_no_secret_in_the_images(stack, docker_client, image):
     """Neither the values of this deployment's secrets nor any setting of a secret variable."""
-    history = subprocess.run(["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}",
-                              image], capture_output=True, text=True, check=True).stdout
+    history = subprocess.run(
+        ["docker", "history", "--no-trunc", "--format", "{{.CreatedBy}}", image],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     config = docker_client.inspect_image(image)["Config"]
     env_names = {line.split("=", 1)[0] for line in config["Env"] or []}
     assert not env_names & set(SECRETS), env_names & set(SECRETS)

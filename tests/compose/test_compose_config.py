@@ -27,8 +27,11 @@ def project(tmp_path):
     """A project folder like an admin's clone, with the .env of `gpuhub init`."""
     (tmp_path / "docker-compose.yml").symlink_to(PRODUCTION)
     (tmp_path / "deploy").symlink_to(REPO / "deploy")
-    r = subprocess.run([sys.executable, "-m", "hub_ext.cli", "init", "--env-file",
-                        str(tmp_path / ".env")], capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "hub_ext.cli", "init", "--env-file", str(tmp_path / ".env")],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     return tmp_path
 
@@ -37,8 +40,9 @@ def config(project, *files, env=None) -> subprocess.CompletedProcess:
     args = [docker_compose(), "--project-directory", str(project)]
     for f in files or (project / "docker-compose.yml",):
         args += ["-f", str(f)]
-    return subprocess.run([*args, "config"], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*args, "config"], capture_output=True, text=True, env={**os.environ, **(env or {})}
+    )
 
 
 def test_production_file_validates_with_the_env_of_gpuhub_init(project):
@@ -58,8 +62,13 @@ def test_production_file_validates_with_the_env_of_gpuhub_init(project):
 
 def test_a_missing_secret_stops_compose_naming_it(project):
     env = project / ".env"
-    env.write_text("".join(line for line in env.read_text().splitlines(keepends=True)
-                           if not line.startswith("GPUHUB_DB_PASSWORD=")))
+    env.write_text(
+        "".join(
+            line
+            for line in env.read_text().splitlines(keepends=True)
+            if not line.startswith("GPUHUB_DB_PASSWORD=")
+        )
+    )
     r = config(project)
     assert r.returncode != 0
     assert "GPUHUB_DB_PASSWORD" in r.stderr and "run gpuhub init" in r.stderr, r.stderr

@@ -478,26 +478,46 @@ async def test_a_refused_page_size_is_a_refusal_not_a_contract_error():
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        pytest.param(lambda c: c.debit("alice", "0", key="debit-key-1"), "greater than zero",
-                     id="zero-debit"),
-        pytest.param(lambda c: c.refund("alice", "txn_1", Decimal("0.00"), key="refund-key-1"),
-                     "greater than zero", id="zero-refund"),
-        pytest.param(lambda c: c.grant("alice", 0, key="grant-key-1"), "greater than zero",
-                     id="zero-grant"),
+        pytest.param(
+            lambda c: c.debit("alice", "0", key="debit-key-1"), "greater than zero", id="zero-debit"
+        ),
+        pytest.param(
+            lambda c: c.refund("alice", "txn_1", Decimal("0.00"), key="refund-key-1"),
+            "greater than zero",
+            id="zero-refund",
+        ),
+        pytest.param(
+            lambda c: c.grant("alice", 0, key="grant-key-1"), "greater than zero", id="zero-grant"
+        ),
         pytest.param(lambda c: c.balance("a/b"), '"/"', id="slash-in-username"),
-        pytest.param(lambda c: c.balance("tab\tname"), "control characters",
-                     id="control-character-in-username"),
+        pytest.param(
+            lambda c: c.balance("tab\tname"),
+            "control characters",
+            id="control-character-in-username",
+        ),
         pytest.param(lambda c: c.balance("x" * 256), "1 to 255", id="long-username"),
-        pytest.param(lambda c: c.debit("alice", "1", key="debit-key-1", reason="r" * 501),
-                     "at most 500", id="long-reason"),
-        pytest.param(lambda c: c.debit("alice", "1", key="debit-key-1",
-                                       metadata={str(i): "v" for i in range(21)}),
-                     "at most 20 entries", id="metadata-21-entries"),
-        pytest.param(lambda c: c.debit("alice", "1", key="debit-key-1",
-                                       metadata={"k": "v" * 501}),
-                     "at most 500", id="metadata-long-value"),
-        pytest.param(lambda c: c.refund("alice", "", "1", key="refund-key-1"), "1 to 255",
-                     id="empty-debit-id"),
+        pytest.param(
+            lambda c: c.debit("alice", "1", key="debit-key-1", reason="r" * 501),
+            "at most 500",
+            id="long-reason",
+        ),
+        pytest.param(
+            lambda c: c.debit(
+                "alice", "1", key="debit-key-1", metadata={str(i): "v" for i in range(21)}
+            ),
+            "at most 20 entries",
+            id="metadata-21-entries",
+        ),
+        pytest.param(
+            lambda c: c.debit("alice", "1", key="debit-key-1", metadata={"k": "v" * 501}),
+            "at most 500",
+            id="metadata-long-value",
+        ),
+        pytest.param(
+            lambda c: c.refund("alice", "", "1", key="refund-key-1"),
+            "1 to 255",
+            id="empty-debit-id",
+        ),
     ],
 )
 async def test_requests_the_contract_refuses_are_never_sent(call, match):

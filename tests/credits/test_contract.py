@@ -40,11 +40,25 @@ def run_schemathesis(service, workdir: Path) -> subprocess.CompletedProcess:
     (it may read, debit, refund and grant).  Random examples locally (fuzzing); a fixed,
     repeatable set in CI.  CREDITS_CONTRACT_EXAMPLES=500 searches harder."""
     command = [
-        str(SCHEMATHESIS), "--config-file", str(CONFIG), "--no-color", "run", str(SPEC),
-        "--url", service.url, "--checks", "all", "--continue-on-failure",
-        "--header", f"Authorization: Bearer {service.admin_token}",
-        "--max-examples", os.environ.get("CREDITS_CONTRACT_EXAMPLES", "50"),
-        "--report", "junit", "--report-dir", str(workdir),
+        str(SCHEMATHESIS),
+        "--config-file",
+        str(CONFIG),
+        "--no-color",
+        "run",
+        str(SPEC),
+        "--url",
+        service.url,
+        "--checks",
+        "all",
+        "--continue-on-failure",
+        "--header",
+        f"Authorization: Bearer {service.admin_token}",
+        "--max-examples",
+        os.environ.get("CREDITS_CONTRACT_EXAMPLES", "50"),
+        "--report",
+        "junit",
+        "--report-dir",
+        str(workdir),
     ]
     if os.environ.get("CI"):
         # a fixed set (deterministic generation keeps no example database)

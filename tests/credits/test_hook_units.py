@@ -130,8 +130,15 @@ def test_replayed_requests_are_byte_for_byte_the_same():
         pytest.param({"version": 99}, id="other-version"),
         pytest.param({"version": 1, "username": "a"}, id="missing-fields"),
         pytest.param(
-            {"version": 1, "username": "a", "server_name": "", "started_at": "yesterday",
-             "credits_per_hour": "1", "interval": 900, "amount": "0.25"},
+            {
+                "version": 1,
+                "username": "a",
+                "server_name": "",
+                "started_at": "yesterday",
+                "credits_per_hour": "1",
+                "interval": 900,
+                "amount": "0.25",
+            },
             id="bad-time",
         ),
     ],

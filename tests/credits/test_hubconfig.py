@@ -37,7 +37,7 @@ def test_default_runs_the_reference_service_as_a_managed_service(tmp_path, monke
     c = configure(tmp_path, monkeypatch)
     [service] = [s for s in c.JupyterHub.services if s["name"] == "credits"]
     assert service["url"] == "http://127.0.0.1:8123"
-    command = service["command"][service["command"].index("--") + 1:]  # service_guard's
+    command = service["command"][service["command"].index("--") + 1 :]  # service_guard's
     assert command[1:3] == REF_SERVICE
     assert f"sqlite:///{tmp_path / 'credits.sqlite'}" in service["command"]
     hub_token = (tmp_path / HUB_TOKEN_FILE).read_text().strip()
@@ -68,13 +68,20 @@ def test_tokens_are_made_once_and_kept(tmp_path, monkeypatch):
 
 
 def test_organisation_api_replaces_the_managed_service(tmp_path, monkeypatch):
-    c = configure(tmp_path, monkeypatch, GPUHUB_CREDITS_URL="https://credits.example.org",
-                  GPUHUB_CREDITS_TOKEN="org-token", GPUHUB_CREDITS_FAIL_OPEN="1",
-                  GPUHUB_CREDITS_INTERVAL="60")
+    c = configure(
+        tmp_path,
+        monkeypatch,
+        GPUHUB_CREDITS_URL="https://credits.example.org",
+        GPUHUB_CREDITS_TOKEN="org-token",
+        GPUHUB_CREDITS_FAIL_OPEN="1",
+        GPUHUB_CREDITS_INTERVAL="60",
+    )
     assert not credits_services(c)
     assert not (tmp_path / HUB_TOKEN_FILE).exists()
     assert (c.CreditsClient.url, c.CreditsClient.token) == (
-        "https://credits.example.org", "org-token")
+        "https://credits.example.org",
+        "org-token",
+    )
     assert spawner_reads(c).before_container_hooks[0] == HOOK
     assert (c.CreditsHook.fail_open, c.CreditsHook.interval) == (True, 60)
 
@@ -89,15 +96,25 @@ def test_off_means_no_hook_and_no_service(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        pytest.param({"GPUHUB_CREDITS_URL": "https://x.org"}, "GPUHUB_CREDITS_TOKEN is empty",
-                     id="url-without-token"),
-        pytest.param({"GPUHUB_CREDITS_URL": "x.org", "GPUHUB_CREDITS_TOKEN": "t"},
-                     "must start with http", id="url-without-scheme"),
+        pytest.param(
+            {"GPUHUB_CREDITS_URL": "https://x.org"},
+            "GPUHUB_CREDITS_TOKEN is empty",
+            id="url-without-token",
+        ),
+        pytest.param(
+            {"GPUHUB_CREDITS_URL": "x.org", "GPUHUB_CREDITS_TOKEN": "t"},
+            "must start with http",
+            id="url-without-scheme",
+        ),
         pytest.param({"GPUHUB_CREDITS": "maybe"}, "GPUHUB_CREDITS='maybe'", id="bad-switch"),
-        pytest.param({"GPUHUB_CREDITS_INTERVAL": "0"}, "GPUHUB_CREDITS_INTERVAL=0",
-                     id="empty-interval"),
-        pytest.param({"GPUHUB_CREDITS_INTERVAL": "15m"}, "GPUHUB_CREDITS_INTERVAL='15m'",
-                     id="interval-not-a-number"),
+        pytest.param(
+            {"GPUHUB_CREDITS_INTERVAL": "0"}, "GPUHUB_CREDITS_INTERVAL=0", id="empty-interval"
+        ),
+        pytest.param(
+            {"GPUHUB_CREDITS_INTERVAL": "15m"},
+            "GPUHUB_CREDITS_INTERVAL='15m'",
+            id="interval-not-a-number",
+        ),
     ],
 )
 def test_settings_that_cannot_work_name_the_variable(tmp_path, monkeypatch, env, message):

@@ -284,8 +284,10 @@ def test_amounts_outside_the_contract_are_422(api, credits_username, amount):
         pytest.param(["1.00"], id="not-an-object"),
         pytest.param({"amount": "1.00", "reason": None}, id="reason-null"),
         pytest.param({"amount": "1.00", "metadata": None}, id="metadata-null"),
-        pytest.param({"amount": "1.00", "metadata": {str(i): "v" for i in range(21)}},
-                     id="metadata-21-entries"),
+        pytest.param(
+            {"amount": "1.00", "metadata": {str(i): "v" for i in range(21)}},
+            id="metadata-21-entries",
+        ),
         pytest.param({"amount": "1.00", "metadata": {"k": "v" * 501}}, id="metadata-long-value"),
     ],
 )
@@ -546,10 +548,11 @@ def test_unknown_paths_are_404_in_the_error_shape(credits_service):
 def test_usernames_outside_the_contracts_rule_name_no_account(api, username):
     """1.1: a username has no "/" and no control characters: 404 on reads and debits,
     422 on a grant, which would otherwise make the account."""
-    grant = api.http.post(f"/v1/accounts/{username}/grants",
-                          headers={**api.headers(api.service.admin_token),
-                                   "Idempotency-Key": "grant-bad-name"},
-                          json={"amount": "1.00"})
+    grant = api.http.post(
+        f"/v1/accounts/{username}/grants",
+        headers={**api.headers(api.service.admin_token), "Idempotency-Key": "grant-bad-name"},
+        json={"amount": "1.00"},
+    )
     assert grant.status_code == 422, grant.text
     assert grant.json()["error"] == "invalid_username"
     assert api.get(f"/v1/accounts/{username}").status_code == 404

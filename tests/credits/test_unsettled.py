@@ -57,7 +57,9 @@ def test_one_row_per_server_run_and_gone_once_settled(store):
     store.keep(Owed("stop", first, T0, charge_to_stop=False))  # written again: replaced
     store.keep(Owed("void", other, why="was refused"))
     assert sorted((o.record.server_name, o.kind, o.charge_to_stop) for o in store.load()) == [
-        ("", "stop", False), ("b", "void", True)]
+        ("", "stop", False),
+        ("b", "void", True),
+    ]
     store.drop(first.server_id)
     store.drop(first.server_id)  # idempotent
     assert [o.record.server_name for o in store.load()] == ["b"]
@@ -66,8 +68,9 @@ def test_one_row_per_server_run_and_gone_once_settled(store):
 def test_an_unreadable_row_is_logged_and_the_others_still_load(store, caplog):
     store.keep(Owed("stop", record(), T0))
     store.keep(Owed("stop", record(user="bob"), T0))
-    store.db.execute(update(UnsettledRow).where(UnsettledRow.username == "bob")
-                     .values(record={"version": 99}))
+    store.db.execute(
+        update(UnsettledRow).where(UnsettledRow.username == "bob").values(record={"version": 99})
+    )
     store.db.commit()
     with caplog.at_level(logging.ERROR, logger=LOG.name):
         assert [o.record.username for o in store.load()] == ["alice"]

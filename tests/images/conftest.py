@@ -78,9 +78,7 @@ def _image(engine, short):
             _need(False, why)  # CI builds it: missing there is a failure, not a skip
         pytest.skip(why)
     # tini (the entrypoint) runs sleep as PID 1's child; the container goes when the tests do.
-    container = engine.containers.run(
-        name, ["sleep", "infinity"], detach=True, network_mode="host"
-    )
+    container = engine.containers.run(name, ["sleep", "infinity"], detach=True, network_mode="host")
     try:
         yield BuiltImage(short, name, image.labels or {}, container)
     finally:

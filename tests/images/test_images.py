@@ -124,8 +124,11 @@ def test_every_shell_has_the_venvs_python_pip_and_jupyter(image, user, env, shel
     assert found == [f"/opt/venv/bin/{tool}" for tool in ("python", "pip", "jupyter", "python3")]
     module = FRAMEWORK_MODULE[image.short]
     origin = image.exec(
-        "bash", shell, f"python -c 'import {module}; print({module}.__file__)'",
-        user=user, env={"TF_CPP_MIN_LOG_LEVEL": "2", **env},
+        "bash",
+        shell,
+        f"python -c 'import {module}; print({module}.__file__)'",
+        user=user,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2", **env},
     )
     assert origin.splitlines()[-1].startswith("/opt/venv/lib/")
 
@@ -133,8 +136,13 @@ def test_every_shell_has_the_venvs_python_pip_and_jupyter(image, user, env, shel
 @pytest.mark.parametrize("shell", SHELLS)
 def test_every_shell_finds_nvidia_smi_where_the_nvidia_runtime_puts_it(image, shell):
     # the NVIDIA container runtime mounts nvidia-smi into /usr/bin; a stand-in takes its place
-    image.exec("sh", "-c", "printf '#!/bin/sh\\necho NVIDIA-SMI stand-in\\n' >/usr/bin/nvidia-smi"
-               " && chmod 0755 /usr/bin/nvidia-smi", user="0")
+    image.exec(
+        "sh",
+        "-c",
+        "printf '#!/bin/sh\\necho NVIDIA-SMI stand-in\\n' >/usr/bin/nvidia-smi"
+        " && chmod 0755 /usr/bin/nvidia-smi",
+        user="0",
+    )
     try:
         assert image.exec("bash", shell, "nvidia-smi", user="4242:100") == "NVIDIA-SMI stand-in"
         assert image.exec("bash", shell, "command -v nvidia-smi") == "/usr/bin/nvidia-smi"
@@ -295,7 +303,8 @@ async def test_kernels_run_on_unix_sockets_in_the_private_runtime_folder(alice_s
     assert kernel_ports(facts) == [], facts
     # the folder with the sockets: jovyan's alone (jupyter_core makes it 0700, sticky)
     code, out = alice_server.container.exec_run(
-        ["stat", "-c", "%a %U %F", runtime, f"{runtime}/kernel-{kernel}-ipc-2"])
+        ["stat", "-c", "%a %U %F", runtime, f"{runtime}/kernel-{kernel}-ipc-2"]
+    )
     assert code == 0, out
     folder, sock = out.decode().splitlines()
     mode, owner, kind = folder.split(" ", 2)
@@ -305,9 +314,16 @@ async def test_kernels_run_on_unix_sockets_in_the_private_runtime_folder(alice_s
 
 def test_every_images_kernelspec_says_the_debugger_is_off(image):
     # images/base: JupyterLab shows no debugger toggle for this kernel (images/README.md "Kernels")
-    spec = json.loads(image.exec("python", "-c", (
-        "import json, jupyter_client.kernelspec as k; "
-        "print(json.dumps(k.get_kernel_spec('python3').metadata))")))
+    spec = json.loads(
+        image.exec(
+            "python",
+            "-c",
+            (
+                "import json, jupyter_client.kernelspec as k; "
+                "print(json.dumps(k.get_kernel_spec('python3').metadata))"
+            ),
+        )
+    )
     assert spec["debugger"] is False, spec
 
 
@@ -324,8 +340,12 @@ async def test_the_kernel_refuses_the_debugger_and_opens_no_port(alice_server, a
     before = json.loads(await run_code(ws_base, alice, kernel, LISTENING))
     info = await kernel_info(ws_base, alice, kernel)
     assert "debugger" not in info["supported_features"], info
-    replies = await debug_requests(ws_base, alice, kernel, [
-        ("initialize", {"clientID": "jupyterlab", "adapterID": "python"}), ("attach", {})])
+    replies = await debug_requests(
+        ws_base,
+        alice,
+        kernel,
+        [("initialize", {"clientID": "jupyterlab", "adapterID": "python"}), ("attach", {})],
+    )
     assert [r["success"] for r in replies] == [False, False], replies
     assert "debugger is off" in replies[0]["message"], replies
     assert json.loads(await run_code(ws_base, alice, kernel, LISTENING)) == before
