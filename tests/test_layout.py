@@ -141,3 +141,47 @@ def test_no_shared_module_names_a_backends_spawner(section):
         if section in line
     ]
     assert named == []
+
+
+def missing_modules(root: Path = ROOT) -> list[str]:
+    """Each ``hub_ext`` module an import under ``root`` names that the tree does not have,
+    as ``module:line -> import``: a relative import left aimed at a module's old place
+    after a move.  (``from . import a`` may name something ``__init__`` defines: only its
+    package must exist.)"""
+
+    def exists(name: str) -> bool:
+        where = root.parent.joinpath(*name.split("."))
+        return where.with_suffix(".py").exists() or (where / "__init__.py").exists()
+
+    missing = []
+    for path in sorted(root.rglob("*.py")):
+        _, package = module_name(path, root)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                names = [".".join([*base, *([node.module] if node.module else [])])]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] == "hub_ext" and not exists(name):
+                    missing.append(f"{module_name(path, root)[0]}:{node.lineno} -> {name}")
+    return missing
+
+
+def test_every_import_names_a_module_that_exists():
+    assert missing_modules() == []
+
+
+def test_the_missing_module_check_sees_an_import_left_at_an_old_place(tmp_path):
+    fake = tmp_path / "hub_ext"
+    for package in (fake, fake / "ops", fake / "courses"):
+        package.mkdir(parents=True, exist_ok=True)
+        (package / "__init__.py").write_text("")
+    (fake / "ops" / "usage.py").write_text(
+        "def f():\n    from .courses import load\n    from ..courses import load\n"
+    )
+    assert missing_modules(fake) == ["hub_ext.ops.usage:2 -> hub_ext.ops.courses"]

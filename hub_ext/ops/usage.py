@@ -342,7 +342,7 @@ def _print_jobs(
 def _course_accounts(settings) -> dict[str, str]:
     """slug -> the course's Credits API account, for the courses of ``GPUHUB_COURSES``
     that have one."""
-    from .courses import load_courses
+    from ..courses import load_courses
 
     courses = load_courses(settings.courses_file)
     return {slug: c.account for slug, c in courses.items() if c.account}
