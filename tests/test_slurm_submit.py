@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from types import SimpleNamespace
 
 import pytest
 
 from hub_ext.slurm.submit import DEFAULT_SSH, SubmitHost, SubmitHostUnavailable, check_host
+from tests.fixtures.members import fake_user
 from tests.test_config import configure
 
 #: ``ssh [options] HOST -- LINE`` without the network: runs LINE in a shell, as sshd does
@@ -41,16 +41,7 @@ async def test_a_hostile_member_name_is_one_word_of_batchspawners_commands(tmp_p
     from hub_ext.slurm.spawner import GPUSlurmSpawner
 
     name = hostile(tmp_path)
-    user = SimpleNamespace(
-        name=name,
-        url="/user/x/",
-        escaped_name="x",
-        server=None,
-        settings={},
-        db=None,
-        orm_user=None,
-        id=1,
-    )
+    user = fake_user(name, escaped_name="x")
     spawner = GPUSlurmSpawner(
         user=user,
         submit_host="login1",
@@ -83,16 +74,7 @@ async def test_a_submit_host_that_does_not_answer_is_named_and_leaves_jobs_unkno
     ):
         await down.run(["sinfo"])
 
-    user = SimpleNamespace(
-        name="ann",
-        url="/user/ann/",
-        escaped_name="ann",
-        server=None,
-        settings={},
-        db=None,
-        orm_user=None,
-        id=1,
-    )
+    user = fake_user()
     spawner = GPUSlurmSpawner(
         user=user,
         submit_host="login1",
@@ -170,16 +152,7 @@ async def test_the_api_token_and_the_hubs_own_paths_stay_on_the_hub():
     its token file) and so do the hub's paths (the submit host's PATH finds its commands)."""
     from hub_ext.slurm.spawner import GPUSlurmSpawner
 
-    user = SimpleNamespace(
-        name="ann",
-        url="/user/ann/",
-        escaped_name="ann",
-        server=None,
-        settings={},
-        db=None,
-        orm_user=None,
-        id=1,
-    )
+    user = fake_user()
     spawner = GPUSlurmSpawner(
         user=user,
         submit_host="login1",
