@@ -286,7 +286,7 @@ class HubScheduler(BaseScheduler):
         raise HubRefused("A job cannot be changed once created; only stopped or deleted.", 400)
 
     def _job(self, found: dict, job_files: bool | None = True) -> HubJob:
-        job = HubJob(**found)
+        job = HubJob(**{"url": f"/jobs/{found.get('job_id')}", **found})
         if job.status == Status.QUEUED:
             job.status_message = place_message(found.get("place")) or job.status_message
         if job_files:

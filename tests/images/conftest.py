@@ -9,6 +9,7 @@ import os
 import socket
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -196,14 +197,15 @@ class SingleUserServer:
         return self.container.logs().decode(errors="replace")[-4000:]
 
 
-@pytest.fixture
-def alice_server(engine, base_image, alice_hub):
-    """Start gpuhub/base the way DockerSpawner does (its CMD, the hub's environment variables,
-    host networking) and wait until the server answers, at most 60 s."""
+@contextmanager
+def singleuser_server(engine, image_name, api_url, **run):
+    """Start an image the way DockerSpawner does (its CMD, the hub's environment variables for
+    alice, host networking), wait until the server answers, at most 60 s; ``run``: more
+    arguments of ``containers.run`` (``environment`` entries are added to the hub's)."""
     port = free_port()
     env = {
         "JUPYTERHUB_API_TOKEN": "server-api-token",
-        "JUPYTERHUB_API_URL": alice_hub.api_url,
+        "JUPYTERHUB_API_URL": api_url,
         "JUPYTERHUB_CLIENT_ID": "jupyterhub-user-alice",
         "JUPYTERHUB_USER": "alice",
         "JUPYTERHUB_BASE_URL": "/",
@@ -214,9 +216,10 @@ def alice_server(engine, base_image, alice_hub):
         "JUPYTERHUB_OAUTH_ACCESS_SCOPES": json.dumps(
             ["access:servers!server=alice/", "access:servers!user=alice"]
         ),
+        **run.pop("environment", {}),
     }
     container = engine.containers.run(
-        base_image.name, detach=True, network_mode="host", environment=env
+        image_name, detach=True, network_mode="host", environment=env, **run
     )
     server = SingleUserServer(f"http://127.0.0.1:{port}/user/alice", container)
     try:
@@ -235,3 +238,10 @@ def alice_server(engine, base_image, alice_hub):
         yield server
     finally:
         container.remove(force=True)
+
+
+@pytest.fixture
+def alice_server(engine, base_image, alice_hub):
+    """alice's server in gpuhub/base against ``alice_hub`` (:func:`singleuser_server`)."""
+    with singleuser_server(engine, base_image.name, alice_hub.api_url) as server:
+        yield server

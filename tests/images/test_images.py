@@ -361,6 +361,7 @@ SERVER_EXTENSIONS = {
     "jupyter_server_terminals": "/api/terminals",
     "jupyter_lsp": "/lsp/status",
     "notebook_shim": None,
+    "jupyter_scheduler": "/scheduler/config",  # notebook jobs (gpuhub_scheduler)
     "jupyterhub": "/api/me",  # jupyterhub.singleuser's own extension
 }
 
