@@ -185,7 +185,7 @@ class HubScheduler(BaseScheduler):
     workspace = Unicode(
         config=True,
         help="""Where the member's workspace (what a job sees) is in this server; notebooks
-        outside it cannot run as jobs. Default: $GPUHUB_WORKSPACE, else /home/jovyan/work
+        outside it cannot run as jobs. Default: $GPUHUB_WORKSPACE_MOUNT, else /home/jovyan/work
         (the hub's ``c.SpawnerCore.workspace_mount``).
 
             c.HubScheduler.workspace = "/home/jovyan/work"
@@ -194,7 +194,7 @@ class HubScheduler(BaseScheduler):
 
     @default("workspace")
     def _default_workspace(self):
-        return os.environ.get("GPUHUB_WORKSPACE") or "/home/jovyan/work"
+        return os.environ.get("GPUHUB_WORKSPACE_MOUNT") or "/home/jovyan/work"
 
     def __init__(self, root_dir, environments_manager, db_url=None, config=None, **kwargs):
         # db_url: Jupyter Scheduler's extension passes it to every scheduler; no records here.
