@@ -131,22 +131,43 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+def minutes(seconds: float) -> str:
+    """A wait for people, as the hub's line words it: "about 20 min", "about 2 h 10 min"."""
+    if seconds < 60:
+        return "less than a minute"
+    total = round(seconds / 60)
+    if total < 60:
+        return f"about {total} min"
+    hours, mins = divmod(total, 60)
+    return f"about {hours} h" + (f" {mins} min" if mins else "")
+
+
 def place_message(place: dict | None) -> str | None:
-    """The hub's place in line (``{"position", "ahead", "estimate"}``) as the one line the
-    Scheduler's job detail shows, e.g. "Waiting for a GPU: 2nd in line, about 5 min"."""
-    if not place or not place.get("position"):
+    """The hub's place in line as the one line the Scheduler's job detail shows.
+
+    ``place``: ``{"position": 1 for next or None, "estimate": the line's sentence,
+    "estimate_s": seconds or None}``. -> "Waiting for a GPU: 2nd in line, about 5 min";
+    without an estimate in seconds the line's sentence follows; without a position (the job
+    is starting, or waits behind the member's own job) the sentence alone."""
+    if not place:
         return None
+    sentence = str(place.get("estimate") or "").strip() or None
+    if not place.get("position"):
+        return sentence
     line = f"Waiting for a GPU: {ordinal(int(place['position']))} in line"
-    estimate = str(place.get("estimate") or "").strip().rstrip(".")
-    return f"{line}, {estimate}" if estimate else line
+    if isinstance(place.get("estimate_s"), int | float):
+        return f"{line}, {minutes(place['estimate_s'])}"
+    return f"{line}. {sentence}" if sentence else line
 
 
 class HubJob(DescribeJob):
     """Jupyter Scheduler's ``DescribeJob`` with where the hub put the job's files
-    (workspace-relative): ``output_dir`` and ``outputs`` ({format: file}, "log" included)."""
+    (workspace-relative): ``output_dir``, ``outputs`` ({format: file}, "log" included) and
+    ``input_path`` (the copy of the notebook the job runs)."""
 
     output_dir: str = ""
     outputs: dict = {}
+    input_path: str = ""
 
 
 class HubFeatures:
@@ -297,7 +318,7 @@ class HubScheduler(BaseScheduler):
 
     def _input(self, model: HubJob) -> str:
         """The workspace-relative copy of the input the job ran (beside its outputs)."""
-        return model.outputs.get("input") or posixpath.join(model.output_dir, model.input_filename)
+        return model.input_path or posixpath.join(model.output_dir, model.input_filename)
 
     def get_job_filenames(self, model: HubJob) -> dict:
         """{format: file name in the job's output folder}, "input" and "log" included."""

@@ -151,13 +151,22 @@ class JobsHub:
             "update_time": 1795008600000,
             "output_dir": output_dir,
             "outputs": outputs,
+            "input_path": f"{output_dir}/{stem}.ipynb",
+            "url": f"/hub/api/gpuhub/jobs/{job_id}",
+            "downloaded": True,  # the hub's word; the server looks for the files itself
         }
         return 201, {"job_id": job_id}
 
     def described(self, job):
         described = dict(job)
         if job["status"] == "QUEUED":
-            described["place"] = {"position": 2, "ahead": 1, "estimate": "about 5 min"}
+            described["place"] = {
+                "position": 2,
+                "ahead": 1,
+                "estimate": "You are 2nd in line for 1 GPU (PyTorch). Estimated wait: about 5 "
+                "min. Your place is kept for about 58 min more.",
+                "estimate_s": 290,
+            }
         return described
 
 
