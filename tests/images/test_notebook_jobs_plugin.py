@@ -203,6 +203,20 @@ def create(scheduler, input_uri="work/train.ipynb", environment="pytorch", **ext
     )
 
 
+def test_every_image_offers_create_job_in_jupyterlab(image):
+    # Jupyter Scheduler's lab extension (the file browser's and the notebook's "Create Job")
+    # and its server extension, configured with the hub's scheduler
+    lab = re.sub(r"\x1b\[[0-9;]*m", "", image.exec("sh", "-c", "jupyter labextension list 2>&1"))
+    assert re.search(r"^\s*@jupyterlab/scheduler v2\.12\.\d+ enabled OK$", lab, re.M), lab
+    server = re.sub(
+        r"\x1b\[[0-9;]*m", "", image.exec("sh", "-c", "jupyter server extension list 2>&1")
+    )
+    assert re.search(r"^\s*jupyter_scheduler enabled$", server, re.M), server
+    config = image.exec("sh", "-c", "jupyter server --show-config 2>/dev/null")
+    assert "scheduler_class = 'gpuhub_scheduler.HubScheduler'" in config, config
+    assert "environment_manager_class = 'gpuhub_scheduler.HubEnvironments'" in config, config
+
+
 def test_environment_list_shows_the_hubs_job_profiles_with_price_and_free_gpus(scheduler):
     response = scheduler.get("/runtime_environments")
     assert response.status_code == 200, response.text
