@@ -363,3 +363,30 @@ def test_server_starts_with_a_home_it_cannot_write_and_writes_no_scheduler_datab
             ["find", "/", "-xdev", "-name", "scheduler.sqlite*"], user="root"
         )
         assert found.output.decode() == ""
+
+
+OWN_SCHEDULER = """
+import sys, tempfile
+import jupyter_scheduler.extension, jupyter_scheduler.scheduler as scheduler
+print("sqlalchemy" in sys.modules)
+from jupyter_scheduler.environments import CondaEnvironmentManager
+from jupyter_scheduler.models import CountJobsQuery, Status
+from jupyter_scheduler.orm import Job, create_tables
+folder = tempfile.mkdtemp()
+url = f"sqlite:///{folder}/scheduler.sqlite"
+create_tables(url)
+own = scheduler.Scheduler(
+    root_dir=folder, environments_manager=CondaEnvironmentManager(), db_url=url,
+    task_runner_class=None,
+)
+with own.db_session() as session:
+    session.add(Job(name="a", input_filename="a.ipynb", runtime_environment_name="x"))
+    session.commit()
+print(own.count_jobs(CountJobsQuery(status=Status.STOPPED)))  # a new row is STOPPED (the ORM)
+"""
+
+
+def test_jupyter_schedulers_own_scheduler_still_keeps_its_jobs(base_image):
+    # gpuhub-lazy-imports defers SQLAlchemy in jupyter_scheduler (a server start imports none);
+    # a site that configures Jupyter Scheduler's own Scheduler still gets its database
+    assert base_image.python(OWN_SCHEDULER).splitlines() == ["False", "1"]
