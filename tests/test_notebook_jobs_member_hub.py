@@ -13,6 +13,7 @@ endpoints in tests/images/test_notebook_jobs_plugin.py.
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import pytest
@@ -91,7 +92,7 @@ async def test_member_creates_a_job_in_her_cpu_server_sees_its_place_and_stops_i
         waiting = await eventually(
             lambda: _queued_with_place(detail), what="alice's job waiting with its place"
         )
-        assert waiting["status_message"].startswith("Waiting for a GPU: 1st in line"), waiting
+        assert re.fullmatch(r"Waiting for a GPU: 1st in line, .+", waiting["status_message"])
         assert waiting["parameters"] == {"epochs": "3"}
         listed = (await server.get("/scheduler/jobs")).json()
         assert [j["job_id"] for j in listed["jobs"]] == [job_id]
@@ -122,4 +123,5 @@ async def test_member_creates_a_job_in_her_cpu_server_sees_its_place_and_stops_i
 
 async def _queued_with_place(detail):
     job = await detail()
-    return job if job["status"] == "QUEUED" and job.get("status_message") else None
+    place = job.get("status_message") or ""
+    return job if job["status"] == "QUEUED" and place.startswith("Waiting for a GPU") else None
