@@ -11,8 +11,10 @@ member's are, so the test reads the output notebooks as the member would find th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -63,7 +65,7 @@ def notebook(*sources: str, parameters: str = "") -> str:
             "cells": cells,
             "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},
             "nbformat": 4,
-            "nbformat_minor": 5,
+            "nbformat_minor": 4,
         }
     )
 
@@ -84,7 +86,9 @@ def home(root: Path, user: str, files: dict[str, str | bytes]) -> Path:
     path.chmod(0o700)
     for name, data in files.items():
         target = path / name
-        target.parent.mkdir(parents=True, exist_ok=True)
+        for folder in reversed(target.relative_to(path).parents[:-1]):
+            (path / folder).mkdir(exist_ok=True)
+            os.chown(path / folder, 1000, 100)
         if isinstance(data, str):
             data = data.encode()
         target.write_bytes(data)
@@ -277,3 +281,178 @@ async def test_hostile_job_requests_are_refused_and_nothing_starts_or_is_charged
         r = await hub.api("POST", f"{JOBS}/{job_id}/stop", tokens[bob])
         assert r.status_code == 204, r.text
         assert (await ended(hub, tokens[bob], job_id))["status"] == "STOPPED"
+
+
+async def test_a_job_waits_in_line_runs_on_its_gpu_and_is_settled_then_one_is_stopped(
+    gpu_hub, ledger_admin, credits_username, workspaces, docker_client
+):
+    hub = await gpu_hub(
+        node(GPU_A), PROFILES, "c.Jobs.check_interval = 0.5\n", **hub_env(workspaces)
+    )
+    alice, bob = members(credits_username, "alice", "bob")
+    mine = home(
+        workspaces,
+        alice,
+        {
+            "course/train.ipynb": GPU_NOTEBOOK,
+            "course/slow.ipynb": notebook("import time\ntime.sleep(600)"),
+        },
+    )
+    tokens = {name: await hub.create_user(name) for name in (alice, bob)}
+    for name in (alice, bob):
+        await ledger_admin.grant(name, "10.00", key=f"test-grant-{name}")
+
+    # bob's GPU server holds the only GPU: alice's job waits in the same line
+    r = await hub.spawn(bob, {"profile": "gpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready(bob)
+    r = await hub.api(
+        "POST",
+        JOBS,
+        tokens[alice],
+        json={
+            "input_uri": "course/train.ipynb",
+            "runtime_environment_name": "gpu",
+            "parameters": {"n": "7"},
+            "output_formats": ["ipynb", "html"],
+            "name": "train",
+        },
+    )
+    assert r.status_code == 201, r.text
+    first = r.json()["job_id"]
+    waiting = await job(hub, tokens[alice], first)
+    assert waiting["status"] == "QUEUED", waiting
+
+    async def placed():
+        model = await job(hub, tokens[alice], first)
+        return model["place"] if model.get("place", {}).get("position") else None
+
+    place = await eventually(placed, 20, "a place in line")
+    assert (place["position"], place["ahead"]) == (1, 0), place
+    assert place["estimate"], place
+    assert await entries(ledger_admin, alice) == [("grant", "10.00")]  # nothing while waiting
+
+    # the server stops: the job starts by itself, computes, ends
+    await hub.stop_server(bob)
+    done = await ended(hub, tokens[alice], first)
+    assert (done["status"], done["exit_code"]) == ("COMPLETED", 0), done
+    assert done["start_time"] and done["end_time"] >= done["start_time"]
+    executed = json.loads((mine / done["outputs"]["ipynb"]).read_text())
+    printed = "".join(
+        "".join(o.get("text", "")) for c in executed["cells"] for o in c.get("outputs", [])
+    )
+    assert f"GPU seen: {GPU_A}" in printed and "squared: 49" in printed, printed
+    assert (mine / done["outputs"]["html"]).stat().st_size > 0
+    assert (mine / done["outputs"]["log"]).exists()
+    assert (mine / done["outputs"]["ipynb"]).stat().st_uid == 1000  # the member's own
+    # the copy ran, the original is untouched
+    assert json.loads((mine / done["input_path"]).read_text()) == json.loads(GPU_NOTEBOOK)
+    assert await eventually(lambda: _free(hub, 1), 20, "the GPU free again")
+
+    async def settled():
+        got = await entries(ledger_admin, alice)
+        return got if len(got) == 3 else None
+
+    assert await eventually(settled, 30, "debit and refund") == [
+        ("grant", "10.00"),
+        ("debit", "1.00"),
+        ("refund", "1.00"),
+    ]
+    # the job's server is gone from the member's list once it ended
+    assert (await hub.api("GET", f"/users/{alice}")).json()["servers"] == {}
+
+    # a running job stopped: STOPPED, the GPU back, the unused interval refunded
+    r = await hub.api(
+        "POST",
+        JOBS,
+        tokens[alice],
+        json={"input_uri": "course/slow.ipynb", "runtime_environment_name": "gpu"},
+    )
+    assert r.status_code == 201, r.text
+    slow = r.json()["job_id"]
+    await status_is(hub, tokens[alice], slow, "IN_PROGRESS")
+    assert await gpus_free(hub) == 0
+    r = await hub.api("POST", f"{JOBS}/{slow}/stop", tokens[alice])
+    assert r.status_code == 204, r.text
+    stopped = await ended(hub, tokens[alice], slow, 30)
+    assert (stopped["status"], stopped["status_message"]) == ("STOPPED", "Stopped by you."), stopped
+    assert await eventually(lambda: _free(hub, 1), 20, "the GPU free after the stop")
+
+    async def refunded():
+        got = await entries(ledger_admin, alice)
+        return got if len(got) == 5 else None
+
+    assert (await eventually(refunded, 30, "the second refund"))[3:] == [
+        ("debit", "1.00"),
+        ("refund", "1.00"),
+    ]
+    listed = (await hub.api("GET", JOBS, tokens[alice])).json()
+    assert [(j["job_id"], j["status"]) for j in listed["jobs"]] == [
+        (slow, "STOPPED"),
+        (first, "COMPLETED"),
+    ]
+
+
+async def _free(hub, count: int) -> bool:
+    return await gpus_free(hub) == count
+
+
+async def test_after_a_kill_9_a_running_job_is_settled_once_and_a_waiting_one_keeps_its_place(
+    gpu_hub, ledger_admin, credits_username, workspaces, docker_client
+):
+    hub = await gpu_hub(
+        node(GPU_A), PROFILES, "c.Jobs.check_interval = 0.5\n", **hub_env(workspaces)
+    )
+    alice, bob = members(credits_username, "alice", "bob")
+    mine = home(
+        workspaces,
+        alice,
+        {"long.ipynb": notebook("import time\ntime.sleep(25)\nprint('slept')")},
+    )
+    home(workspaces, bob, {"quick.ipynb": GPU_NOTEBOOK})
+    tokens = {name: await hub.create_user(name) for name in (alice, bob)}
+    for name in (alice, bob):
+        await ledger_admin.grant(name, "10.00", key=f"test-grant-{name}")
+
+    async def create(who, path):
+        r = await hub.api(
+            "POST", JOBS, tokens[who], json={"input_uri": path, "runtime_environment_name": "gpu"}
+        )
+        assert r.status_code == 201, r.text
+        return r.json()["job_id"]
+
+    running = await create(alice, "long.ipynb")
+    await status_is(hub, tokens[alice], running, "IN_PROGRESS")
+    waiting = await create(bob, "quick.ipynb")
+
+    async def first_in_line():
+        model = await job(hub, tokens[bob], waiting)
+        return model.get("place", {}).get("position") == 1
+
+    await eventually(first_in_line, 20, "bob's job first in line")
+
+    hub.kill(signal.SIGKILL)
+    await hub.start()
+    # the waiting job keeps its place; the running one runs on
+    assert (await job(hub, tokens[bob], waiting))["place"]["position"] == 1
+    assert (await job(hub, tokens[alice], running))["status"] == "IN_PROGRESS"
+
+    done = await ended(hub, tokens[alice], running, 120)
+    assert (done["status"], done["exit_code"]) == ("COMPLETED", 0), done
+    assert "slept" in (mine / done["outputs"]["ipynb"]).read_text()
+    after = await ended(hub, tokens[bob], waiting, 120)
+    assert after["status"] == "COMPLETED", after
+    assert await eventually(lambda: _free(hub, 1), 20, "the GPU free at the end")
+
+    async def settled(name):
+        got = await entries(ledger_admin, name)
+        return got if len(got) >= 3 else None
+
+    for name in (alice, bob):  # one debit and one refund each: nothing charged twice
+        await eventually(lambda n=name: settled(n), 30, f"{name} settled")
+        await asyncio.sleep(1)  # a second settlement would come within the meter's period
+        assert await entries(ledger_admin, name) == [
+            ("grant", "10.00"),
+            ("debit", "1.00"),
+            ("refund", "1.00"),
+        ], name

@@ -21,6 +21,7 @@ import json
 from tornado import web
 from traitlets.config import SingletonConfigurable
 
+from ..common.runs import JOB_PREFIX
 from ..spawn.hooks import Hook
 from . import store
 from .checks import read_small
@@ -28,8 +29,6 @@ from .lifecycle import job_options, jobs_of
 
 __all__ = ["JOB_PREFIX", "JobsHook", "finalise"]
 
-#: the server names of notebook jobs
-JOB_PREFIX = "job-"
 FORGED = (
     "Servers named job-… run the hub's notebook jobs and are started by the hub only: "
     "create a notebook job instead (Jupyter Scheduler, or POST /hub/api/gpuhub/jobs)."

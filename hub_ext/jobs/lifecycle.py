@@ -115,6 +115,8 @@ class Jobs(SingletonConfigurable):
             if row.status == "QUEUED":
                 if spawner is not None and spawner.ready:
                     mark_running(db, row)
+                elif ServerKey(row.user, row.server_name) in line.places:
+                    continue  # its place kept through a restart: the line's keeper starts it
                 elif (spawner is None or not spawner.active) and not waiting_elsewhere(
                     line, row, db
                 ):

@@ -239,6 +239,10 @@ class ProfileChoice(LoggingConfigurable):
         except ProfileError as e:
             self._refuse(400, str(e))
         apply_overrides(self, profile_overrides(selection))
+        if self.job:
+            # a notebook job is never idle (nobody browses it) and has its own maximum run
+            # time, enforced by hub_ext.jobs: no culling of SpawnerCore's kinds
+            self.gpu_idle_timeout = self.cull_idle_timeout = self.cull_max_age = 0
         self.profile_slug = selection.slug
         self.profile_name = selection.profile.get("display_name") or selection.slug
         self._accepted_choice = {"profile": selection.slug, **selection.choices}
