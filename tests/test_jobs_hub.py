@@ -407,7 +407,7 @@ async def test_after_a_kill_9_a_running_job_is_settled_once_and_a_waiting_one_ke
     mine = home(
         workspaces,
         alice,
-        {"long.ipynb": notebook("import time\ntime.sleep(25)\nprint('slept')")},
+        {"long.ipynb": notebook("import time\ntime.sleep(15)\nprint('slept')")},
     )
     home(workspaces, bob, {"quick.ipynb": GPU_NOTEBOOK})
     tokens = {name: await hub.create_user(name) for name in (alice, bob)}

@@ -508,6 +508,13 @@ class GPUDockerSpawner(
         Never raises."""
         if self._spawn_pending or not self.job or self._job_end_seen:
             return
+        try:
+            obj = await self.get_object()
+        except Exception as e:  # noqa: BLE001 - unknown: JupyterHub's poll asks again
+            self.log.warning("%s: cannot read its container: %s", self._log_name, e)
+            return
+        if obj is None:  # never made (a start the hub forgot in a restart), or removed
+            return
         self._job_end_seen = True
         self.stop_reason = "job_ended"
         self.stop_detail = f"the notebook job's container exited ({status})"
