@@ -164,6 +164,9 @@ def apply_config(c, settings: Settings) -> None:
     from .courses.hubconfig import apply_courses_config
 
     apply_courses_config(c, settings)  # after the board's roles and the login
+    from .jobs.hubconfig import apply_jobs_config
+
+    apply_jobs_config(c, settings)  # after the board's roles
 
     from .ops.serving import apply_serving_config
 

@@ -424,6 +424,7 @@ PROFILES = [
         pytest.param({"profile": "sized", "size": "l"}, 600, id="choice-override"),
         pytest.param({"profile": "gone"}, 3600, id="profile-removed-since"),
         pytest.param(None, 3600, id="no-options"),
+        pytest.param({"profile": "gpu", "job": {"id": "j"}}, 0, id="notebook-job-never"),
     ],
 )
 def test_arbiter_applies_each_profiles_idle_timeout(options, limit):

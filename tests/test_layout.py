@@ -29,6 +29,7 @@ LAYERS = (
     ("culling",),  # what stops servers and says why
     ("reservations",),  # windows for a group, enforced; who pays in one
     ("courses",),  # courses: instructors' roles, grants, budget
+    ("jobs",),  # GPU notebook jobs: store, checks, lifecycle, hook, REST
     ("ops",),  # the board, usage, deployment, site additions
     ("config",),  # apply_config
     ("config_cli",),  # `gpuhub config show|check`

@@ -193,3 +193,22 @@ def test_report_prints_a_table_or_csv():
         "alice        2       1.26       3.01            2          12.5",
         "bob          1       0.00          -            0             -",
     ]
+
+
+def test_notebook_jobs_are_counted_apart_from_servers_with_their_gpu_hours(hub_db):
+    server = start(hub_db, user="alice", server="", hours=0)
+    job = start(hub_db, user="alice", server="job-0123456789ab", devices=("GPU-1",), hours=1)
+    runs.close_run(hub_db, server, at(2), "stopped")
+    runs.close_run(hub_db, job, at(1.5), "job_ended")
+    [alice] = summarise(runs.runs_overlapping(hub_db, at(0)), None, at(0), at(24), "user")
+    assert (alice.servers, alice.jobs, alice.gpu_hours, alice.job_gpu_hours) == (1, 1, 2.5, 0.5)
+    out = io.StringIO()
+    _print([alice], "user", True, out, jobs=True)
+    assert out.getvalue() == (
+        "user,servers,gpu_hours,credits,line_starts,average_wait_min,jobs,job_gpu_hours\n"
+        "alice,1,2.50,-,0,-,1,0.50\n"
+    )
+    out = io.StringIO()
+    _print([alice], "user", False, out, jobs=True)
+    assert out.getvalue().splitlines()[0].endswith("AVG WAIT MIN   JOBS  JOB GPU-HOURS")
+    assert out.getvalue().splitlines()[1].endswith("-      1           0.50")

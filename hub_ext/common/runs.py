@@ -24,7 +24,10 @@ out and the grace period was over), ``gone`` (its container vanished and the hub
 ``node_down`` (Slurm backend: the node under it went down or failed), ``out_of_memory``
 (the kernel killed it past its memory limit: the Slurm job's cgroup, Slurm's state
 OUT_OF_MEMORY; the Docker container's, ``State.OOMKilled``), ``reservation`` (it held a GPU
-that a reservation's window needed, :mod:`hub_ext.reservations.enforce`).  ``stop_detail``
+that a reservation's window needed, :mod:`hub_ext.reservations.enforce`), ``job_ended`` (a
+GPU notebook job's container ended by itself: its notebook ran to its end, or it died).
+A run whose server name starts with :data:`JOB_PREFIX` is a notebook job's (:mod:`hub_ext.jobs`);
+``gpuhub usage`` counts those apart.  ``stop_detail``
 says more where the backend knows it, e.g. "node node2 down: power failure" (Slurm's
 reason), or the reservation it made way for.
 """
@@ -50,6 +53,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from .db import ensure_tables
 
 __all__ = [
+    "JOB_PREFIX",
     "ServerRun",
     "close_run",
     "discard_run",
@@ -70,7 +74,10 @@ STOP_REASONS = (
     "node_down",
     "out_of_memory",
     "reservation",
+    "job_ended",
 )
+#: the server names of GPU notebook jobs (hub_ext.jobs): their runs are jobs, not servers
+JOB_PREFIX = "job-"
 #: characters of ``stop_detail`` kept
 DETAIL_CHARS = 255
 
@@ -109,6 +116,11 @@ class ServerRun(Base):
     @property
     def gpus(self) -> int:
         return len(self.devices or [])
+
+
+def is_job(run) -> bool:
+    """Whether ``run`` (a :class:`ServerRun`) was a GPU notebook job's."""
+    return (run.server_name or "").startswith(JOB_PREFIX)
 
 
 def naive_utc(when: datetime) -> datetime:

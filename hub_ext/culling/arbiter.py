@@ -8,6 +8,8 @@ from the model's ``user_options`` (in the model with the culler's ``read:servers
 spawner state, which would need ``admin:server_state``, is not needed) and applies that
 profile's ``cull_idle_timeout``, resolved by the same steps the spawner uses
 (:mod:`hub_ext.spawn.profiles`).  A profile without one uses ``--timeout``; 0 means never.
+A notebook job's server (``user_options["job"]``) is never culled for inactivity: nobody
+browses it, and its maximum run time ends it (:mod:`hub_ext.jobs.lifecycle`).
 
 This module runs inside the culler service's process (``--config`` loads
 :data:`CONFIG_TEXT`, which calls :func:`configure`); it imports nothing from JupyterHub.
@@ -66,6 +68,8 @@ class ProfileIdleLimits:
         not select one (they were valid when the server started; the list may have changed
         since), or the profile sets no ``cull_idle_timeout``.
         """
+        if isinstance(user_options, dict) and "job" in user_options:
+            return 0.0  # a notebook job is never idle; its maximum run time ends it
         if not self.profiles:
             return float(default)
         try:

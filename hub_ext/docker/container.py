@@ -197,6 +197,26 @@ class MemberContainer(LoggingConfigurable):
             "workspace": self.member_workspace(),
         }
 
+    async def job_workspace(self) -> tuple[str, int, int]:
+        """The member's workspace on this machine, and its owner (uid, gid), for a notebook
+        job (:meth:`hub_ext.spawn.core.SpawnerCore.job_workspace`): a host path as it is, a
+        named volume by its mount point (``docker volume inspect``: the hub runs beside
+        the engine).  Raises ``HTTPError(404)`` when the member has no workspace yet."""
+        ids = await self.member_ids() or (1000, 100)
+        workspace = self.member_workspace()
+        if not workspace.startswith("/"):
+            try:
+                volume = await self.docker("inspect_volume", workspace)
+            except NotFound:
+                workspace = ""
+            else:
+                workspace = volume["Mountpoint"]
+        if not workspace or not os.path.isdir(workspace):
+            raise web.HTTPError(
+                404, "You have no workspace yet: start a server once and save your notebook."
+            )
+        return workspace, *ids
+
     def member_workspace(self) -> str:
         """The workspace of this member: a volume name, or a host path under
         ``workspace_root``.  Raises ``HTTPError(500)`` for a host path outside it."""
@@ -285,6 +305,12 @@ class MemberContainer(LoggingConfigurable):
             # restarts during the start finds it there (GPUDockerSpawner.get_url)
             LABEL_PREFIX + "port": str(self.port),
         }
+        if self.job:
+            # a notebook job (hub_ext.jobs): its id on the container, and its runner in
+            # place of jupyterhub-singleuser (same uid, workspace, GPUs, limits, network)
+            labels[LABEL_PREFIX + "job"] = str(self.job.get("id", ""))
+            self.cmd = list(self.job_command)
+            self.environment = {**self.environment, **self.job_environment()}
         if self.hook_state:
             # what the hooks recorded (the credits paid), for a hub killed before it saved
             # spawner state (see poll)

@@ -168,6 +168,7 @@ class GPUDockerSpawner(
         self._container_may_live = False  # a failed stop left the container behind
         self._labels_read = False  # poll() looked at the container's labels
         self.stop_reason = self.stop_detail = None  # why the server ended (poll)
+        self._job_end_seen = False  # a job's end was seen by poll (_job_ended)
         ensure_reconciler(self.pool, lambda: self.client, self.hub_id)
         if self.db_session() is not None:
             self.line()  # the places kept from before a restart count from the start
@@ -246,6 +247,7 @@ class GPUDockerSpawner(
 
     async def _start(self):
         self._events = []
+        self._job_end_seen = False
         self._labels_read = True  # this start writes state and labels alike
         await self.load_profile()
         container = await self.container_settings()
@@ -422,6 +424,7 @@ class GPUDockerSpawner(
         status = await super().poll()
         if status is not None:
             await self._ended_out_of_memory()
+            await self._job_ended(status)
         if (
             status is None
             and not self._labels_read
@@ -496,6 +499,37 @@ class GPUDockerSpawner(
         finally:
             self.hook_state = {}
             self.stop_reason = self.stop_detail = None
+
+    async def _job_ended(self, status) -> None:
+        """A notebook job's container ended by itself (its runner exited, or it was
+        killed): run the hooks' ``after_stop`` now, once, with stop reason ``job_ended``,
+        so the job is finalised (hub_ext.jobs.hook), the credits settle and the GPUs go
+        back; JupyterHub calls no ``stop()`` for a server whose poll says it ended.
+        Never raises."""
+        if self._spawn_pending or not self.job or self._job_end_seen:
+            return
+        try:
+            obj = await self.get_object()
+        except Exception as e:  # noqa: BLE001 - unknown: JupyterHub's poll asks again
+            self.log.warning("%s: cannot read its container: %s", self._log_name, e)
+            return
+        if obj is None:  # never made (a start the hub forgot in a restart), or removed
+            return
+        self._job_end_seen = True
+        self.stop_reason = "job_ended"
+        self.stop_detail = f"the notebook job's container exited ({status})"
+        try:
+            await self.run_stop_hooks()
+        except Exception:
+            self.log.exception("The stop hooks of %s failed", self._log_name)
+        finally:
+            self.hook_state = {}
+            self.stop_reason = self.stop_detail = None
+            self.release_gpus("job ended")
+        try:  # its log is in the workspace (the runner's); nobody restarts a job's container
+            await self.docker("remove_container", self.object_name, force=True)
+        except Exception as e:  # noqa: BLE001 - reconciliation meets it again
+            self.log.info("Container of %s not removed: %s", self._log_name, e)
 
     async def stop(self, now=False):
         """Stop and remove the container, run the hooks' ``after_stop``, free the GPUs.

@@ -79,7 +79,11 @@ class LineSpawner(LoggingConfigurable):
         """Give a start that may wait in line the time to wait (see the module doc)."""
         self.start_timeout = self._start_timeout
         options = self.user_options if isinstance(self.user_options, dict) else {}
-        if wants_wait(options.get("wait")) or self.server_key in self.line().places:
+        if (
+            wants_wait(options.get("wait"))
+            or "job" in options  # a notebook job waits in line (hub_ext.spawn.choice)
+            or self.server_key in self.line().places
+        ):
             self.start_timeout = int(self._start_timeout + self.line().max_wait + 60)
         return super().run_pre_spawn_hook()
 

@@ -11,7 +11,9 @@
   (:mod:`hub_ext.slurm.board`, which adds the nodes with their state and reason, and the
   pending jobs in Slurm's order).  Below, the line of members waiting
   for a GPU (member, profile, waiting since, position), with buttons that remove a place or
-  move it to the front (:mod:`hub_ext.line.handlers`).  The page refreshes itself from:
+  move it to the front (:mod:`hub_ext.line.handlers`); then the GPU notebook jobs queued or
+  running (member, job, profile, running for, Stop: :mod:`hub_ext.jobs`).  The page
+  refreshes itself from:
 - ``GET /hub/api/gpuhub/gpus``: the same data as JSON, for scripts.
 
 Both need the custom scope ``custom:gpuhub:gpus:read`` (JupyterHub 3+ custom scopes);
@@ -87,6 +89,7 @@ async def board_model(handler) -> dict:
     model.setdefault("pending", [])
     model["checked_at"] = iso(datetime.now(UTC))
     model["line"] = line_rows(handler)
+    model["jobs"] = job_rows(handler)
     model["reserved"] = Reservations.instance().held_back() if Reservations.initialized() else []
     return filtered(model, handler)
 
@@ -115,7 +118,33 @@ def filtered(model: dict, handler) -> dict:
             device["processes"] = []
     model["line"] = [p for p in model["line"] if visible(p.get("user"))]
     model["pending"] = [j for j in model["pending"] if visible(j.get("user"))]
+    model["jobs"] = [j for j in model["jobs"] if visible(j.get("user"))]
     return model
+
+
+def job_rows(handler) -> list[dict]:
+    """The GPU notebook jobs not ended yet (:mod:`hub_ext.jobs`), oldest first: member, job
+    name, profile, status, seconds running (None while queued), and the URL that stops it
+    (``POST``, scope ``custom:gpuhub:jobs``)."""
+    from ..common.clock import now
+    from ..jobs import store
+
+    rows = []
+    for row in reversed(store.load(handler.db, statuses=store.ACTIVE)):
+        running = None if row.start_time is None else max(0.0, now() - row.start_time / 1000)
+        rows.append(
+            {
+                "user": row.user,
+                "job": row.name,
+                "job_id": row.id,
+                "server": row.server_name,
+                "profile": row.profile,
+                "status": row.status,
+                "running_s": running,
+                "stop_url": f"{handler.hub.base_url}api/gpuhub/jobs/{row.id}/stop",
+            }
+        )
+    return rows
 
 
 def line_rows(handler) -> list[dict]:

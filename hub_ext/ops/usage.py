@@ -22,6 +22,10 @@ where the site runs slurmdbd; :mod:`hub_ext.slurm.accounting`), joined by each r
 as Slurm recorded them; ``--jobs`` lists each run beside its job.  Where the site keeps no
 accounting, or ``GPUHUB_SLURM_ACCOUNTING=off``, the column shows ``-`` and stderr says why.
 
+*Jobs* are GPU notebook jobs (:mod:`hub_ext.jobs`: runs of a ``job-…`` server), counted
+apart from *servers*, with their *job GPU-hours* (a part of the GPU-hours); the two
+columns show when the period has any job.
+
 *Line starts* are the runs that began in the period after a wait in line
 (:mod:`hub_ext.line`), and *average wait* their mean wait in minutes (``-`` when none).
 
@@ -69,6 +73,10 @@ class UsageRow:
     line_starts: int = 0
     line_wait_s: float = 0.0
     slurm_gpu_hours: float | None = None
+    #: GPU notebook jobs (hub_ext.jobs), counted apart from ``servers``; their GPU-hours
+    #: (also in ``gpu_hours``)
+    jobs: int = 0
+    job_gpu_hours: float = 0.0
 
     @property
     def average_wait(self) -> str:
@@ -124,7 +132,7 @@ def summarise(
     says (a run it lacks counts 0), or is None when that was not read.  Raises ValueError
     for another ``by``.
     """
-    from ..common.runs import naive_utc
+    from ..common.runs import is_job, naive_utc
 
     if by not in BY:
         raise ValueError(f"--by {by!r}: use one of {', '.join(BY)}")
@@ -143,8 +151,13 @@ def summarise(
                     slurm_gpu_hours=None if accounted is None else 0.0,
                 ),
             )
-            row.servers += 1
-            row.gpu_hours += gpu_seconds(run, since, until) / 3600
+            hours = gpu_seconds(run, since, until) / 3600
+            if is_job(run):
+                row.jobs += 1
+                row.job_gpu_hours += hours
+            else:
+                row.servers += 1
+            row.gpu_hours += hours
             if accounted is not None:
                 row.slurm_gpu_hours += accounted.get(run.id, 0.0) / 3600
             if charged is not None and run.credits_run:
@@ -243,8 +256,15 @@ def _table(head: list[str], lines: list[list[str]], left: int, as_csv: bool, out
         )
 
 
-def _print(rows: list[UsageRow], by: str, as_csv: bool, out, slurm: bool = False) -> None:
-    """The report; ``slurm`` adds the column Slurm GPU-hours (``-`` when not read)."""
+def _print(
+    rows: list[UsageRow], by: str, as_csv: bool, out, slurm: bool = False, jobs: bool = False
+) -> None:
+    """The report; ``slurm`` adds the column Slurm GPU-hours (``-`` when not read),
+    ``jobs`` the columns Jobs and Job GPU-hours (GPU notebook jobs; their hours are in
+    GPU-hours too)."""
+
+    def job_columns(row: UsageRow) -> list[str]:
+        return [str(row.jobs), f"{row.job_gpu_hours:.2f}"] if jobs else []
 
     def credits(row: UsageRow) -> str:
         return "-" if row.credits is None else f"{row.credits:.2f}"
@@ -265,6 +285,7 @@ def _print(rows: list[UsageRow], by: str, as_csv: bool, out, slurm: bool = False
                 "line_starts",
                 "average_wait_min",
                 *(["slurm_gpu_hours"] if slurm else []),
+                *(["jobs", "job_gpu_hours"] if jobs else []),
             ]
         )
         for row in rows:
@@ -277,11 +298,13 @@ def _print(rows: list[UsageRow], by: str, as_csv: bool, out, slurm: bool = False
                     row.line_starts,
                     row.average_wait,
                     *slurm_hours(row),
+                    *job_columns(row),
                 ]
             )
         return
     width = max([len(by), *(len(r.name) for r in rows)])
     extra = f"  {'SLURM GPU-HOURS':>15}" if slurm else ""
+    extra += f"  {'JOBS':>5}  {'JOB GPU-HOURS':>13}" if jobs else ""
     print(
         f"{by.upper():<{width}}  {'SERVERS':>7}  {'GPU-HOURS':>9}  {'CREDITS':>9}  "
         f"{'LINE STARTS':>11}  {'AVG WAIT MIN':>12}{extra}",
@@ -289,6 +312,7 @@ def _print(rows: list[UsageRow], by: str, as_csv: bool, out, slurm: bool = False
     )
     for row in rows:
         extra = "".join(f"  {v:>15}" for v in slurm_hours(row))
+        extra += "".join(f"  {v:>{w}}" for v, w in zip(job_columns(row), (5, 13), strict=False))
         print(
             f"{row.name:<{width}}  {row.servers:>7}  {row.gpu_hours:>9.2f}  "
             f"{credits(row):>9}  {row.line_starts:>11}  {row.average_wait:>12}{extra}",
@@ -404,11 +428,13 @@ def usage(args) -> int:
         if jobs is None
         else {run_id: job.gpu_seconds(args.since, until) for run_id, job in jobs.items()}
     )
+    rows = summarise(runs, charged, args.since, until, args.by, accounted)
     _print(
-        summarise(runs, charged, args.since, until, args.by, accounted),
+        rows,
         args.by,
         args.csv,
         sys.stdout,
         slurm=settings.backend == "slurm",
+        jobs=any(row.jobs for row in rows),
     )
     return status

@@ -44,6 +44,8 @@ NOT_SETTINGS = frozenset(
         "GPUHUB_HOOK_LOG",
         "GPUHUB_IMAGE_NAMESPACE",
         "GPUHUB_IMAGE_SOURCE",
+        "GPUHUB_JOB",  # a notebook job's container: the job (hub_ext.spawn.core)
+        "GPUHUB_JOB_ROOT",
         "GPUHUB_SLURMD_TIMEOUT",
         "GPUHUB_SLURM_BRIDGE",
         "GPUHUB_SLURM_DBD",

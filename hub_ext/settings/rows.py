@@ -364,6 +364,22 @@ ROWS: tuple[Setting, ...] = (
         "GPUs one member may hold (0: no limit)",
     ),
     Setting(
+        "GPUHUB_JOBS_PER_USER",
+        "jobs_per_user",
+        COUNT,
+        4,
+        "core",
+        "GPU notebook jobs one member may have queued or running (0: no limit)",
+    ),
+    Setting(
+        "GPUHUB_JOB_NOTEBOOK_MAX_MIB",
+        "job_notebook_max_mib",
+        Int(1, unit="MiB"),
+        20,
+        "core",
+        "the largest notebook a GPU notebook job takes",
+    ),
+    Setting(
         "GPUHUB_NAMED_SERVER_LIMIT",
         "named_server_limit",
         COUNT,

@@ -111,6 +111,9 @@ class ProfileChoice(LoggingConfigurable):
 
     #: ``user_options["pay"] == "self"``: pay personally when the course cannot (this start)
     pay_self = False
+    #: ``user_options["job"]``: the notebook job this server runs (built by the hub only,
+    #: checked by hub_ext.jobs.hook), or None for an interactive server
+    job = None
 
     profile_list = Union(
         [List(), Callable()],
@@ -213,6 +216,13 @@ class ProfileChoice(LoggingConfigurable):
         if isinstance(options, dict) and "wait" in options:  # hub_ext.docker.spawner_line
             options = dict(options)
             self.wait_requested = wants_wait(options.pop("wait"))
+        self.job = None
+        if isinstance(options, dict) and "job" in options:  # a notebook job: hub_ext.jobs
+            options = dict(options)
+            self.job = options.pop("job")
+            if not isinstance(self.job, dict) or not self.job.get("id"):
+                self._refuse(400, "A notebook job's options are made by the hub only.")
+            self.wait_requested = True  # a job waits in line for its GPUs
         if isinstance(options, dict) and "pay" in options:  # hub_ext.credits.hook
             options = dict(options)
             pay = options.pop("pay")
@@ -229,9 +239,15 @@ class ProfileChoice(LoggingConfigurable):
         except ProfileError as e:
             self._refuse(400, str(e))
         apply_overrides(self, profile_overrides(selection))
+        if self.job:
+            # a notebook job is never idle (nobody browses it) and has its own maximum run
+            # time, enforced by hub_ext.jobs: no culling of SpawnerCore's kinds
+            self.gpu_idle_timeout = self.cull_idle_timeout = self.cull_max_age = 0
         self.profile_slug = selection.slug
         self.profile_name = selection.profile.get("display_name") or selection.slug
         self._accepted_choice = {"profile": selection.slug, **selection.choices}
+        if self.job:  # kept: a restarted hub knows the server runs this job
+            self._accepted_choice["job"] = self.job
         self._keep_choice(self._accepted_choice)
         self.log.info(
             "%s uses profile %s %s", self._log_name, selection.slug, selection.choices or ""

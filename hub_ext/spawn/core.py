@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import json
 
 from sqlalchemy.orm import object_session
 from sqlalchemy.orm.attributes import flag_modified
@@ -209,6 +210,27 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         await self.check_spawn(options)
         yield
 
+    async def job_workspace(self) -> tuple[str, int, int]:
+        """Optional for a backend, needed for notebook jobs (:mod:`hub_ext.jobs`): the
+        member's workspace as a folder on the hub's machine, and the uid and gid that own
+        what the hub writes there.  Raises ``tornado.web.HTTPError`` (404: the member has
+        no workspace yet) or NotImplementedError (the backend runs no jobs)."""
+        raise NotImplementedError
+
+    def job_environment(self) -> dict:
+        """The environment of a notebook job's container (``GPUHUB_JOB``: the job's
+        ``user_options["job"]`` as JSON; ``GPUHUB_JOB_ROOT``: where the workspace is
+        mounted), or ``{}`` for a server; read by ``gpuhub-notebook-job`` (images/base)."""
+        if not self.job:
+            return {}
+        return {
+            "GPUHUB_JOB": json.dumps(self.job, sort_keys=True),
+            "GPUHUB_JOB_ROOT": self.workspace_mount,
+        }
+
+    #: the command of a notebook job's container (on the image's PATH)
+    job_command = ["gpuhub-notebook-job"]
+
     @property
     def hooks(self) -> list:
         """``before_container_hooks`` with import strings resolved to their instances."""
@@ -294,6 +316,9 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         each hook handed its part (a hub restart).  A backend sets what the hooks read of
         the spawner (``profile_slug``, its GPUs) before calling this."""
         super().load_state(state)
+        options = self.user_options if isinstance(self.user_options, dict) else {}
+        if self.job is None and isinstance(options.get("job"), dict):
+            self.job = options["job"]  # a notebook job's server, found after a restart
         hooks = (state or {}).get("gpuhub_hooks")
         if hooks and hooks.get("version") == STATE_VERSION:
             self.hook_state = dict(hooks.get("hooks") or {})

@@ -9,6 +9,8 @@ A z2jh ``profile_list`` moves over with few changes.  Each profile is a dict::
      "gpus": 1,                         # whole GPUs, or a MIG slice: "1g.5gb"
      "credits_per_hour": 2,
      "allowed_groups": ["ml-course"],   # empty or missing: everyone
+     "jobs": True,                      # GPU notebook jobs may run on it (default: GPU ones)
+     "job_max_seconds": 86400,          # a job's longest run (0: no limit)
      "spawner_override": {"image": "gpuhub/pytorch:latest", "mem_limit": "16G"},
      "profile_options": {
          "gpus": {"display_name": "GPUs",
@@ -49,6 +51,8 @@ __all__ = [
     "Selection",
     "apply_overrides",
     "init_profiles",
+    "job_max_seconds",
+    "jobs_allowed",
     "profile_overrides",
     "quote",
     "select_profile",
@@ -137,6 +141,7 @@ def init_profiles(
         seen.add(profile["slug"])
         profile["default"] = bool(profile.get("default")) or (not defaults and i == 0)
         profile.setdefault("description", "")
+        _check_job_keys(profile)
         profile["spawner_override"] = _override(profile, overridable)
         profile.pop("kubespawner_override", None)
         for name, option in (profile.get("profile_options") or {}).items():
@@ -152,6 +157,36 @@ def init_profiles(
                 choice["spawner_override"] = _override(choice, overridable)
                 choice.pop("kubespawner_override", None)
     return profiles
+
+
+#: a job's longest run when its profile names none (seconds)
+JOB_MAX_SECONDS = 86400
+
+
+def _check_job_keys(profile: dict) -> None:
+    jobs = profile.get("jobs")
+    if jobs is not None and not isinstance(jobs, bool):
+        raise ProfileError(f"profile {profile['slug']!r}: jobs must be true or false, not {jobs!r}")
+    limit = profile.get("job_max_seconds")
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise ProfileError(
+            f"profile {profile['slug']!r}: job_max_seconds must be 0 (no limit) or a positive "
+            f"number of seconds, not {limit!r}"
+        )
+
+
+def jobs_allowed(profile: dict) -> bool:
+    """Whether GPU notebook jobs may run on ``profile``: its ``jobs`` key, else true for a
+    profile with GPUs and false for a CPU one (docs: howto/notebook-jobs)."""
+    if profile.get("jobs") is not None:
+        return bool(profile["jobs"])
+    return gpu_request(profile_overrides(Selection(profile)).get("gpus", 0))[0] > 0
+
+
+def job_max_seconds(profile: dict) -> int:
+    """A job's longest run on ``profile`` in seconds (0: no limit); default 86400."""
+    limit = profile.get("job_max_seconds")
+    return JOB_MAX_SECONDS if limit is None else int(limit)
 
 
 def visible_profiles(profiles: list[dict], groups: Iterable[str], admin: bool) -> list[dict]:

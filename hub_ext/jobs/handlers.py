@@ -1,0 +1,337 @@
+"""The notebook jobs' REST endpoints (``c.JupyterHub.extra_handlers``), JSON in Jupyter
+Scheduler's shapes so that the plugin in a member's server is thin (docs:
+reference/jobs-api).
+
+- ``GET /hub/api/gpuhub/jobs/environments``: the profiles open to the member that run jobs;
+- ``POST /hub/api/gpuhub/jobs``: create (``CreateJob``) -> 201 ``{"job_id"}``;
+- ``GET /hub/api/gpuhub/jobs``: ``{"jobs": [DescribeJob], "total_count", "next_token"}``;
+- ``GET /hub/api/gpuhub/jobs/<id>``: one, with ``output_dir``, ``outputs`` and, while it
+  waits, its ``place`` in line;
+- ``POST /hub/api/gpuhub/jobs/<id>/stop`` and ``DELETE /hub/api/gpuhub/jobs/<id>``: 204;
+- ``POST /hub/api/gpuhub/jobs/<id>/report``: the runner's ``{"exit_code", "error"}``, from
+  the job's own server token only; 204, and the server is stopped.
+
+All need the custom scope ``custom:gpuhub:jobs`` (:data:`JOBS_SCOPE`); with the filter
+``!user=<name>`` (what members and their servers hold: ``custom:gpuhub:jobs!user``) a
+request sees and makes that member's jobs only, and another member's job is 404.  Errors
+are JSON ``{"status", "message"}`` in plain words; nothing is started or charged.
+"""
+
+from __future__ import annotations
+
+import json
+
+from jupyterhub import orm
+from jupyterhub.apihandlers.base import APIHandler
+from jupyterhub.scopes import Scope
+from jupyterhub.utils import url_escape_path, url_path_join
+from tornado import web
+
+from ..spawn.profiles import Selection, job_max_seconds, jobs_allowed, profile_overrides
+from . import lifecycle, store
+from .checks import OUTPUT_FORMATS, JobRefused
+
+__all__ = ["JOBS_SCOPE", "handlers"]
+
+JOBS_SCOPE = "custom:gpuhub:jobs"
+#: the largest request body accepted (bytes)
+MAX_BODY_BYTES = 256 * 1024
+#: a job id as Jupyter Scheduler writes it (a uuid4 with hyphens)
+JOB_ID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+MAX_ITEMS = 1000
+
+
+def model(row: store.JobRow, base_url: str) -> dict:
+    """A job as Jupyter Scheduler's ``DescribeJob``, plus the hub's ``output_dir`` and
+    ``outputs`` ({format: workspace-relative file}, the log included)."""
+    files = [
+        {"display_name": fmt, "file_format": fmt, "file_path": path}
+        for fmt, path in sorted(row.outputs.items())
+        if fmt in row.output_formats or fmt == "log"
+    ]
+    return {
+        "job_id": row.id,
+        "name": row.name,
+        "input_filename": row.input_filename,
+        "runtime_environment_name": row.profile,
+        "runtime_environment_parameters": {},
+        "output_formats": list(row.output_formats),
+        "parameters": dict(row.parameters),
+        "idempotency_token": row.idempotency_token,
+        "job_definition_id": None,
+        "tags": [],
+        "output_filename_template": "{{input_filename}}-{{create_time}}",
+        "compute_type": None,
+        "package_input_folder": False,
+        "packaged_files": [],
+        "status": row.status,
+        "status_message": row.status_message,
+        "create_time": row.create_time,
+        "update_time": row.update_time,
+        "start_time": row.start_time,
+        "end_time": row.end_time,
+        "job_files": files,
+        "downloaded": True,  # the outputs are in the member's workspace already
+        "url": f"{base_url}api/gpuhub/jobs/{row.id}",
+        "user": row.user,
+        "server_name": row.server_name,
+        "output_dir": row.output_dir,
+        "outputs": dict(row.outputs),
+        "input_path": row.input_path,
+        "exit_code": row.exit_code,
+    }
+
+
+class JobsBase(APIHandler):
+    """What the endpoints share: the scope and its filter, the body, the row."""
+
+    def allowed_users(self) -> set[str] | None:
+        """The members whose jobs this request may see and act on: None for all (the
+        scope unfiltered), else the names of its ``!user=`` filters.  Raises 403 without
+        the scope."""
+        if self.current_user is None:
+            raise web.HTTPError(403, "Missing or invalid credentials.")
+        sub = self.parsed_scopes.get(JOBS_SCOPE)
+        if sub is None:
+            self.log.warning(
+                "%s may not use notebook jobs (needs %s)", self.current_user.name, JOBS_SCOPE
+            )
+            raise web.HTTPError(403, "This token may not use notebook jobs.")
+        if sub == Scope.ALL:
+            return None
+        return set(sub.get("user", ()))
+
+    def member(self):
+        """The member a job is created for: the request's own user."""
+        who = self.current_user
+        allowed = self.allowed_users()
+        if getattr(who, "kind", "user") != "user" or (
+            allowed is not None and who.name not in allowed
+        ):
+            raise web.HTTPError(403, "Only a member (or their server) creates their own jobs.")
+        return who
+
+    def body(self):
+        if len(self.request.body) > MAX_BODY_BYTES:
+            raise web.HTTPError(
+                413,
+                f"The body is {len(self.request.body)} bytes; a job takes at most "
+                f"{MAX_BODY_BYTES}.",
+            )
+        try:
+            return json.loads(self.request.body or b"null")
+        except ValueError:
+            raise web.HTTPError(
+                400, "The body is not JSON: send Jupyter Scheduler's CreateJob as a JSON object."
+            ) from None
+
+    def row_or_404(self, job_id: str) -> store.JobRow:
+        allowed = self.allowed_users()
+        row = store.get(self.db, job_id)
+        if row is None or (allowed is not None and row.user not in allowed):
+            raise web.HTTPError(404, f"No job {job_id}.")
+        return row
+
+    def owner(self, row):
+        orm_user = orm.User.find(self.db, row.user)
+        if orm_user is None:
+            raise web.HTTPError(404, f"No job {row.id}.")
+        return self.users[orm_user]
+
+    def reply(self, status: int, payload: dict | None = None) -> None:
+        self.set_status(status)
+        if payload is not None:
+            self.set_header("Content-Type", "application/json")
+            self.set_header("Cache-Control", "no-store")
+            self.finish(json.dumps(payload))
+
+    @property
+    def jobs(self) -> lifecycle.Jobs:
+        return lifecycle.jobs_of(self.settings)
+
+
+class JobsAPIHandler(JobsBase):
+    """``GET|POST /hub/api/gpuhub/jobs``."""
+
+    async def get(self):
+        allowed = self.allowed_users()
+        self.jobs  # noqa: B018 - the keeper runs once a request came
+        who = self.get_argument("user", None)
+        if who is not None and allowed is not None and who not in allowed:
+            raise web.HTTPError(403, "You may list your own jobs only.")
+        statuses = tuple(s for s in self.get_arguments("status") if s in store.STATUSES) or None
+        rows = [
+            r
+            for r in store.load(self.db, who, statuses, self.get_argument("name", None))
+            if allowed is None or r.user in allowed
+        ]
+        try:
+            start = int(self.get_argument("next_token", "0") or 0)
+            size = int(self.get_argument("max_items", str(MAX_ITEMS)) or MAX_ITEMS)
+        except ValueError:
+            raise web.HTTPError(400, "next_token and max_items are whole numbers.") from None
+        size = max(1, min(size, MAX_ITEMS))
+        page = rows[start : start + size]
+        more = start + size < len(rows)
+        self.reply(
+            200,
+            {
+                "jobs": [model(r, self.hub.base_url) for r in page],
+                "total_count": len(rows),
+                "next_token": str(start + size) if more else None,
+            },
+        )
+
+    async def post(self):
+        user = self.member()
+        body = self.body()
+        try:
+            row = await lifecycle.create(self.jobs, user, body)
+        except JobRefused as e:
+            self.log.info("Job of %s refused (%s): %s", user.name, e.status, e.message)
+            raise web.HTTPError(e.status, e.message) from None
+        self.set_header("Location", f"{self.hub.base_url}api/gpuhub/jobs/{row.id}")
+        self.reply(201, {"job_id": row.id})
+
+
+class JobAPIHandler(JobsBase):
+    """``GET|DELETE /hub/api/gpuhub/jobs/<id>``."""
+
+    async def get(self, job_id: str):
+        row = self.row_or_404(job_id)
+        payload = model(row, self.hub.base_url)
+        if row.status == "QUEUED":
+            payload["place"] = self.place(row)
+        self.reply(200, payload)
+
+    def place(self, row) -> dict:
+        """The job's place in the line: ``position`` (1: next), ``ahead``, ``estimate`` (a
+        sentence)."""
+        line = lifecycle.the_line(self.db)
+        key = next(
+            (p.key for p in line.ordered() if tuple(p.key) == (row.user, row.server_name)), None
+        )
+        if key is None:
+            if lifecycle.waiting_elsewhere(line, row, self.db):
+                return {
+                    "position": None,
+                    "ahead": None,
+                    "estimate": "It starts after your other job on the same environment "
+                    "has its GPU.",
+                }
+            return {"position": None, "ahead": None, "estimate": "Starting."}
+        described = line.describe(key)
+        return {
+            "position": described["position"],
+            "ahead": described["position"] - 1,
+            "estimate": described["sentence"],
+            "estimate_s": described["estimate_s"],
+        }
+
+    async def delete(self, job_id: str):
+        row = self.row_or_404(job_id)
+        user = self.owner(row)
+        await lifecycle.stop(user, row, f"Deleted by {self.current_user.name}.")
+        row = store.get(self.db, job_id)
+        if row is not None:  # a start still ending finds no row and leaves nothing
+            store.delete(self.db, row)
+        self.log.info("%s deleted job %s of %s", self.current_user.name, job_id, user.name)
+        self.reply(204)
+
+
+class JobStopAPIHandler(JobsBase):
+    """``POST /hub/api/gpuhub/jobs/<id>/stop``."""
+
+    async def post(self, job_id: str):
+        row = self.row_or_404(job_id)
+        user = self.owner(row)
+        who = self.current_user.name
+        why = "Stopped by you." if who == row.user else f"Stopped by {who}."
+        await lifecycle.stop(user, row, why)
+        self.log.info("%s stopped job %s of %s", who, job_id, row.user)
+        self.reply(204)
+
+
+class JobReportAPIHandler(JobsBase):
+    """``POST /hub/api/gpuhub/jobs/<id>/report``: from the job's own server token."""
+
+    def from_job_server(self, row, user) -> bool:
+        token = self.get_auth_token()
+        orm_token = orm.APIToken.find(self.db, token) if token else None
+        if orm_token is None or orm_token.user is None or orm_token.user.name != row.user:
+            return False
+        spawner = user.spawners[row.server_name] if row.server_name in user.orm_spawners else None
+        if spawner is not None and spawner.api_token and spawner.api_token == token:
+            return True
+        base = url_path_join(user.base_url, url_escape_path(row.server_name), "/")
+        return orm_token.note == f"Server at {base}"  # as JupyterHub's User.spawn names it
+
+    async def post(self, job_id: str):
+        row = self.row_or_404(job_id)
+        user = self.owner(row)
+        if not self.from_job_server(row, user):
+            raise web.HTTPError(403, "Only the job's own server reports its end.")
+        body = self.body()
+        if not isinstance(body, dict) or not isinstance(body.get("exit_code"), int):
+            raise web.HTTPError(400, 'The report is {"exit_code": <int>, "error": "<line>"}.')
+        error = str(body.get("error") or "")[: store.MESSAGE_CHARS]
+        if row.status in store.ACTIVE and row.reported is None:
+            row.reported = {"exit_code": body["exit_code"], "error": error}
+            self.db.commit()
+            self.log.info("Job %s of %s reported exit code %s", job_id, row.user, body["exit_code"])
+        self.reply(204)
+        if row.server_name in user.spawners and user.spawners[row.server_name].active:
+            await lifecycle.stop_server(user, row.server_name)
+
+
+class EnvironmentsAPIHandler(JobsBase):
+    """``GET /hub/api/gpuhub/jobs/environments``: Jupyter Scheduler's
+    ``RuntimeEnvironment`` list, the profiles open to the member that run jobs."""
+
+    async def get(self):
+        user = self.member()
+        spawner = user.spawner
+        visible, _ = await spawner.get_profiles()
+        snapshot = await spawner.gpu_snapshot()
+        environments = []
+        for profile in visible:
+            if not jobs_allowed(profile):
+                continue
+            overrides = profile_overrides(Selection(profile))
+            gpus = spawner.gpus_now(snapshot, overrides)
+            price = float(overrides.get("credits_per_hour", 0) or 0)
+            unit = f"{gpus.kind} GPU slice" if gpus.mig else "GPU"
+            label = (
+                f"{profile.get('display_name', profile['slug'])}, {gpus.count} {unit}"
+                f"{'s' if gpus.count != 1 else ''}, {price:.2f} credits/h, "
+                f"{gpus.free} of {gpus.total} free"
+            )
+            environments.append(
+                {
+                    "name": profile["slug"],
+                    "label": label,
+                    "description": profile.get("description", ""),
+                    "file_extensions": ["ipynb"],
+                    "output_formats": list(OUTPUT_FORMATS),
+                    "metadata": {
+                        "gpus": gpus.count,
+                        "credits_per_hour": price,
+                        "free_gpus": gpus.free,
+                        "total_gpus": gpus.total,
+                        "max_seconds": job_max_seconds(profile),
+                    },
+                    "compute_types": None,
+                    "default_compute_type": None,
+                    "utc_only": True,
+                }
+            )
+        self.reply(200, {"environments": environments})
+
+
+handlers = [
+    (r"/api/gpuhub/jobs", JobsAPIHandler),
+    (r"/api/gpuhub/jobs/environments", EnvironmentsAPIHandler),
+    (rf"/api/gpuhub/jobs/({JOB_ID})", JobAPIHandler),
+    (rf"/api/gpuhub/jobs/({JOB_ID})/stop", JobStopAPIHandler),
+    (rf"/api/gpuhub/jobs/({JOB_ID})/report", JobReportAPIHandler),
+]

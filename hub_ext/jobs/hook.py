@@ -1,0 +1,137 @@
+"""The jobs' spawner hook: forged job starts refused, a job ended exactly once.
+
+:class:`JobsHook` is an entry of ``c.SpawnerCore.before_container_hooks``
+(:func:`hub_ext.jobs.hubconfig.apply_jobs_config` puts it first):
+
+- ``before_reserve``: a start of a ``job-*`` server whose profile and ``user_options["job"]``
+  are not exactly those the hub stored for that job (a member forging
+  ``POST /hub/api/users/<me>/servers/job-x``), or a start of any other server with a
+  ``"job"`` option, is refused with 403 before anything is reserved or charged;
+- ``after_stop``: the job's server stopped: :func:`finalise` sets COMPLETED or FAILED from
+  the runner's report (the report endpoint's record, else ``<output_dir>/.gpuhub-job.json``
+  in the workspace), STOPPED when the member, an admin or the maximum run time stopped it,
+  FAILED when its container ended without a report.  One conditional ``UPDATE``
+  (:func:`hub_ext.jobs.store.finish`): a second call changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tornado import web
+from traitlets.config import SingletonConfigurable
+
+from ..common.runs import JOB_PREFIX
+from ..spawn.hooks import Hook
+from . import store
+from .checks import read_small
+from .lifecycle import job_options, jobs_of
+
+__all__ = ["JOB_PREFIX", "JobsHook", "finalise"]
+
+FORGED = (
+    "Servers named job-… run the hub's notebook jobs and are started by the hub only: "
+    "create a notebook job instead (Jupyter Scheduler, or POST /hub/api/gpuhub/jobs)."
+)
+
+
+class JobsHook(Hook, SingletonConfigurable):
+    """Notebook jobs' part of every start and stop (see the module doc)."""
+
+    name = "jobs"
+
+    def _db(self, spawner):
+        return spawner.db_session() or spawner.user.db
+
+    async def before_reserve(self, spawner) -> None:
+        """Refuse (403) a job start the hub did not build, or a job option on another
+        server.  Raises ``tornado.web.HTTPError``."""
+        jobs_of(spawner.user.settings)
+        name = spawner.name or ""
+        job = getattr(spawner, "job", None)
+        if not name.startswith(JOB_PREFIX):
+            if job is not None:
+                self.log.warning("%s: a job option on a server that is no job", spawner._log_name)
+                raise web.HTTPError(403, FORGED)
+            return
+        row = store.by_server(self._db(spawner), spawner.user.name, name)
+        expected = job_options(row) if row is not None else None
+        if (
+            expected is None
+            or row.status not in ("CREATED", "QUEUED")
+            or job != expected["job"]
+            or spawner.profile_slug != expected["profile"]
+        ):
+            self.log.warning(
+                "Refusing the start of %s: not the hub's own start of its job (%s)",
+                spawner._log_name,
+                "no such job" if row is None else f"job {row.id}, {row.status}",
+            )
+            self.log.debug("job %r options %r expected %r", job, spawner.user_options, expected)
+            raise web.HTTPError(403, FORGED)
+
+    async def before_container(self, spawner) -> None:
+        """Nothing to take: the job's row is its record."""
+
+    async def undo(self, spawner) -> None:
+        """Nothing to give back."""
+
+    async def after_stop(self, spawner) -> None:
+        """The job's server stopped (or its container ended): end the job, once.  A start
+        that failed before the container ran is ended by :mod:`.lifecycle` instead.
+        Never raises."""
+        if not getattr(spawner, "job", None):
+            return
+        try:
+            db = self._db(spawner)
+            row = store.by_server(db, spawner.user.name, spawner.name or "")
+            if row is None or row.status not in store.ACTIVE:
+                return
+            ran = row.start_time is not None or getattr(spawner, "stop_reason", "") == "job_ended"
+            if ran:
+                await finalise(spawner.user, row, spawner)
+        except Exception:
+            self.log.exception("Job of %s not finalised", spawner._log_name)
+
+
+async def _report_file(user, row, spawner) -> dict | None:
+    """``<output_dir>/.gpuhub-job.json`` from the member's workspace, or None."""
+    try:
+        workspace, _, _ = await (spawner or user.spawner).job_workspace()
+        data = read_small(workspace, f"{row.output_dir}/.gpuhub-job.json", 64 * 1024)
+        report = json.loads(data) if data else None
+    except Exception:  # noqa: BLE001 - no report: the job ended without one
+        return None
+    return report if isinstance(report, dict) else None
+
+
+async def finalise(user, row, spawner=None) -> bool:
+    """End ``row``'s job from what is known: its report (COMPLETED when its exit code is
+    0, else FAILED with its error line), else STOPPED when a stop was asked (STOPPING),
+    else FAILED (its container ended without a report).  Returns whether this call ended
+    it (False: it had ended already)."""
+    db = user.db
+    report = row.reported or await _report_file(user, row, spawner)
+    if isinstance(report, dict) and "exit_code" in report:
+        try:
+            code = int(report["exit_code"])
+        except (TypeError, ValueError):
+            code = 1
+        error = str(report.get("error") or "")[: store.MESSAGE_CHARS]
+        if code == 0:
+            status, message = "COMPLETED", "Completed."
+        else:
+            status, message = "FAILED", error or f"The notebook failed (exit code {code})."
+        if row.status == "STOPPING" and code != 0:
+            status, message = "STOPPED", row.status_message or "Stopped."
+    elif row.status == "STOPPING":
+        status, message, code = "STOPPED", row.status_message or "Stopped.", None
+    else:
+        detail = getattr(spawner, "stop_detail", None) or "the hub found it gone"
+        status, message, code = "FAILED", f"The job ended without a report ({detail}).", None
+    done = store.finish(db, row, status, message, exit_code=code)
+    if done:
+        jobs_of(user.settings).log.info(
+            "Job %s of %s ended: %s (%s)", row.id, user.name, status, message
+        )
+    return done

@@ -1,0 +1,64 @@
+"""The notebook jobs' part of the hub's configuration: their custom scope and who holds it,
+the endpoints, the hook, the settings.
+
+Called by :func:`hub_ext.config.apply_config` after
+:func:`hub_ext.ops.board.apply_admin_config` (which makes the roles ``gpuhub-gpu-admins``
+and ``gpuhub-cli``).  JupyterHub RBAC: members hold ``custom:gpuhub:jobs!user`` through
+the default ``user`` role (their own jobs), and each server's token too
+(``c.Spawner.server_token_scopes``: JupyterHub's ``server`` role plus that scope), so
+the Scheduler in a member's server acts on that member's jobs and no one else's; the GPU
+admins and ``gpuhub-cli`` hold it unfiltered (every job).
+"""
+
+from __future__ import annotations
+
+from ..common.services import CLI_SERVICE, ROLE_NAME
+from .handlers import JOBS_SCOPE, handlers
+
+__all__ = ["HOOK", "MEMBER_SCOPE", "SERVER_SCOPES", "apply_jobs_config"]
+
+HOOK = "hub_ext.jobs.hook.JobsHook"
+MEMBER_SCOPE = f"{JOBS_SCOPE}!user"
+#: JupyterHub's default ``server`` role's scopes, and the jobs of the server's own member
+SERVER_SCOPES = ["users:activity!user", "access:servers!server", MEMBER_SCOPE]
+
+
+def apply_jobs_config(c, settings) -> None:
+    """Define ``custom:gpuhub:jobs``; give it filtered to the ``user`` role and server
+    tokens, unfiltered to ``gpuhub-gpu-admins`` and ``gpuhub-cli``; add the endpoints and
+    :class:`hub_ext.jobs.hook.JobsHook` (first: a forged job start is refused before any
+    other hook asks anything); set ``c.Jobs.per_user`` and ``c.Jobs.notebook_max_mib``.
+    Raises ValueError when the admin roles are not made yet."""
+    custom = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
+    custom[JOBS_SCOPE] = {
+        "description": "GPU notebook jobs: create, list, read, stop and delete them "
+        "(filter with !user=<name> for one member's).",
+    }
+    c.JupyterHub.custom_scopes = custom
+    roles = list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
+    found = set()
+    for i, role in enumerate(roles):
+        if role.get("name") in (ROLE_NAME, CLI_SERVICE, "user"):
+            scope = MEMBER_SCOPE if role["name"] == "user" else JOBS_SCOPE
+            scopes = list(role.get("scopes", []))
+            if scope not in scopes:
+                scopes.append(scope)
+            roles[i] = {**role, "scopes": scopes}
+            found.add(role["name"])
+    missing = {ROLE_NAME, CLI_SERVICE} - found
+    if missing:
+        raise ValueError(
+            f"roles {', '.join(sorted(missing))} missing: call "
+            "apply_admin_config before apply_jobs_config"
+        )
+    if "user" not in found:  # JupyterHub's default user role, and the members' jobs
+        roles.append({"name": "user", "scopes": ["self", MEMBER_SCOPE]})
+    c.JupyterHub.load_roles = roles
+    c.Spawner.server_token_scopes = list(SERVER_SCOPES)
+    extra = list(c.JupyterHub.extra_handlers) if "extra_handlers" in c.JupyterHub else []
+    c.JupyterHub.extra_handlers = extra + [h for h in handlers if h not in extra]
+    core = c.SpawnerCore
+    hooks = list(core.before_container_hooks) if "before_container_hooks" in core else []
+    core.before_container_hooks = [HOOK] + [h for h in hooks if h != HOOK]
+    c.Jobs.per_user = settings.jobs_per_user
+    c.Jobs.notebook_max_mib = settings.job_notebook_max_mib

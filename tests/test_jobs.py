@@ -1,0 +1,185 @@
+"""Notebook jobs without a hub: what a new job must pass (hub_ext.jobs.checks), the table
+(hub_ext.jobs.store) and the profile keys.  The same refusals through a real hub:
+tests/test_jobs_hub.py."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from hub_ext.jobs import store
+from hub_ext.jobs.checks import JobRefused, job_profile, read_notebook, read_request
+from hub_ext.spawn.profiles import ProfileError, init_profiles, job_max_seconds, jobs_allowed
+
+NOTEBOOK = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+PROFILES = [
+    {"display_name": "CPU only", "slug": "cpu", "default": True},
+    {"display_name": "One GPU", "slug": "gpu", "gpus": 1, "credits_per_hour": 4},
+    {"display_name": "Course GPU", "slug": "course", "gpus": 1, "allowed_groups": ["ml101"]},
+    {"display_name": "Big GPU", "slug": "big", "gpus": 2, "jobs": False},
+    {"display_name": "CPU jobs", "slug": "cpujobs", "jobs": True, "job_max_seconds": 60},
+]
+
+
+def refused(call, *args) -> tuple[int, str]:
+    with pytest.raises(JobRefused) as e:
+        call(*args)
+    return e.value.status, e.value.message
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        pytest.param([], "JSON object", id="not-an-object"),
+        pytest.param({"runtime_environment_name": "gpu"}, "input_uri is missing", id="no-input"),
+        pytest.param({"input_uri": "a.ipynb"}, "runtime_environment_name", id="no-profile"),
+        pytest.param(
+            {"input_uri": "a.ipynb", "runtime_environment_name": "gpu", "parameters": "x=1"},
+            "parameters must be a JSON object of strings",
+            id="parameters-not-an-object",
+        ),
+        pytest.param(
+            {"input_uri": "a.ipynb", "runtime_environment_name": "gpu", "parameters": {"x": 1}},
+            "must be a string",
+            id="parameter-not-a-string",
+        ),
+        pytest.param(
+            {
+                "input_uri": "a.ipynb",
+                "runtime_environment_name": "gpu",
+                "parameters": {"import os": "1"},
+            },
+            "not a Python name",
+            id="parameter-name-not-python",
+        ),
+        pytest.param(
+            {"input_uri": "a.ipynb", "runtime_environment_name": "gpu", "output_formats": ["pdf"]},
+            "output_formats",
+            id="unknown-format",
+        ),
+        pytest.param(
+            {"input_uri": "a" * 2000, "runtime_environment_name": "gpu"},
+            "at most 1024",
+            id="long-path",
+        ),
+    ],
+)
+def test_a_create_body_that_is_not_a_job_is_refused_with_the_reason(body, words):
+    status, message = refused(read_request, body)
+    assert status == 400 and words in message
+    assert "a" * 100 not in message  # a bad value is quoted by its start only
+
+
+def test_a_create_body_is_read_with_the_executed_notebook_always_among_its_outputs():
+    request = read_request(
+        {
+            "input_uri": "train.ipynb",
+            "runtime_environment_name": "gpu",
+            "parameters": {"epochs": "3"},
+            "output_formats": ["html"],
+            "name": "first",
+            "tags": ["ignored"],  # the rest of Scheduler's CreateJob is ignored
+        }
+    )
+    assert (request.profile, request.parameters, request.output_formats, request.name) == (
+        "gpu",
+        {"epochs": "3"},
+        ["ipynb", "html"],
+        "first",
+    )
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    home = tmp_path / "home"
+    (home / "sub").mkdir(parents=True)
+    (home / "sub" / "nb.ipynb").write_text(json.dumps(NOTEBOOK))
+    secret = tmp_path / "secret.ipynb"
+    secret.write_text(json.dumps(NOTEBOOK))
+    os.symlink(secret, home / "link.ipynb")
+    os.symlink(tmp_path, home / "out")
+    (home / "big.ipynb").write_text(json.dumps({**NOTEBOOK, "metadata": {"x": "y" * 3000}}))
+    (home / "plain.ipynb").write_text("print('hello')\n")
+    (home / "old.ipynb").write_text(json.dumps({**NOTEBOOK, "nbformat": 3}))
+    os.mkfifo(home / "fifo.ipynb")
+    return str(home)
+
+
+@pytest.mark.parametrize(
+    "path, status, words",
+    [
+        pytest.param("../secret.ipynb", 400, "leaves your workspace", id="dot-dot"),
+        pytest.param("sub/../../secret.ipynb", 400, "leaves your workspace", id="dot-dot-inside"),
+        pytest.param("/etc/passwd.ipynb", 400, "relative", id="absolute"),
+        pytest.param("link.ipynb", 403, "link", id="symlink-out"),
+        pytest.param("out/secret.ipynb", 403, "link", id="symlinked-folder-out"),
+        pytest.param("big.ipynb", 413, "at most", id="oversized"),
+        pytest.param("plain.ipynb", 400, "does not read as a notebook", id="not-json"),
+        pytest.param("old.ipynb", 400, "nbformat 4", id="old-format"),
+        pytest.param("sub/nb.py", 400, "not a notebook", id="not-ipynb"),
+        pytest.param("missing.ipynb", 404, "not in your workspace", id="missing"),
+        pytest.param("fifo.ipynb", 403, "not a regular file", id="fifo"),
+    ],
+)
+def test_a_notebook_outside_the_workspace_or_not_a_notebook_is_refused(
+    workspace, path, status, words
+):
+    got, message = refused(read_notebook, workspace, path, 2048)
+    assert (got, words in message) == (status, True), message
+
+
+def test_the_notebook_is_read_through_folders_of_the_workspace(workspace):
+    assert json.loads(read_notebook(workspace, "./sub//nb.ipynb", 2048)) == NOTEBOOK
+
+
+def test_jobs_run_on_gpu_profiles_unless_a_profile_says_otherwise():
+    profiles = {p["slug"]: p for p in init_profiles(PROFILES)}
+    assert {s: jobs_allowed(p) for s, p in profiles.items()} == {
+        "cpu": False,
+        "gpu": True,
+        "course": True,
+        "big": False,
+        "cpujobs": True,
+    }
+    assert (job_max_seconds(profiles["gpu"]), job_max_seconds(profiles["cpujobs"])) == (86400, 60)
+    with pytest.raises(ProfileError, match="job_max_seconds"):
+        init_profiles([{"display_name": "x", "job_max_seconds": -1}])
+    with pytest.raises(ProfileError, match="jobs must be true or false"):
+        init_profiles([{"display_name": "x", "jobs": "yes"}])
+
+
+@pytest.mark.parametrize(
+    "slug, status, words",
+    [
+        pytest.param("gpu-x", 404, "No such environment", id="forged"),
+        pytest.param("course", 403, "not open to you", id="not-my-group"),
+        pytest.param("cpu", 403, "does not run notebook jobs", id="no-jobs"),
+        pytest.param("big", 403, "does not run notebook jobs", id="jobs-off"),
+    ],
+)
+def test_a_profile_must_exist_be_open_to_the_member_and_run_jobs(slug, status, words):
+    everything = init_profiles(PROFILES)
+    visible = [p for p in everything if not p.get("allowed_groups")]
+    got, message = refused(job_profile, visible, everything, slug)
+    assert (got, words in message) == (status, True), message
+    assert "Options include: big" not in message and "cpujobs, gpu" in message
+
+
+def test_a_job_ends_once(hub_db):
+    row = store.insert(
+        hub_db,
+        user="alice",
+        profile="gpu",
+        input_path="jobs/a/in.ipynb",
+        input_filename="a.ipynb",
+        output_dir="jobs/a",
+        status="IN_PROGRESS",
+    )
+    assert row.server_name == "job-" + row.id.replace("-", "")[:12]
+    assert store.count_active(hub_db, "alice") == 1
+    assert store.finish(hub_db, row, "COMPLETED", "Completed.", exit_code=0)
+    assert not store.finish(hub_db, row, "FAILED", "again")
+    assert (row.status, row.status_message, row.exit_code) == ("COMPLETED", "Completed.", 0)
+    assert store.count_active(hub_db, "alice") == 0
