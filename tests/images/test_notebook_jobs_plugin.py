@@ -151,7 +151,7 @@ class JobsHub:
             "update_time": 1795008600000,
             "output_dir": output_dir,
             "outputs": outputs,
-            "input_path": f"{output_dir}/{stem}.ipynb",
+            "input_path": f"{output_dir}/input/{stem}.ipynb",
             "url": f"/hub/api/gpuhub/jobs/{job_id}",
             "downloaded": True,  # the hub's word; the server looks for the files itself
         }
@@ -276,7 +276,7 @@ def test_finished_jobs_files_are_found_in_the_workspace_without_a_download(
     assert all(f["file_path"] is None for f in before["job_files"])
 
     # the job (the hub's container) writes its outputs and the input copy into the workspace
-    files = [*job["outputs"].values(), f"{job['output_dir']}/train.ipynb"]
+    files = [*job["outputs"].values(), job["input_path"]]
     alice_server.container.exec_run(
         [
             "sh",
@@ -293,7 +293,7 @@ def test_finished_jobs_files_are_found_in_the_workspace_without_a_download(
         "ipynb": f"work/{job['outputs']['ipynb']}",
         "html": f"work/{job['outputs']['html']}",
         "log": f"work/{job['outputs']['log']}",
-        "input": f"work/{job['output_dir']}/train.ipynb",
+        "input": f"work/{job['output_dir']}/input/train.ipynb",
     }
     assert after["downloaded"] is True
     assert "status_message" not in after or not after["status_message"]
