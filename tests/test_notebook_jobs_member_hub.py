@@ -5,9 +5,10 @@ server (``/user/<name>/scheduler/...``); the image's ``gpuhub_scheduler`` forwar
 hub's jobs API with the server's own token (docs/howto/notebook-jobs.md). Here a real hub
 with the notebook image (``GPUHUB_TEST_IMAGE``, default ``gpuhub/base:latest``) starts
 alice's CPU server; bob's GPU server holds the hub's only GPU, so alice's job waits in the
-line, where its detail shows its place, until she stops it. Running a job to its end is
-tested with the runner (tests/test_jobs_hub.py); the plugin alone against a stand-in of the
-endpoints in tests/images/test_notebook_jobs_plugin.py.
+line, where its detail shows its place, until she stops it; with the GPU free, her next job
+runs to its end and the Scheduler links its files in her workspace. What a job computes, its
+GPU and its credits are tested in tests/test_jobs_hub.py; the plugin alone against a
+stand-in of the endpoints in tests/images/test_notebook_jobs_plugin.py.
 """
 
 from __future__ import annotations
@@ -41,14 +42,15 @@ async def hub(hub_factory, tmp_path):
     path = tmp_path / "profiles.json"
     path.write_text(json.dumps(PROFILES))
     return await hub_factory(
-        extra_config="c.Line.update_interval = 0.2\nc.GPUPool.refresh_interval = 0.2\n",
+        extra_config="c.Line.update_interval = 0.2\nc.GPUPool.refresh_interval = 0.2\n"
+        "c.Jobs.check_interval = 0.5\n",
         GPUHUB_PROFILES=str(path),
         GPUHUB_GPUS="simulated:1",
         GPUHUB_CREDITS="off",
     )
 
 
-async def test_member_creates_a_job_in_her_cpu_server_sees_its_place_and_stops_it(hub):
+async def test_member_creates_a_job_in_her_cpu_server_sees_its_place_and_its_results(hub):
     alice = await hub.create_user("alice")
     await hub.create_user("bob")
     assert (await hub.spawn("bob", {"profile": "pytorch"})).status_code in (201, 202)
@@ -60,6 +62,12 @@ async def test_member_creates_a_job_in_her_cpu_server_sees_its_place_and_stops_i
         headers={"Authorization": f"token {alice}"},
         timeout=30,
     ) as server:
+
+        async def detail(job_id):
+            r = await server.get(f"/scheduler/jobs/{job_id}")
+            assert r.status_code == 200, r.text
+            return r.json()
+
         for path, body in [
             ("work/train.ipynb", {"type": "notebook", "format": "json", "content": NOTEBOOK}),
             ("work/notes.txt", {"type": "file", "format": "text", "content": "not a notebook"}),
@@ -73,6 +81,7 @@ async def test_member_creates_a_job_in_her_cpu_server_sees_its_place_and_stops_i
             ("pytorch", "PyTorch, 1 GPU, 1.00 credits/h, 0 of 1 free")
         ]
 
+        # bob's server holds the only GPU: the job waits, its place in its detail
         job = {
             "name": "train",
             "input_uri": "work/train.ipynb",
@@ -82,22 +91,21 @@ async def test_member_creates_a_job_in_her_cpu_server_sees_its_place_and_stops_i
         }
         created = await server.post("/scheduler/jobs", json=job)
         assert created.status_code == 200, (created.text, hub.log()[-3000:])
-        job_id = created.json()["job_id"]
+        first = created.json()["job_id"]
 
-        async def detail():
-            r = await server.get(f"/scheduler/jobs/{job_id}")
-            assert r.status_code == 200, r.text
-            return r.json()
+        async def queued_with_place():
+            found = await detail(first)
+            place = found.get("status_message") or ""
+            return found if place.startswith("Waiting for a GPU") else None
 
-        waiting = await eventually(
-            lambda: _queued_with_place(detail), what="alice's job waiting with its place"
-        )
+        waiting = await eventually(queued_with_place, what="alice's job waiting with its place")
+        assert waiting["status"] == "QUEUED", waiting
         assert re.fullmatch(r"Waiting for a GPU: 1st in line, .+", waiting["status_message"])
         assert waiting["parameters"] == {"epochs": "3"}
         listed = (await server.get("/scheduler/jobs")).json()
-        assert [j["job_id"] for j in listed["jobs"]] == [job_id]
+        assert [j["job_id"] for j in listed["jobs"]] == [first]
         # the hub is the record: the same job through its own API, with alice's token
-        mine = await hub.api("GET", f"/gpuhub/jobs/{job_id}", token=alice)
+        mine = await hub.api("GET", f"/gpuhub/jobs/{first}", token=alice)
         assert mine.json()["output_dir"].startswith("jobs/train-"), mine.text
 
         # a refusal reaches the form in the hub's own words
@@ -110,18 +118,33 @@ async def test_member_creates_a_job_in_her_cpu_server_sees_its_place_and_stops_i
         assert 400 <= direct.status_code < 500, direct.text
         assert refused.json()["message"] == direct.json()["message"]
 
-        stopped = await server.patch(f"/scheduler/jobs/{job_id}", json={"status": "STOPPED"})
+        # Stop: the job leaves the line
+        stopped = await server.patch(f"/scheduler/jobs/{first}", json={"status": "STOPPED"})
         assert stopped.status_code == 204, stopped.text
 
-        async def stopped_now():
-            return (await detail())["status"] == "STOPPED"
+        async def has_status(job_id, *statuses):
+            found = await detail(job_id)
+            return found if found["status"] in statuses else None
 
-        await eventually(stopped_now, what="alice's job stopped")
+        await eventually(lambda: has_status(first, "STOPPED"), what="alice's job stopped")
         line = await hub.api("GET", "/gpuhub/line", token=alice)
         assert line.json()["places"] == [], line.text
 
-
-async def _queued_with_place(detail):
-    job = await detail()
-    place = job.get("status_message") or ""
-    return job if job["status"] == "QUEUED" and place.startswith("Waiting for a GPU") else None
+        # with the GPU free, a job runs to its end; its files are in her workspace, linked
+        await hub.stop_server("bob")
+        created = await server.post("/scheduler/jobs", json={**job, "name": "train again"})
+        assert created.status_code == 200, created.text
+        second = created.json()["job_id"]
+        done = await eventually(
+            lambda: has_status(second, "COMPLETED", "FAILED", "STOPPED"),
+            timeout=120,
+            what="alice's second job ended",
+        )
+        assert done["status"] == "COMPLETED", (done, hub.log()[-3000:])
+        files = {f["file_format"]: f["file_path"] for f in done["job_files"]}
+        assert sorted(files) == ["input", "ipynb", "log"], done
+        assert all(path.startswith(f"work/jobs/train-{second}/") for path in files.values())
+        assert done["downloaded"] is True
+        executed = await server.get(f"/api/contents/{files['ipynb']}")
+        outputs = [o for c in executed.json()["content"]["cells"] for o in c.get("outputs", [])]
+        assert "42\n" in [o.get("text") for o in outputs], outputs
