@@ -1,6 +1,7 @@
 """Reservations on the Slurm backend are Slurm's own: a real hub and proxy, the real two-node
 test cluster (tests/fixtures/slurm.py, 2 stand-in GPUs per node), members' jobs under their
-own uids.  The hub's reservation becomes ``gpuhub-<id>`` in ``scontrol show reservation``;
+own uids.  The hub's reservation becomes ``gpuhub-<hub id>-<id>`` in ``scontrol show
+reservation`` (the test hubs' ``GPUHUB_HUB_ID`` is not the default);
 a member's job during the window runs in it; a non-member is refused by the hub and kept
 pending by Slurm while the other GPUs are taken; deleting it in the hub ends Slurm's; a
 restarted hub makes Slurm's match its own again.  Slurm leaves a job that already runs on
@@ -79,8 +80,8 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
     assert r.status_code == 201, r.text
     admin = (hub.state_dir / CLI_TOKEN_FILE).read_text().strip()
     made = []
-    stray = "gpuhub-999999"
-    foreign = f"other-{uuid.uuid4().hex[:6]}"
+    stray = f"gpuhub-{hub.id}-999999"  # named as this hub names its own
+    foreign = "gpuhub-999998"  # as a hub with the default GPUHUB_HUB_ID names its own
     try:
         # 1 GPU for the group from now+15 s for 5 min: Slurm's own reservation
         start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=15)
@@ -98,7 +99,7 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
         assert r.status_code == 201, r.text
         rid = r.json()["id"]
         made.append(rid)
-        name = f"gpuhub-{rid}"
+        name = f"gpuhub-{hub.id}-{rid}"
         mine = slurm_reservations(slurm_cluster)[name]
         assert (mine["StartTime"], mine["EndTime"]) == (
             start.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -130,7 +131,9 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
         ), r.text
         r = await hub.api("GET", PATH, token=admin)
         assert [x["id"] for x in r.json()["reservations"]] == [rid]
-        assert [n for n in slurm_reservations(slurm_cluster) if n.startswith("gpuhub-")] == [name]
+        assert [
+            n for n in slurm_reservations(slurm_cluster) if n.startswith(f"gpuhub-{hub.id}-")
+        ] == [name]
 
         # the window opens: alice's job runs in Slurm's reservation, on its node
         await eventually(lambda: _active(slurm_cluster, name), 40, "the window's start")
@@ -224,7 +227,7 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
         rid = r.json()["id"]
         made.append(rid)
         hub.kill(signal.SIGTERM)
-        slurm_cluster.run("scontrol", "delete", f"ReservationName=gpuhub-{rid}")
+        slurm_cluster.run("scontrol", "delete", f"ReservationName=gpuhub-{hub.id}-{rid}")
         for extra in (stray, foreign):
             slurm_cluster.run(
                 "scontrol",
@@ -241,13 +244,13 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
         slurm_cluster.wait_for(
             "the restarted hub's reservations in Slurm",
             lambda: (
-                f"gpuhub-{rid}" in (found := slurm_reservations(slurm_cluster))
+                f"gpuhub-{hub.id}-{rid}" in (found := slurm_reservations(slurm_cluster))
                 and stray not in found
             ),
             timeout=30,
         )
         assert foreign in slurm_reservations(slurm_cluster)  # not the hub's: left alone
-        assert slurm_reservations(slurm_cluster)[f"gpuhub-{rid}"]["Users"] == alice
+        assert slurm_reservations(slurm_cluster)[f"gpuhub-{hub.id}-{rid}"]["Users"] == alice
         # a new member of the group (as a login with the group would make): a Slurm user
         # of the reservation by the next pass
         carol = slurm_cluster.fresh_member("ghs-rc")
@@ -257,14 +260,15 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
         slurm_cluster.wait_for(
             "carol among the reservation's users",
             lambda: (
-                slurm_reservations(slurm_cluster)[f"gpuhub-{rid}"]["Users"] == f"{alice},{carol}"
+                slurm_reservations(slurm_cluster)[f"gpuhub-{hub.id}-{rid}"]["Users"]
+                == f"{alice},{carol}"
             ),
             timeout=15,
         )
     finally:
         for rid in made:
             await hub.api("DELETE", f"{PATH}/{rid}", token=admin)
-        for extra in (stray, foreign, *(f"gpuhub-{rid}" for rid in made)):
+        for extra in (stray, foreign, *(f"gpuhub-{hub.id}-{rid}" for rid in made)):
             slurm_cluster.run("scontrol", "delete", f"ReservationName={extra}", check=False)
         del tokens
 
@@ -341,7 +345,9 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
         )
         assert r.status_code == 201, r.text
         rid = r.json()["id"]
-        slurm_cluster.run("scontrol", "update", f"ReservationName=gpuhub-{rid}", f"Nodes={node}")
+        slurm_cluster.run(
+            "scontrol", "update", f"ReservationName=gpuhub-{hub.id}-{rid}", f"Nodes={node}"
+        )
         # carol's job cannot run into the reservation: the other node
         await _ready(hub, carol)
         assert job_of(slurm_cluster, carol)["NodeList"] != node
@@ -393,7 +399,7 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
         )
         await _ready(hub, alice)
         job = job_of(slurm_cluster, alice)
-        assert (job["Reservation"], job["NodeList"]) == (f"gpuhub-{rid}", node), job
+        assert (job["Reservation"], job["NodeList"]) == (f"gpuhub-{hub.id}-{rid}", node), job
         course = [
             (t.kind, str(t.amount), dict(t.metadata))
             async for t in ledger_admin.iter_transactions(account)
@@ -431,7 +437,9 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
     finally:
         if rid is not None:
             await hub.api("DELETE", f"{PATH}/{rid}", token=admin)
-            slurm_cluster.run("scontrol", "delete", f"ReservationName=gpuhub-{rid}", check=False)
+            slurm_cluster.run(
+                "scontrol", "delete", f"ReservationName=gpuhub-{hub.id}-{rid}", check=False
+            )
 
 
 async def _ready(hub, name: str) -> None:

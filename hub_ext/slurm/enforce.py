@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from ..reservations.enforce import ReservationBackend, Reservations
 from ..reservations.policy import Window
 from .cluster import JobGPUs, Node
-from .reservations import SlurmReservation, SlurmReservations, slurm_name
+from .reservations import SlurmReservation, SlurmReservations
 
 __all__ = ["SlurmHeld", "attach_enforcement", "job_since"]
 
@@ -78,13 +78,13 @@ class SlurmHeld(ReservationBackend):
     def held(self, window: Window) -> int:
         """The GPUs of the nodes of ``window``'s Slurm reservation (at least the window's
         own count: a reservation Slurm does not have holds what the hub asked)."""
-        r = self.reserved.get(slurm_name(window.reservation or 0))
+        r = self.reserved.get(self.runner.name(window.reservation or 0))
         gpus = sum(sum(self.nodes[n].gpus.values()) for n in r.nodes if n in self.nodes) if r else 0
         return max(window.gpus, gpus)
 
     def _watched(self) -> set[str]:
         """The nodes of the Slurm reservations of the windows open now or soon."""
-        names = {slurm_name(w.reservation or 0) for w in self.rules.open + self.rules.soon}
+        names = {self.runner.name(w.reservation or 0) for w in self.rules.open + self.rules.soon}
         return {n for name in names if name in self.reserved for n in self.reserved[name].nodes}
 
     def holdings(self) -> list[tuple]:

@@ -26,7 +26,7 @@ from ..reservations.backend import BackendRefused, BackendUnavailable, members_o
 from ..reservations.rules import occurrences
 from .cluster import parse_gres_request
 from .enforce import attach_enforcement
-from .reservations import SlurmReservations, slurm_name
+from .reservations import SlurmReservations
 
 __all__ = ["SlurmReservationSpawner", "start_reservation_pass"]
 
@@ -110,11 +110,11 @@ class SlurmReservationSpawner(LoggingConfigurable):
                 self.log.warning(
                     "%s starts without reservation %s: %s",
                     self._log_name,
-                    slurm_name(reservation_id),
+                    runner.name(reservation_id),
                     e,
                 )
                 continue
-            self._reservation = slurm_name(reservation_id)
+            self._reservation = runner.name(reservation_id)
             self.log.info(
                 "%s starts in Slurm reservation %s (group %s)",
                 self._log_name,
