@@ -26,6 +26,7 @@ from hub_ext.ops.board import CLI_TOKEN_FILE
 from tests.fixtures.hub import eventually
 from tests.fixtures.oidc import MEMBERS
 from tests.test_reservation_enforcement_hub import hhmm, home, last_run, page_says
+from tests.test_slurm_hub import events_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.hub, pytest.mark.docker]
 
@@ -326,17 +327,18 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
         bob: await hub.login(bob),
         carol: await hub.login(carol),
     }
-    for name in (alice, bob, carol, account):
+    for name in (alice, bob, carol):
         await ledger_admin.grant(name, "10.00", key=f"test-grant-{name}")
+    await ledger_admin.grant(account, "0.50", key=f"test-grant-{account}")  # not enough
     admin = (hub.state_dir / CLI_TOKEN_FILE).read_text().strip()
     rid = None
     try:
         await _ready(hub, bob)
         node = job_of(slurm_cluster, bob)["NodeList"]
-        # 1 GPU for the course from 90 s from now for 2 minutes; Slurm picks the node, which
+        # 1 GPU for the course from 90 s from now for 3 minutes; Slurm picks the node, which
         # the test pins on bob's (Slurm may pick it: a reservation ignores running jobs)
         start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=90)
-        end = start + timedelta(minutes=2)
+        end = start + timedelta(minutes=3)
         r = await hub.api(
             "POST",
             PATH,
@@ -388,8 +390,8 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
         assert paid[:2] == [("grant", "10.00"), ("debit", "1.00")], paid
         assert len(paid) == 3 and 0 < float(paid[2][1]) < 1, paid
 
-        # alice's card says the course pays; her job runs in the reservation, on its node,
-        # and the course's account pays, naming her and the course
+        # alice's card says the course pays; its account cannot: she is told, and may pay
+        # herself
         await eventually(
             lambda: _spawn_page_says(
                 browsers[alice],
@@ -397,18 +399,32 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
             ),
             what="alice's card",
         )
+        await _refused(
+            hub,
+            slurm_cluster,
+            alice,
+            "ML101's account cannot pay for this server: it has 0.50 credits",
+        )
+        await _ready(hub, alice, pay="self")
+        assert last_run(hub, alice).course is None
+        await hub.stop_server(alice, timeout=120)
+        own = await _ledger(ledger_admin, alice)
+        assert [k for k, _, _ in own] == ["grant", "debit", "refund"], own
+
+        # with credits, the course's account pays for her job, which runs in the
+        # reservation, on its node; the debit names her and the course
+        await ledger_admin.grant(account, "10.00", key=f"test-grant-more-{account}")
         await _ready(hub, alice)
         job = job_of(slurm_cluster, alice)
         assert (job["Reservation"], job["NodeList"]) == (f"gpuhub-{hub.id}-{rid}", node), job
-        course = [
-            (t.kind, str(t.amount), dict(t.metadata))
-            async for t in ledger_admin.iter_transactions(account)
-        ][::-1]
-        assert [(k, a) for k, a, _ in course] == [("grant", "10.00"), ("debit", "1.00")], course
-        assert (course[1][2]["member"], course[1][2]["course"]) == (alice, "ml101"), course
-        assert [(t.kind, str(t.amount)) async for t in ledger_admin.iter_transactions(alice)] == [
-            ("grant", "10.00")
-        ]
+        course = await _ledger(ledger_admin, account)
+        assert [(k, a) for k, a, _ in course] == [
+            ("grant", "0.50"),
+            ("grant", "10.00"),
+            ("debit", "1.00"),
+        ], course
+        assert (course[2][2]["member"], course[2][2]["course"]) == (alice, "ml101"), course
+        assert await _ledger(ledger_admin, alice) == own
         assert last_run(hub, alice).course == "ml101"
         await hub.stop_server(alice, timeout=120)
         day = datetime.now(UTC)
@@ -442,10 +458,32 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
             )
 
 
-async def _ready(hub, name: str) -> None:
-    r = await hub.spawn(name, {"profile": "gpu"})
+async def _ready(hub, name: str, **options) -> None:
+    r = await hub.spawn(name, {"profile": "gpu", **options})
     assert r.status_code in (201, 202), r.text
     await hub.wait_ready(name, timeout=180)
+
+
+async def _refused(hub, cluster, name: str, text: str) -> None:
+    """``name``'s start is refused with ``text``: at once (HTTP 402), or, when the job ran
+    after the hub answered 202, in the start's progress; nothing is left running."""
+    r = await hub.spawn(name, {"profile": "gpu"})
+    if r.status_code == 202:
+        await events_until(hub, name, text, timeout=180)
+        await eventually(lambda: hub.stopped(name), what=f"{name}'s failed start cleared")
+    else:
+        assert r.status_code == 402 and text in r.json()["message"], r.text
+    cluster.wait_for(
+        f"{name}'s job cancelled",
+        lambda: not cluster.run("squeue", "-h", "-u", name, "-t", "PD,R").stdout.strip(),
+        timeout=30,
+    )
+
+
+async def _ledger(admin, account: str) -> list[tuple[str, str, dict]]:
+    return [
+        (t.kind, str(t.amount), dict(t.metadata)) async for t in admin.iter_transactions(account)
+    ][::-1]
 
 
 async def _spawn_page_says(browser, text: str) -> bool:
