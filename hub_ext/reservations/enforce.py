@@ -3,7 +3,8 @@ the stop at its start, and the closure the pool and the line consult.
 
 One :class:`Reservations` per hub process (``Reservations.instance()``), backend-neutral:
 what "a server holding units" and "free units" mean is asked of a
-:class:`ReservationBackend` (the Docker pool: :mod:`hub_ext.docker.pool_reservations`);
+:class:`ReservationBackend` (the Docker pool: :mod:`hub_ext.docker.pool_reservations`;
+Slurm's reserved nodes and the hub's jobs on them: :mod:`hub_ext.slurm.enforce`);
 the rules themselves are :mod:`hub_ext.reservations.policy`.  The pool stays the one
 authority over who holds which GPU: this module only tells it how many units are closed
 to a member now (:meth:`Reservations.closed_to`), so nothing is ever double-booked

@@ -16,7 +16,9 @@ NodeCnt=<nodes enough for N GPUs> Flags=FLEX,IGNORE_JOBS``.  A reservation of 1 
 nodes of 2 GPUs holds the node's 2; the cards and the board show what Slurm holds.
 ``FLEX`` lets a job that names the reservation also run outside it, so the group's
 members draw from the reserved nodes first and from the shared pool after, in one job;
-``IGNORE_JOBS`` lets a reservation be made while jobs without a time limit run.  The
+``IGNORE_JOBS`` lets a reservation be made while jobs without a time limit run (Slurm
+leaves them running in the window: the hub stops its own non-members' servers there,
+:mod:`.enforce`).  The
 recurrence is the hub's (RFC 5545 with exceptions and a time zone), not Slurm's
 ``Flags=WEEKLY``, which has no end, no exceptions, and keeps the cluster's local clock.
 
