@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,8 +14,10 @@ from hub_ext.slurm.cluster import Node
 from hub_ext.slurm.reservations import (
     closed_gpus,
     create_args,
+    hub_id,
     nodes_needed,
     parse_reservations,
+    slurm_name,
     update_args,
     wanted,
 )
@@ -97,6 +100,20 @@ def test_the_next_occurrence_of_a_weekly_lab_is_what_slurm_holds():
         )
 
 
+def test_two_hubs_on_one_cluster_name_their_reservations_apart():
+    assert (slurm_name(7), slurm_name(7, "gpuhub"), slurm_name(7, "lab2")) == (
+        "gpuhub-7",
+        "gpuhub-7",
+        "gpuhub-lab2-7",
+    )
+    assert (hub_id("gpuhub-7"), hub_id("gpuhub-lab2-7", "lab2")) == (7, 7)
+    # neither takes the other's for its own (its pass would delete it)
+    assert (hub_id("gpuhub-lab2-7"), hub_id("gpuhub-7", "lab2")) == (None, None)
+    assert hub_id("gpuhub-lab2-7", "lab") is None
+    spec = Spec(group="g", gpus=1, start=T0, end=T0 + timedelta(hours=1), id=3)
+    assert wanted(spec, T0, ["a"], [2, 2], "gpu", "lab2").name == "gpuhub-lab2-3"
+
+
 def test_an_update_changes_users_and_times_but_not_a_running_start():
     [have] = parse_reservations(LINE).values()
     spec = Spec(group="g", gpus=1, start=have.start, end=have.end, id=7)
@@ -118,6 +135,7 @@ def test_a_non_member_sees_the_reserved_nodes_gpus_taken():
         Node("node2", ["gpu"], "idle", {"": 2}, {}),
     ]
     [r] = parse_reservations(LINE.replace("node[1-2]", "node1")).values()
+    r = replace(r, reservation_id=7)  # the hub's own (SlurmReservations.read)
     seen, why = closed_gpus(nodes, [r], lambda r: False)
     assert ([n.free() for n in seen], why) == ([0, 2], r)
     seen, why = closed_gpus(nodes, [r], lambda r: True)

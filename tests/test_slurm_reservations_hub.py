@@ -1,16 +1,22 @@
 """Reservations on the Slurm backend are Slurm's own: a real hub and proxy, the real two-node
 test cluster (tests/fixtures/slurm.py, 2 stand-in GPUs per node), members' jobs under their
-own uids.  The hub's reservation becomes ``gpuhub-<id>`` in ``scontrol show reservation``;
+own uids.  The hub's reservation becomes ``gpuhub-<hub id>-<id>`` in ``scontrol show
+reservation`` (the test hubs' ``GPUHUB_HUB_ID`` is not the default);
 a member's job during the window runs in it; a non-member is refused by the hub and kept
 pending by Slurm while the other GPUs are taken; deleting it in the hub ends Slurm's; a
-restarted hub makes Slurm's match its own again."""
+restarted hub makes Slurm's match its own again.  Slurm leaves a job that already runs on
+the reserved node alone: the hub warns a non-member's server there and stops it at the
+window's start (refunded, reason ``reservation``), and a member's server there is paid by
+the course's account (the reference credits service)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -18,6 +24,9 @@ import pytest
 
 from hub_ext.ops.board import CLI_TOKEN_FILE
 from tests.fixtures.hub import eventually
+from tests.fixtures.oidc import MEMBERS
+from tests.test_reservation_enforcement_hub import hhmm, home, last_run, page_says
+from tests.test_slurm_hub import events_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.hub, pytest.mark.docker]
 
@@ -72,8 +81,8 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
     assert r.status_code == 201, r.text
     admin = (hub.state_dir / CLI_TOKEN_FILE).read_text().strip()
     made = []
-    stray = "gpuhub-999999"
-    foreign = f"other-{uuid.uuid4().hex[:6]}"
+    stray = f"gpuhub-{hub.id}-999999"  # named as this hub names its own
+    foreign = "gpuhub-999998"  # as a hub with the default GPUHUB_HUB_ID names its own
     try:
         # 1 GPU for the group from now+15 s for 5 min: Slurm's own reservation
         start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=15)
@@ -91,7 +100,7 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
         assert r.status_code == 201, r.text
         rid = r.json()["id"]
         made.append(rid)
-        name = f"gpuhub-{rid}"
+        name = f"gpuhub-{hub.id}-{rid}"
         mine = slurm_reservations(slurm_cluster)[name]
         assert (mine["StartTime"], mine["EndTime"]) == (
             start.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -123,7 +132,9 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
         ), r.text
         r = await hub.api("GET", PATH, token=admin)
         assert [x["id"] for x in r.json()["reservations"]] == [rid]
-        assert [n for n in slurm_reservations(slurm_cluster) if n.startswith("gpuhub-")] == [name]
+        assert [
+            n for n in slurm_reservations(slurm_cluster) if n.startswith(f"gpuhub-{hub.id}-")
+        ] == [name]
 
         # the window opens: alice's job runs in Slurm's reservation, on its node
         await eventually(lambda: _active(slurm_cluster, name), 40, "the window's start")
@@ -217,7 +228,7 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
         rid = r.json()["id"]
         made.append(rid)
         hub.kill(signal.SIGTERM)
-        slurm_cluster.run("scontrol", "delete", f"ReservationName=gpuhub-{rid}")
+        slurm_cluster.run("scontrol", "delete", f"ReservationName=gpuhub-{hub.id}-{rid}")
         for extra in (stray, foreign):
             slurm_cluster.run(
                 "scontrol",
@@ -234,13 +245,13 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
         slurm_cluster.wait_for(
             "the restarted hub's reservations in Slurm",
             lambda: (
-                f"gpuhub-{rid}" in (found := slurm_reservations(slurm_cluster))
+                f"gpuhub-{hub.id}-{rid}" in (found := slurm_reservations(slurm_cluster))
                 and stray not in found
             ),
             timeout=30,
         )
         assert foreign in slurm_reservations(slurm_cluster)  # not the hub's: left alone
-        assert slurm_reservations(slurm_cluster)[f"gpuhub-{rid}"]["Users"] == alice
+        assert slurm_reservations(slurm_cluster)[f"gpuhub-{hub.id}-{rid}"]["Users"] == alice
         # a new member of the group (as a login with the group would make): a Slurm user
         # of the reservation by the next pass
         carol = slurm_cluster.fresh_member("ghs-rc")
@@ -250,14 +261,15 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
         slurm_cluster.wait_for(
             "carol among the reservation's users",
             lambda: (
-                slurm_reservations(slurm_cluster)[f"gpuhub-{rid}"]["Users"] == f"{alice},{carol}"
+                slurm_reservations(slurm_cluster)[f"gpuhub-{hub.id}-{rid}"]["Users"]
+                == f"{alice},{carol}"
             ),
             timeout=15,
         )
     finally:
         for rid in made:
             await hub.api("DELETE", f"{PATH}/{rid}", token=admin)
-        for extra in (stray, foreign, *(f"gpuhub-{rid}" for rid in made)):
+        for extra in (stray, foreign, *(f"gpuhub-{hub.id}-{rid}" for rid in made)):
             slurm_cluster.run("scontrol", "delete", f"ReservationName={extra}", check=False)
         del tokens
 
@@ -273,3 +285,213 @@ async def _still(cluster, job_id: str, state: str, seconds: float) -> None:
     for _ in range(int(seconds / 0.5)):
         assert cluster.job_state(job_id) == state, cluster.run("squeue").stdout
         await asyncio.sleep(0.5)
+
+
+PRICED = [
+    {"display_name": "CPU only", "slug": "cpu", "default": True},
+    {"display_name": "One GPU", "slug": "gpu", "gpus": 1, "credits_per_hour": 4},
+]
+
+
+async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_pays(
+    slurm_hub, slurm_cluster, credits_service, ledger_admin, tmp_path
+):
+    bob = slurm_cluster.fresh_member("ghs-rb")  # not in the course: on the node to reserve
+    carol = slurm_cluster.fresh_member("ghs-rc")  # not in it either: on the other node
+    alice = slurm_cluster.fresh_member("ghs-ra")  # in it
+    other = slurm_cluster.fresh_member("ghs-ro")  # a cluster user outside the hub
+    group, account = f"ml101-{uuid.uuid4().hex[:6]}", f"{alice}-ml101"
+    courses = tmp_path / "courses.json"
+    courses.write_text(
+        json.dumps(
+            {
+                "ml101": {
+                    "display_name": "ML101",
+                    "group": group,
+                    "instructors": ["ml101-instructors"],
+                    "account": account,
+                }
+            }
+        )
+    )
+    hub = await slurm_hub(
+        PRICED,
+        "c.Reservations.check_interval = 1\n",
+        GPUHUB_CREDITS_URL=credits_service.url,
+        GPUHUB_CREDITS_TOKEN=credits_service.hub_token,
+        GPUHUB_COURSES=str(courses),
+        GPUHUB_RESERVATION_WARNING="600",
+    )
+    browsers = {
+        alice: await hub.login(alice, groups=[MEMBERS, group]),
+        bob: await hub.login(bob),
+        carol: await hub.login(carol),
+    }
+    for name in (alice, bob, carol):
+        await ledger_admin.grant(name, "10.00", key=f"test-grant-{name}")
+    await ledger_admin.grant(account, "0.50", key=f"test-grant-{account}")  # not enough
+    admin = (hub.state_dir / CLI_TOKEN_FILE).read_text().strip()
+    rid = None
+    try:
+        await _ready(hub, bob)
+        node = job_of(slurm_cluster, bob)["NodeList"]
+        # 1 GPU for the course from 90 s from now for 3 minutes; Slurm picks the node, which
+        # the test pins on bob's (Slurm may pick it: a reservation ignores running jobs)
+        start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=90)
+        end = start + timedelta(minutes=3)
+        r = await hub.api(
+            "POST",
+            PATH,
+            token=admin,
+            json={"group": group, "gpus": 1, "start": iso(start), "end": iso(end)},
+        )
+        assert r.status_code == 201, r.text
+        rid = r.json()["id"]
+        slurm_cluster.run(
+            "scontrol", "update", f"ReservationName=gpuhub-{hub.id}-{rid}", f"Nodes={node}"
+        )
+        # carol's job cannot run into the reservation: the other node
+        await _ready(hub, carol)
+        assert job_of(slurm_cluster, carol)["NodeList"] != node
+        outside = slurm_cluster.run(
+            "sbatch",
+            "--parsable",
+            "--gres=gpu:1",
+            "-o",
+            "/dev/null",
+            "--wrap",
+            "sleep 600",
+            user=other,
+        ).stdout.strip()  # the other node full: the course's jobs go to the reserved one
+
+        # bob is warned on his home page: Slurm holds the node's 2 GPUs; carol is not
+        window = (
+            f"2 GPUs are reserved for ML101 from {hhmm(start.timestamp())} to "
+            f"{hhmm(end.timestamp())}"
+        )
+        await eventually(
+            lambda: page_says(browsers[bob], f"{window}, and it holds a GPU they need."),
+            what="the warning on bob's home page",
+        )
+        assert "will be stopped" not in await home(browsers[carol])
+
+        # the window's start: the hub stops bob's job (Slurm would not), refunds the rest of
+        # his paid interval and says why; carol's server on the other node runs on
+        await eventually(lambda: hub.stopped(bob), timeout=150, what="bob's server stopped")
+        assert slurm_cluster.run("squeue", "-h", "-u", bob, "-t", "R").stdout.strip() == ""
+        assert await hub.running(carol)
+        run = last_run(hub, bob)
+        assert (run.stop_reason, run.stop_detail) == (
+            "reservation",
+            f"{window}, and your server held a GPU they need",
+        )
+        assert f"Your server was stopped: {window}" in await home(browsers[bob])
+        paid = await eventually(lambda: _refunded(ledger_admin, bob), what="bob's refund")
+        assert paid[:2] == [("grant", "10.00"), ("debit", "1.00")], paid
+        assert len(paid) == 3 and 0 < float(paid[2][1]) < 1, paid
+
+        # alice's card says the course pays; its account cannot: she is told, and may pay
+        # herself
+        await eventually(
+            lambda: _spawn_page_says(
+                browsers[alice],
+                f"Paid by ML101 during its reservation until {hhmm(end.timestamp())}",
+            ),
+            what="alice's card",
+        )
+        await _refused(
+            hub,
+            slurm_cluster,
+            alice,
+            "ML101's account cannot pay for this server: it has 0.50 credits",
+        )
+        await _ready(hub, alice, pay="self")
+        assert last_run(hub, alice).course is None
+        await hub.stop_server(alice, timeout=120)
+        own = await _ledger(ledger_admin, alice)
+        assert [k for k, _, _ in own] == ["grant", "debit", "refund"], own
+
+        # with credits, the course's account pays for her job, which runs in the
+        # reservation, on its node; the debit names her and the course
+        await ledger_admin.grant(account, "10.00", key=f"test-grant-more-{account}")
+        await _ready(hub, alice)
+        job = job_of(slurm_cluster, alice)
+        assert (job["Reservation"], job["NodeList"]) == (f"gpuhub-{hub.id}-{rid}", node), job
+        course = await _ledger(ledger_admin, account)
+        assert [(k, a) for k, a, _ in course] == [
+            ("grant", "0.50"),
+            ("grant", "10.00"),
+            ("debit", "1.00"),
+        ], course
+        assert (course[2][2]["member"], course[2][2]["course"]) == (alice, "ml101"), course
+        assert await _ledger(ledger_admin, alice) == own
+        assert last_run(hub, alice).course == "ml101"
+        await hub.stop_server(alice, timeout=120)
+        day = datetime.now(UTC)
+        by_course = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hub_ext.cli",
+                "usage",
+                "--by",
+                "course",
+                "--csv",
+                "--since",
+                f"{day - timedelta(days=1):%Y-%m-%d}",
+                "--until",
+                f"{day + timedelta(days=1):%Y-%m-%d}",
+            ],
+            capture_output=True,
+            text=True,
+            env=hub.env,
+            cwd=hub.tmp,
+        )
+        assert by_course.returncode == 0, by_course.stderr
+        assert by_course.stdout.splitlines()[1].startswith("ml101,1,"), by_course.stdout
+        slurm_cluster.run("scancel", outside)
+    finally:
+        if rid is not None:
+            await hub.api("DELETE", f"{PATH}/{rid}", token=admin)
+            slurm_cluster.run(
+                "scontrol", "delete", f"ReservationName=gpuhub-{hub.id}-{rid}", check=False
+            )
+
+
+async def _ready(hub, name: str, **options) -> None:
+    r = await hub.spawn(name, {"profile": "gpu", **options})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready(name, timeout=180)
+
+
+async def _refused(hub, cluster, name: str, text: str) -> None:
+    """``name``'s start is refused with ``text``: at once (HTTP 402), or, when the job ran
+    after the hub answered 202, in the start's progress; nothing is left running."""
+    r = await hub.spawn(name, {"profile": "gpu"})
+    if r.status_code == 202:
+        await events_until(hub, name, text, timeout=180)
+        await eventually(lambda: hub.stopped(name), what=f"{name}'s failed start cleared")
+    else:
+        assert r.status_code == 402 and text in r.json()["message"], r.text
+    cluster.wait_for(
+        f"{name}'s job cancelled",
+        lambda: not cluster.run("squeue", "-h", "-u", name, "-t", "PD,R").stdout.strip(),
+        timeout=30,
+    )
+
+
+async def _ledger(admin, account: str) -> list[tuple[str, str, dict]]:
+    return [
+        (t.kind, str(t.amount), dict(t.metadata)) async for t in admin.iter_transactions(account)
+    ][::-1]
+
+
+async def _spawn_page_says(browser, text: str) -> bool:
+    r = await browser.get("/hub/spawn")
+    assert r.status_code == 200, r.text[:300]
+    return text in r.text
+
+
+async def _refunded(admin, name: str) -> list[tuple[str, str]]:
+    found = [(t.kind, str(t.amount)) async for t in admin.iter_transactions(name)][::-1]
+    return found if any(k == "refund" for k, _ in found) else []

@@ -15,5 +15,7 @@
 
 On the Docker backend the hub enforces them (:mod:`.enforce`); on Slurm each reservation
 is also Slurm's own (:mod:`hub_ext.slurm.reservations`), so the cluster holds the GPUs for
-the group.  The docs' "Reserve GPUs for a course" tells the story.
+the group, and the hub (:mod:`.enforce` reading :mod:`hub_ext.slurm.enforce`) stops the
+non-members' servers Slurm leaves running on the reserved nodes.  The docs' "Reserve GPUs
+for a course" tells the story.
 """

@@ -3,7 +3,8 @@ the stop at its start, and the closure the pool and the line consult.
 
 One :class:`Reservations` per hub process (``Reservations.instance()``), backend-neutral:
 what "a server holding units" and "free units" mean is asked of a
-:class:`ReservationBackend` (the Docker pool: :mod:`hub_ext.docker.pool_reservations`);
+:class:`ReservationBackend` (the Docker pool: :mod:`hub_ext.docker.pool_reservations`;
+Slurm's reserved nodes and the hub's jobs on them: :mod:`hub_ext.slurm.enforce`);
 the rules themselves are :mod:`hub_ext.reservations.policy`.  The pool stays the one
 authority over who holds which GPU: this module only tells it how many units are closed
 to a member now (:meth:`Reservations.closed_to`), so nothing is ever double-booked
@@ -30,6 +31,7 @@ its first pass after the restart.  Time comes from ``c.Reservations.utcnow``.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from traitlets import Callable, Dict, Float, default, validate
@@ -64,7 +66,8 @@ NOTICE_AHEAD = timedelta(hours=12)
 
 class ReservationBackend:
     """What the enforcement asks of a backend.  :meth:`holdings` and :meth:`free_units`
-    are required; :meth:`read` and :meth:`changed` are optional (default: nothing)."""
+    are required; :meth:`read`, :meth:`held` and :meth:`changed` are optional (default:
+    nothing to read, the window's own count, nothing to do)."""
 
     def holdings(self) -> list[tuple]:
         """(ServerKey, units, count, since) per server holding units: ``units`` "gpu" or a
@@ -80,6 +83,12 @@ class ReservationBackend:
         """Optional: bring the free units up to date before a pass (may wait on a worker
         thread, never on the event loop); raise to skip the pass (the units cannot be
         read: nobody is stopped on a guess).  Default: nothing to read."""
+
+    def held(self, window: Window) -> int:
+        """Optional: the units the backend holds for ``window``, when it cannot hold
+        exactly the window's count (Slurm reserves whole nodes: their GPUs); the rules
+        then count the window with these.  Default: ``window.gpus``."""
+        return window.gpus
 
     def changed(self) -> None:
         """Optional: a window began or ended; hand what it freed to the line now."""
@@ -275,6 +284,7 @@ class Reservations(SingletonConfigurable):
             now + max(NOTICE_AHEAD, timedelta(seconds=self.warning)),
             label=lambda group: self.labels.get(group, group),
         )
+        found = [replace(w, gpus=self.backend.held(w)) for w in found]
         self.open = open_at(found, now)
         self.soon = [w for w in found if 0 < (w.start - now).total_seconds() <= self.warning]
         self.ahead = found

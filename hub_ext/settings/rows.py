@@ -635,8 +635,8 @@ ROWS: tuple[Setting, ...] = (
         "hub_id",
         Text(),
         "gpuhub",
-        "docker",
-        "label that marks this hub's containers",
+        "core",
+        "this hub's id: its containers' label, its Slurm reservations' names",
     ),
     # -- Slurm backend --------------------------------------------------------------------
     Setting(

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..reservations.backend import BackendRefused, BackendUnavailable
 from ..spawn.page import GPUsNow, SpawnPage, facts_from_labels
 from .cluster import MEMBER_PREFIX, Node, SlurmCluster, SlurmUnavailable, parse_gres_request
-from .reservations import SlurmReservation, SlurmReservations, closed_gpus, hub_id, until_text
+from .reservations import SlurmReservation, SlurmReservations, closed_gpus, until_text
 from .submit import DEFAULT_SSH, SubmitHost
 
 #: File beside an unpacked image's ``rootfs`` with the image's labels (a JSON object),
@@ -109,7 +109,7 @@ class SlurmAvailability(SpawnPage):
     def open_to_me(self, reservation: SlurmReservation) -> bool:
         """Whether this member may use ``reservation``: one of its users, or of its
         group in the hub (joined since the last pass)."""
-        return self.user.name in reservation.users or self.group_of(hub_id(reservation.name)) in {
+        return self.user.name in reservation.users or self.group_of(reservation.reservation_id) in {
             g.name for g in self.user.groups
         }
 
@@ -122,7 +122,7 @@ class SlurmAvailability(SpawnPage):
         seen, closing = closed_gpus(nodes, reservations, self.open_to_me, kind)
         gpus = gpus_in(seen, partition, kind, count)
         if closing is not None and gpus.refusal:
-            group = self.group_of(hub_id(closing.name)) or "a group"
+            group = self.group_of(closing.reservation_id) or "a group"
             reserved = until_text(closing, group, nodes)
             gpus = replace(
                 gpus,

@@ -161,7 +161,7 @@ async def reservation_texts(handler, cluster: SlurmCluster, nodes: list[Node]) -
     active Slurm reservations (:mod:`.reservations`); {} (logged) when unreadable."""
     from ..reservations import store
     from ..reservations.backend import BackendRefused, BackendUnavailable
-    from .reservations import SlurmReservations, hub_id, until_text
+    from .reservations import SlurmReservations, until_text
 
     try:
         found = await SlurmReservations(cluster, config=handler.settings["config"]).read()
@@ -169,8 +169,8 @@ async def reservation_texts(handler, cluster: SlurmCluster, nodes: list[Node]) -
         handler.log.warning("No Slurm reservations for the GPU board: %s", e)
         return {}
     texts = {}
-    for name, r in found.items():
-        row = store.get(handler.db, hub_id(name))
+    for r in found.values():
+        row = store.get(handler.db, r.reservation_id)
         if r.active:
             text = until_text(r, row.group if row else "a removed reservation", nodes)
             texts.update(dict.fromkeys(r.nodes, text))

@@ -50,6 +50,8 @@ class SlurmBackend(Backend):
         # the culler's GPU-idle watch reads NVML on the hub's own machine, which a Slurm
         # hub is not: only the maximum age and the run records apply
         c.Culler.gpu_units = None
+        # the hub's Slurm reservations carry its id when it is not the default
+        c.SlurmReservations.hub = settings.hub_id
         if settings.slurm_conf:
             slurm.slurm_env = {"SLURM_CONF": settings.slurm_conf}
         for trait, value in (

@@ -2,10 +2,12 @@
 cluster enforces them; docs/howto/reservations.md ("On Slurm") tells the story.
 
 Each hub reservation ``<id>`` (:mod:`hub_ext.reservations`) is one Slurm reservation named
-``gpuhub-<id>`` covering its current or next occurrence; the hub's periodic pass
+``gpuhub-<id>`` (``gpuhub-<hub>-<id>`` for a hub whose ``GPUHUB_HUB_ID`` is not the default
+``gpuhub``: :attr:`SlurmReservations.hub`, so that hubs sharing a cluster keep apart)
+covering its current or next occurrence; the hub's periodic pass
 (:func:`reconcile`) moves it to the next occurrence once one ended, makes the missing ones,
 corrects those that differ and deletes the ``gpuhub-<id>`` reservations the hub no longer
-has.  Slurm reservations with other names are never touched.
+has.  Slurm reservations with other names (another hub's too) are never touched.
 
 What Slurm 22.05 can hold (checked on the test cluster): ``TRES=gres/gpu=N`` is refused
 ("TRES type 'gres/gpu' not supported with reservations"), and cores carry no GPUs, so
@@ -14,7 +16,9 @@ NodeCnt=<nodes enough for N GPUs> Flags=FLEX,IGNORE_JOBS``.  A reservation of 1 
 nodes of 2 GPUs holds the node's 2; the cards and the board show what Slurm holds.
 ``FLEX`` lets a job that names the reservation also run outside it, so the group's
 members draw from the reserved nodes first and from the shared pool after, in one job;
-``IGNORE_JOBS`` lets a reservation be made while jobs without a time limit run.  The
+``IGNORE_JOBS`` lets a reservation be made while jobs without a time limit run (Slurm
+leaves them running in the window: the hub stops its own non-members' servers there,
+:mod:`.enforce`).  The
 recurrence is the hub's (RFC 5545 with exceptions and a time zone), not Slurm's
 ``Flags=WEEKLY``, which has no end, no exceptions, and keeps the cluster's local clock.
 
@@ -55,7 +59,8 @@ __all__ = [
 ]
 
 PREFIX = "gpuhub-"
-_NAME = re.compile(r"gpuhub-(\d+)")
+#: the hub id (``GPUHUB_HUB_ID``) whose reservations are named ``gpuhub-<id>``
+DEFAULT_HUB = "gpuhub"
 #: Slurm's words when it was not reached (the command ran, the controller did not answer);
 #: 22.05's ``scontrol create reservation`` says "Unexpected message received" then
 _UNREACHED = re.compile(
@@ -70,14 +75,20 @@ _UNREACHED = re.compile(
 _TIME = "%Y-%m-%dT%H:%M:%S"
 
 
-def slurm_name(reservation_id: int) -> str:
-    """The Slurm reservation of hub reservation ``reservation_id``: ``gpuhub-<id>``."""
-    return f"{PREFIX}{reservation_id}"
+def _prefix(hub: str) -> str:
+    return PREFIX if hub in ("", DEFAULT_HUB) else f"{PREFIX}{hub}-"
 
 
-def hub_id(name: str) -> int | None:
-    """``gpuhub-7`` -> 7; None for a name the hub did not make."""
-    match = _NAME.fullmatch(name)
+def slurm_name(reservation_id: int, hub: str = DEFAULT_HUB) -> str:
+    """The Slurm reservation of hub reservation ``reservation_id`` of the hub ``hub``
+    (``GPUHUB_HUB_ID``): ``gpuhub-<id>``, or ``gpuhub-<hub>-<id>`` for another hub id."""
+    return f"{_prefix(hub)}{reservation_id}"
+
+
+def hub_id(name: str, hub: str = DEFAULT_HUB) -> int | None:
+    """``gpuhub-7`` -> 7 (``hub`` ``t1``: ``gpuhub-t1-7`` -> 7); None for a name this hub
+    did not make."""
+    match = re.fullmatch(re.escape(_prefix(hub)) + r"(\d+)", name)
     return int(match[1]) if match else None
 
 
@@ -92,6 +103,8 @@ class SlurmReservation:
     users: tuple[str, ...]
     partition: str
     state: str  # ACTIVE or INACTIVE
+    #: the hub reservation it is, for one this hub made (:meth:`SlurmReservations.read`)
+    reservation_id: int | None = None
 
     @property
     def active(self) -> bool:
@@ -156,11 +169,17 @@ def nodes_needed(gpus: int, node_gpus: list[int]) -> int:
 
 
 def wanted(
-    spec: Spec, now: datetime, users: list[str], node_gpus: list[int], partition: str
+    spec: Spec,
+    now: datetime,
+    users: list[str],
+    node_gpus: list[int],
+    partition: str,
+    hub: str = DEFAULT_HUB,
 ) -> Wanted | None:
-    """Slurm's reservation for ``spec`` (stored: ``spec.id`` set) at ``now``: its current
-    or next occurrence, for ``users`` (sorted), on ``partition``; None when no occurrence
-    is left.  Raises :class:`BackendRefused` when the partition cannot hold its GPUs."""
+    """Slurm's reservation for ``spec`` (stored: ``spec.id`` set) of hub ``hub`` at ``now``:
+    its current or next occurrence, for ``users`` (sorted), on ``partition``; None when no
+    occurrence is left.  Raises :class:`BackendRefused` when the partition cannot hold its
+    GPUs."""
     left = occurrences(spec, since=now)
     if not left:
         return None
@@ -171,7 +190,7 @@ def wanted(
             f"its nodes; it cannot hold {spec.gpus}."
         )
     return Wanted(
-        slurm_name(spec.id),
+        slurm_name(spec.id, hub),
         left[0].start,
         left[0].end,
         tuple(sorted(users)),
@@ -214,13 +233,14 @@ def update_args(w: Wanted, have: SlurmReservation) -> list[str] | None:
 def closed_gpus(
     nodes: list[Node], reservations, is_open, kind: str = ""
 ) -> tuple[list[Node], SlurmReservation | None]:
-    """``nodes`` as a member sees them: the nodes of active hub reservations not open to
-    them (``is_open(reservation)`` false) with every GPU taken; and the first such
-    reservation that held a free GPU of ``kind`` ("" any) there (None if none)."""
+    """``nodes`` as a member sees them: the nodes of active hub reservations (read by
+    :meth:`SlurmReservations.read`) not open to them (``is_open(reservation)`` false) with
+    every GPU taken; and the first such reservation that held a free GPU of ``kind`` (""
+    any) there (None if none)."""
     closed, first = set(), None
     by_name = {n.name: n for n in nodes}
     for r in reservations:
-        if not r.active or hub_id(r.name) is None or is_open(r):
+        if not r.active or r.reservation_id is None or is_open(r):
             continue
         closed.update(r.nodes)
         if first is None and any(by_name[n].free(kind) for n in r.nodes if n in by_name):
@@ -264,6 +284,17 @@ class SlurmReservations(LoggingConfigurable):
         """,
     )
 
+    hub = Unicode(
+        DEFAULT_HUB,
+        config=True,
+        help="""This hub's id (``GPUHUB_HUB_ID``) in its Slurm reservations' names:
+        ``gpuhub-<id>`` for the default ``gpuhub``, else ``gpuhub-<hub>-<id>``, so hubs
+        sharing a cluster never touch each other's.
+
+            c.SlurmReservations.hub = "gpuhub"
+        """,
+    )
+
     def __init__(self, cluster: SlurmCluster, **kwargs):
         super().__init__(**kwargs)
         # the hub's runner, with Slurm's times in UTC
@@ -280,10 +311,20 @@ class SlurmReservations(LoggingConfigurable):
                 raise BackendRefused(f"Slurm refused: {cause.stderr}") from None
             raise BackendUnavailable(f"{e.what}: {e}") from None
 
+    def name(self, reservation_id: int) -> str:
+        """The Slurm reservation of this hub's reservation ``reservation_id``."""
+        return slurm_name(reservation_id, self.hub)
+
     async def read(self) -> dict[str, SlurmReservation]:
-        """Slurm's reservations the hub made (``gpuhub-<id>``)."""
+        """Slurm's reservations this hub made (``gpuhub-<id>``), each with its
+        ``reservation_id``."""
         out = await self.run("scontrol", "-o", "show", "reservation")
-        return {k: v for k, v in parse_reservations(out).items() if hub_id(k) is not None}
+        found = {}
+        for name, r in parse_reservations(out).items():
+            rid = hub_id(name, self.hub)
+            if rid is not None:
+                found[name] = replace(r, reservation_id=rid)
+        return found
 
     async def partition_gpus(self, partition: str) -> tuple[str, list[int]]:
         """(the partition, or Slurm's default when ``partition`` is "", its nodes' GPU
@@ -312,14 +353,19 @@ class SlurmReservations(LoggingConfigurable):
         ``have``/``known``: Slurm's reservation as just read (else it is read here).
         Raises :class:`BackendRefused` or :class:`BackendUnavailable`; a refused creation
         leaves nothing in Slurm."""
-        name = slurm_name(reservation_id)
+        name = self.name(reservation_id)
         if not known:
             have = (await self.read()).get(name)
         want = None
         if spec is not None:
             partition, node_gpus = await self.partition_gpus(partition)
             want = wanted(
-                replace(spec, id=reservation_id), now, self.users_of(members), node_gpus, partition
+                replace(spec, id=reservation_id),
+                now,
+                self.users_of(members),
+                node_gpus,
+                partition,
+                self.hub,
             )
         if want is None:
             if have is not None:
@@ -392,13 +438,13 @@ class SlurmReservations(LoggingConfigurable):
                     members,
                     partition,
                     now,
-                    have.get(slurm_name(spec.id)),
+                    have.get(self.name(spec.id)),
                     known=True,
                 )
             except (BackendRefused, BackendUnavailable) as e:
                 self.log.error("Reservation %s (%s) not in Slurm: %s", spec.id, spec.group, e)
         for name, r in have.items():
-            if hub_id(name) not in ids and r.end > now:
+            if r.reservation_id not in ids and r.end > now:
                 try:
                     await self.delete(name)
                 except (BackendRefused, BackendUnavailable) as e:

@@ -161,6 +161,7 @@ class GPUSlurmSpawner(
         self.stop_reason = self.stop_detail = None  # why the server ended (poll)
         if self.db_session() is not None:
             self.line()  # the places kept from before a restart count from the start
+            self.enforce_reservations()
 
     def get_env(self):
         env = super().get_env()
@@ -178,6 +179,7 @@ class GPUSlurmSpawner(
         self._hooks_done = None
         self._submitting = False  # a job may exist only from here on
         self.line_wait = self.stop_reason = self.stop_detail = None
+        self.gpu_devices = []  # none until the job runs
         try:
             await self.load_profile()
             if self.gpus and not self.req_gres:

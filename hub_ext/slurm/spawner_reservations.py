@@ -9,7 +9,10 @@
   the group since the last pass); the reservation's ``FLEX`` flag lets the job run on the
   reserved nodes when they have the GPUs free, else anywhere in the partition;
 - the hub's pass (:func:`start_reservation_pass`), at the hub's start and every
-  ``c.SlurmReservations.interval`` seconds: Slurm's reservations made to match the hub's.
+  ``c.SlurmReservations.interval`` seconds: Slurm's reservations made to match the hub's;
+- the hub's enforced reservations (:meth:`SlurmReservationSpawner.enforce_reservations`,
+  :mod:`.enforce`): non-members' servers on the reserved nodes warned and stopped at the
+  window's start, members' servers there paid by their course.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from ..reservations import store
 from ..reservations.backend import BackendRefused, BackendUnavailable, members_of
 from ..reservations.rules import occurrences
 from .cluster import parse_gres_request
-from .reservations import SlurmReservations, slurm_name
+from .enforce import attach_enforcement
+from .reservations import SlurmReservations
 
 __all__ = ["SlurmReservationSpawner", "start_reservation_pass"]
 
@@ -49,6 +53,18 @@ class SlurmReservationSpawner(LoggingConfigurable):
         members = members_of(handler.db, spec.group) if spec is not None else []
         await reservations_of(cls, config).apply(
             spec, reservation_id, members, _partition(config), utcnow()
+        )
+
+    def enforce_reservations(self) -> None:
+        """Make the hub's :class:`~hub_ext.reservations.enforce.Reservations` read Slurm
+        (:mod:`.enforce`) and start its passes (once per process; needs the hub
+        database)."""
+        db = self.db_session()
+        if db is None:
+            return
+        settings = getattr(self.user, "settings", None) or {}
+        attach_enforcement(
+            reservations_of(type(self), self.config), self.config, db, settings.get("users")
         )
 
     def open_reservations(self) -> list[tuple[int, str]]:
@@ -94,11 +110,11 @@ class SlurmReservationSpawner(LoggingConfigurable):
                 self.log.warning(
                     "%s starts without reservation %s: %s",
                     self._log_name,
-                    slurm_name(reservation_id),
+                    runner.name(reservation_id),
                     e,
                 )
                 continue
-            self._reservation = slurm_name(reservation_id)
+            self._reservation = runner.name(reservation_id)
             self.log.info(
                 "%s starts in Slurm reservation %s (group %s)",
                 self._log_name,
