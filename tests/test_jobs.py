@@ -183,3 +183,46 @@ def test_a_job_ends_once(hub_db):
     assert not store.finish(hub_db, row, "FAILED", "again")
     assert (row.status, row.status_message, row.exit_code) == ("COMPLETED", "Completed.", 0)
     assert store.count_active(hub_db, "alice") == 0
+
+
+JOB = {
+    "id": "0b0b0b0b-0000-4000-8000-000000000001",
+    "input": "jobs/nb-x/input/nb.ipynb",
+    "cwd": "",
+    "output_dir": "jobs/nb-x",
+    "outputs": {"ipynb": "jobs/nb-x/nb.ipynb", "log": "jobs/nb-x/nb.log"},
+    "parameters": {"n": "2"},
+    "max_seconds": 60,
+}
+CULLED_GPU = {
+    "display_name": "GPU",
+    "slug": "gpu",
+    "gpus": 1,
+    "gpu_idle_timeout": 600,
+    "cull_idle_timeout": 900,
+    "cull_max_age": 3600,
+}
+
+
+async def test_a_job_server_runs_the_job_runner_waits_in_line_and_is_never_culled():
+    from hub_ext.docker.spawner import GPUDockerSpawner
+    from tests.fixtures.members import fake_user
+
+    spawner = GPUDockerSpawner(user=fake_user(), profile_list=[CULLED_GPU])
+    spawner.user_options = {"profile": "gpu", "job": JOB}
+    await spawner.load_profile()
+    assert (spawner.job, spawner.wait_requested, spawner.gpus) == (JOB, True, 1)
+    assert (spawner.gpu_idle_timeout, spawner.cull_idle_timeout, spawner.cull_max_age) == (0, 0, 0)
+    spawner._prepare_container({"ids": None, "workspace": "vol", "datasets": {}})
+    assert spawner.cmd == ["gpuhub-notebook-job"]
+    assert json.loads(spawner.environment["GPUHUB_JOB"]) == JOB
+    assert spawner.environment["GPUHUB_JOB_ROOT"] == spawner.workspace_mount
+    assert spawner.extra_create_kwargs["labels"]["io.gpuhub.job"] == JOB["id"]
+
+    # the same spawner's next start as a server: JupyterLab, culled as its profile says
+    spawner.user_options = {"profile": "gpu"}
+    await spawner.load_profile()
+    assert (spawner.job, spawner.wait_requested, spawner.gpu_idle_timeout) == (None, False, 600)
+    spawner._prepare_container({"ids": None, "workspace": "vol", "datasets": {}})
+    assert spawner.cmd is None or "gpuhub-notebook-job" not in spawner.cmd
+    assert "GPUHUB_JOB" not in spawner.environment

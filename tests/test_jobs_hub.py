@@ -286,8 +286,9 @@ async def test_hostile_job_requests_are_refused_and_nothing_starts_or_is_charged
 async def test_a_job_waits_in_line_runs_on_its_gpu_and_is_settled_then_one_is_stopped(
     gpu_hub, ledger_admin, credits_username, workspaces, docker_client
 ):
+    short = {"display_name": "Short GPU", "slug": "short", "gpus": 1, "job_max_seconds": 2}
     hub = await gpu_hub(
-        node(GPU_A), PROFILES, "c.Jobs.check_interval = 0.5\n", **hub_env(workspaces)
+        node(GPU_A), [*PROFILES, short], "c.Jobs.check_interval = 0.5\n", **hub_env(workspaces)
     )
     alice, bob = members(credits_username, "alice", "bob")
     mine = home(
@@ -391,6 +392,19 @@ async def test_a_job_waits_in_line_runs_on_its_gpu_and_is_settled_then_one_is_st
         (slow, "STOPPED"),
         (first, "COMPLETED"),
     ]
+
+    # a job past its profile's maximum run time is stopped
+    r = await hub.api(
+        "POST",
+        JOBS,
+        tokens[alice],
+        json={"input_uri": "course/slow.ipynb", "runtime_environment_name": "short"},
+    )
+    assert r.status_code == 201, r.text
+    capped = await ended(hub, tokens[alice], r.json()["job_id"], 60)
+    assert capped["status"] == "STOPPED", capped
+    assert "maximum run time (2 s)" in capped["status_message"], capped
+    assert await eventually(lambda: _free(hub, 1), 20, "the GPU free after the maximum run time")
 
 
 async def _free(hub, count: int) -> bool:

@@ -139,11 +139,15 @@ class JobsBase(APIHandler):
         return self.users[orm_user]
 
     def reply(self, status: int, payload: dict | None = None) -> None:
+        """Answer now (the request is finished: what the handler does after it, such as
+        stopping a reporting job's server, does not keep the caller waiting)."""
         self.set_status(status)
-        if payload is not None:
-            self.set_header("Content-Type", "application/json")
-            self.set_header("Cache-Control", "no-store")
-            self.finish(json.dumps(payload))
+        if payload is None:
+            self.finish()
+            return
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(payload))
 
     @property
     def jobs(self) -> lifecycle.Jobs:

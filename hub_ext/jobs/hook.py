@@ -46,7 +46,7 @@ class JobsHook(Hook, SingletonConfigurable):
     async def before_reserve(self, spawner) -> None:
         """Refuse (403) a job start the hub did not build, or a job option on another
         server.  Raises ``tornado.web.HTTPError``."""
-        jobs_of(spawner.user.settings)
+        jobs_of(getattr(spawner.user, "settings", None) or {})
         name = spawner.name or ""
         job = getattr(spawner, "job", None)
         if not name.startswith(JOB_PREFIX):
