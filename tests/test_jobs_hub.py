@@ -132,8 +132,26 @@ def members(prefix: str, *names: str) -> list[str]:
     return [prefix.replace("-", "") + name for name in names]
 
 
+@pytest.fixture(scope="module")
+def job_runner(docker_client, notebook_image) -> str:
+    """The notebook image, with ``gpuhub-notebook-job`` on its PATH (built from this tree
+    by scripts/build-images.sh); skipped locally, failed in CI, when it is an older one."""
+    from tests.fixtures.hub import _need
+
+    box = docker_client.create_container(
+        notebook_image, ["sh", "-c", "command -v gpuhub-notebook-job"], network_disabled=True
+    )
+    try:
+        docker_client.start(box)
+        found = docker_client.wait(box, timeout=60)["StatusCode"] == 0
+    finally:
+        docker_client.remove_container(box, force=True)
+    _need(found, f"{notebook_image} has no gpuhub-notebook-job: run scripts/build-images.sh")
+    return notebook_image
+
+
 @pytest.fixture
-def workspaces(tmp_path) -> Path:
+def workspaces(tmp_path, job_runner) -> Path:
     root = tmp_path / "homes"
     root.mkdir()
     return root
