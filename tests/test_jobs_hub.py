@@ -429,8 +429,11 @@ async def _free(hub, count: int) -> bool:
     return await gpus_free(hub) == count
 
 
-async def test_after_a_kill_9_a_running_job_is_settled_once_and_a_waiting_one_keeps_its_place(
-    gpu_hub, ledger_admin, credits_username, workspaces, docker_client
+@pytest.mark.parametrize(
+    "sig", [pytest.param(signal.SIGKILL, id="kill-9"), pytest.param(signal.SIGTERM, id="sigterm")]
+)
+async def test_after_a_hub_restart_a_running_job_is_settled_once_and_a_waiting_one_keeps_its_place(
+    gpu_hub, ledger_admin, credits_username, workspaces, docker_client, sig
 ):
     hub = await gpu_hub(
         node(GPU_A), PROFILES, "c.Jobs.check_interval = 0.5\n", **hub_env(workspaces)
@@ -463,7 +466,7 @@ async def test_after_a_kill_9_a_running_job_is_settled_once_and_a_waiting_one_ke
 
     await eventually(first_in_line, 20, "bob's job first in line")
 
-    hub.kill(signal.SIGKILL)
+    hub.kill(sig)
     await hub.start()
     # the waiting job keeps its place; the running one runs on
     assert (await job(hub, tokens[bob], waiting))["place"]["position"] == 1
