@@ -67,7 +67,6 @@ class JobsHook(Hook, SingletonConfigurable):
                 spawner._log_name,
                 "no such job" if row is None else f"job {row.id}, {row.status}",
             )
-            self.log.debug("job %r options %r expected %r", job, spawner.user_options, expected)
             raise web.HTTPError(403, FORGED)
 
     async def before_container(self, spawner) -> None:
