@@ -215,6 +215,7 @@ class GPUSlurmSpawner(
             ip, port = await super().start()
             if self._hooks_done is None:  # running before the first status query
                 self._hooks_done = await self.run_start_hooks()
+            self.tell_next_window()
             address = await self.node_address(ip)
             self.emit(95, f"Server is up on {ip}")
             return address, port
