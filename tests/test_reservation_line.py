@@ -3,7 +3,8 @@ else granted a GPU the window holds now or within its warning time.
 
 The real line (hub database on SQLite), the real GPU pool on a simulated inventory of two
 GPUs, the Docker backend's grants (:class:`PoolGrants`) and the hub's ``Reservations``,
-its windows set as a pass would have read them.
+its windows set as a pass would have read them.  And what a start is told of a window
+ahead (``next_stop``): everyone but the group's members.
 """
 
 from __future__ import annotations
@@ -79,3 +80,30 @@ async def test_nobody_else_is_granted_a_gpu_about_to_be_reserved(node):
     rules.soon = []  # the reservation is deleted: the GPU is anyone's
     line.dispatch()
     assert (await asyncio.wait_for(eve, 2)).owner == ("eve", "")
+
+
+async def test_a_start_is_told_of_another_groups_window_hours_ahead_and_a_member_is_not(
+    node, hub_db
+):
+    """How long a start may run (``next_stop``), for a window beyond the warning time as a
+    pass reads it: told to everyone but the group's members."""
+    from jupyterhub import orm
+
+    from hub_ext.reservations import store
+    from hub_ext.reservations.rules import Spec
+
+    _, _, rules = node
+    orm.Base.metadata.create_all(hub_db.get_bind())
+    bob = orm.User(name="bob")
+    hub_db.add_all([bob, orm.Group(name="ml101", users=[bob])])
+    hub_db.commit()
+    start = NOW.replace(microsecond=0) + timedelta(hours=2)
+    store.ensure_table(hub_db)
+    store.insert(hub_db, Spec("ml101", 1, start, start + timedelta(hours=2)), "boss", NOW)
+    rules.members, rules.db = {}, hub_db
+    rules._read(rules.now())
+    assert rules.next_stop("eve", "gpu").start == start
+    assert rules.next_stop("bob", "gpu") is None
+    assert rules.start_notice(rules.next_stop("eve", "gpu")).startswith(
+        f"1 GPU is reserved for ml101 from {start:%H:%M} UTC to "
+    )

@@ -11,6 +11,7 @@ the course's account (the reference credits service)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -280,8 +281,6 @@ async def _active(cluster, name: str) -> bool:
 
 async def _still(cluster, job_id: str, state: str, seconds: float) -> None:
     """``job_id`` stays in ``state`` for ``seconds`` (Slurm's scheduler passes meanwhile)."""
-    import asyncio
-
     for _ in range(int(seconds / 0.5)):
         assert cluster.job_state(job_id) == state, cluster.run("squeue").stdout
         await asyncio.sleep(0.5)
@@ -314,9 +313,18 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
             }
         )
     )
+    # bob's server starts only once the test opens a gate (the reservation made onto his
+    # node while his server starts: Slurm keeps a job off a node reserved later)
+    gate = slurm_cluster.shared / f"gate-{bob}"
+    hold_bob = (
+        f'bash -c \'[ "$(id -un)" != {bob} ] || until [ -e {gate} ]; do sleep 0.2; done; '
+        'exec "$@"\' hold-bob '
+    )
     hub = await slurm_hub(
         PRICED,
-        "c.Reservations.check_interval = 1\n",
+        "c.Reservations.check_interval = 1\n"
+        "from hub_ext.slurm.batch import BWRAP\n"
+        f"c.GPUSlurmSpawner.container_command = {hold_bob!r} + BWRAP\n",
         GPUHUB_CREDITS_URL=credits_service.url,
         GPUHUB_CREDITS_TOKEN=credits_service.hub_token,
         GPUHUB_COURSES=str(courses),
@@ -333,8 +341,14 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
     admin = (hub.state_dir / CLI_TOKEN_FILE).read_text().strip()
     rid = None
     try:
-        await _ready(hub, bob)
-        node = job_of(slurm_cluster, bob)["NodeList"]
+        r = await hub.spawn(bob, {"profile": "gpu"})
+        assert r.status_code == 202, r.text
+        node = slurm_cluster.wait_for(
+            "bob's job running",
+            lambda: (
+                (job := job_of(slurm_cluster, bob)).get("JobState") == "RUNNING" and job["NodeList"]
+            ),
+        )
         # 1 GPU for the course from 90 s from now for 3 minutes; Slurm picks the node, which
         # the test pins on bob's (Slurm may pick it: a reservation ignores running jobs)
         start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=90)
@@ -350,9 +364,27 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
         slurm_cluster.run(
             "scontrol", "update", f"ReservationName=gpuhub-{hub.id}-{rid}", f"Nodes={node}"
         )
-        # carol's job cannot run into the reservation: the other node
+        window = (
+            f"2 GPUs are reserved for ML101 from {hhmm(start.timestamp())} to "
+            f"{hhmm(end.timestamp())}"
+        )
+        # bob is warned on his home page while his server starts (Slurm holds the node's 2
+        # GPUs), and his start's progress says until when it may run
+        await eventually(
+            lambda: page_says(browsers[bob], f"{window}, and it holds a GPU they need."),
+            what="the warning on bob's home page",
+        )
+        told = asyncio.ensure_future(
+            events_until(hub, bob, f"{window}: this server may run until then", timeout=180)
+        )
+        await asyncio.sleep(0.5)  # the progress stream open before his start ends
+        gate.touch()
+        await told
+        await hub.wait_ready(bob, timeout=180)
+        # carol's job cannot run into the reservation: the other node, and not told
         await _ready(hub, carol)
         assert job_of(slurm_cluster, carol)["NodeList"] != node
+        assert f"{carol} runs on" not in hub.log()
         outside = slurm_cluster.run(
             "sbatch",
             "--parsable",
@@ -364,15 +396,7 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
             user=other,
         ).stdout.strip()  # the other node full: the course's jobs go to the reserved one
 
-        # bob is warned on his home page: Slurm holds the node's 2 GPUs; carol is not
-        window = (
-            f"2 GPUs are reserved for ML101 from {hhmm(start.timestamp())} to "
-            f"{hhmm(end.timestamp())}"
-        )
-        await eventually(
-            lambda: page_says(browsers[bob], f"{window}, and it holds a GPU they need."),
-            what="the warning on bob's home page",
-        )
+        # carol is not warned
         assert "will be stopped" not in await home(browsers[carol])
 
         # the window's start: the hub stops bob's job (Slurm would not), refunds the rest of
@@ -451,6 +475,7 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
         assert by_course.stdout.splitlines()[1].startswith("ml101,1,"), by_course.stdout
         slurm_cluster.run("scancel", outside)
     finally:
+        gate.unlink(missing_ok=True)
         if rid is not None:
             await hub.api("DELETE", f"{PATH}/{rid}", token=admin)
             slurm_cluster.run(

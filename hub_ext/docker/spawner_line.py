@@ -235,13 +235,7 @@ class LineSpawner(LoggingConfigurable):
         rules = Reservations.instance()
         window = rules.next_stop(self.user.name, mig or "gpu")
         if window is not None:
-            left = (window.start - rules.now()).total_seconds()
-            self.emit(
-                25,
-                f"{starts_text(window)}: this server may run until then (about "
-                f"{duration(left)} from now) and is stopped at the start if the "
-                "reservation needs its GPU.",
-            )
+            self.emit(25, rules.start_notice(window))
 
     def goes_first(self, gpus) -> bool:
         """The spawn page's seam: a member of an open window's group passes the line

@@ -31,6 +31,7 @@ its first pass after the restart.  Time comes from ``c.Reservations.utcnow``.
 from __future__ import annotations
 
 import asyncio
+from collections import abc
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -227,10 +228,26 @@ class Reservations(SingletonConfigurable):
         in line goes ahead of the others."""
         return any(w.units == units and user in self.members.get(w.group, ()) for w in self.open)
 
-    def next_stop(self, user: str, units: str) -> Window | None:
+    def next_stop(
+        self, user: str, units: str, needs: abc.Callable[[Window], bool] | None = None
+    ) -> Window | None:
         """The next window (within 12 h) that a server of ``user`` holding ``units`` may be
-        stopped for: a start is told how long it can run."""
-        return runs_into(self.ahead, self.groups_of(user), units, self.now())
+        stopped for: a start is told how long it can run (:meth:`start_notice`).
+        ``needs(window)``: whether the window may need this server's units (the Slurm
+        backend: a GPU on its reserved nodes); by default every window of their kind may."""
+        found = [w for w in self.ahead if needs is None or needs(w)]
+        return runs_into(found, self.groups_of(user), units, self.now())
+
+    def start_notice(self, window: Window) -> str:
+        """What a start's progress says of :meth:`next_stop`'s window: "1 GPU is reserved
+        for ML101 from 14:00 UTC to 16:00 UTC: this server may run until then (about
+        40 min from now) and is stopped at the start if the reservation needs its GPU."."""
+        left = (window.start - self.now()).total_seconds()
+        return (
+            f"{starts_text(window)}: this server may run until then (about "
+            f"{duration(left)} from now) and is stopped at the start if the reservation "
+            "needs its GPU."
+        )
 
     # -- the pass ------------------------------------------------------------------------
 
@@ -288,7 +305,7 @@ class Reservations(SingletonConfigurable):
         self.open = open_at(found, now)
         self.soon = [w for w in found if 0 < (w.start - now).total_seconds() <= self.warning]
         self.ahead = found
-        groups = {w.group for w in self.open + self.soon}
+        groups = {w.group for w in found}  # all: no member is told of her own group's
         self.members = {
             g.name: {u.name for u in g.users}
             for g in self.db.query(orm.Group).filter(orm.Group.name.in_(groups))

@@ -82,6 +82,11 @@ class SlurmHeld(ReservationBackend):
         gpus = sum(sum(self.nodes[n].gpus.values()) for n in r.nodes if n in self.nodes) if r else 0
         return max(window.gpus, gpus)
 
+    def nodes_of(self, window: Window) -> set[str]:
+        """The nodes of ``window``'s Slurm reservation, as the last pass read them."""
+        r = self.reserved.get(self.runner.name(window.reservation or 0))
+        return set(r.nodes) if r else set()
+
     def _watched(self) -> set[str]:
         """The nodes of the Slurm reservations of the windows open now or soon."""
         names = {self.runner.name(w.reservation or 0) for w in self.rules.open + self.rules.soon}

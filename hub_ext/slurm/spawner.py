@@ -20,7 +20,8 @@ A start runs in this order (each step yields a ``progress()`` event):
    once instead, in the same words as there;
 5. once the job runs: the pre-start hooks (the credits debit: paid from the moment the GPU
    is the member's, not from the submission), then batchspawner's wrapper reports the port
-   and the hub waits for JupyterLab.
+   and the hub waits for JupyterLab; a job on a node that another group's reservation
+   takes later is told until when it may run (:mod:`.spawner_reservations`).
 
 GPUs are Slurm's to hand out (GRES, and the devices cgroup with ConstrainDevices=yes):
 this backend never assigns devices itself.  A hub killed while a job waits keeps the job:
@@ -215,6 +216,7 @@ class GPUSlurmSpawner(
             ip, port = await super().start()
             if self._hooks_done is None:  # running before the first status query
                 self._hooks_done = await self.run_start_hooks()
+            self.tell_next_window()
             address = await self.node_address(ip)
             self.emit(95, f"Server is up on {ip}")
             return address, port

@@ -12,10 +12,13 @@
   ``c.SlurmReservations.interval`` seconds: Slurm's reservations made to match the hub's;
 - the hub's enforced reservations (:meth:`SlurmReservationSpawner.enforce_reservations`,
   :mod:`.enforce`): non-members' servers on the reserved nodes warned and stopped at the
-  window's start, members' servers there paid by their course.
+  window's start, members' servers there paid by their course; a start whose job runs
+  on such a node is told how long it may run (:meth:`SlurmReservationSpawner.tell_next_window`).
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from traitlets.config import LoggingConfigurable
 
@@ -23,9 +26,10 @@ from ..common.clock import utcnow
 from ..common.periodic import ensure_task, every
 from ..reservations import store
 from ..reservations.backend import BackendRefused, BackendUnavailable, members_of
+from ..reservations.enforce import Reservations
 from ..reservations.rules import occurrences
 from .cluster import parse_gres_request
-from .enforce import attach_enforcement
+from .enforce import SlurmHeld, attach_enforcement, device_nodes
 from .reservations import SlurmReservations
 
 __all__ = ["SlurmReservationSpawner", "start_reservation_pass"]
@@ -66,6 +70,36 @@ class SlurmReservationSpawner(LoggingConfigurable):
         attach_enforcement(
             reservations_of(type(self), self.config), self.config, db, settings.get("users")
         )
+
+    def tell_next_window(self) -> None:
+        """Tell the member, on the progress page, how long the server may run when its
+        job's GPUs (``gpu_devices``) are on the nodes of a reservation of a group they are
+        not in that starts within 12 h and before the profile's ``cull_max_age`` ends it
+        (:meth:`Reservations.next_stop`, in the Docker backend's words).  Slurm keeps a job
+        without a time limit off a node reserved later, so this is a job that was placed
+        before the reservation was made or moved onto its node."""
+        if not Reservations.initialized():
+            return
+        rules = Reservations.instance()
+        nodes = set(device_nodes(self.gpu_devices))
+        if not nodes or not isinstance(rules.backend, SlurmHeld):
+            return
+        held, now = rules.backend, rules.now()
+        ends = now + timedelta(seconds=self.cull_max_age) if self.cull_max_age else None
+        window = rules.next_stop(
+            self.user.name,
+            "gpu",
+            lambda w: bool(held.nodes_of(w) & nodes) and (ends is None or w.start < ends),
+        )
+        if window is not None:
+            self.log.info(
+                "%s runs on %s, reserved for %s from %s",
+                self._log_name,
+                ",".join(sorted(nodes)),
+                window.group,
+                window.start.isoformat(),
+            )
+            self.emit(90, rules.start_notice(window))
 
     def open_reservations(self) -> list[tuple[int, str]]:
         """(id, group) of the hub reservations of this member's groups with an occurrence
