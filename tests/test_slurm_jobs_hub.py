@@ -1,0 +1,179 @@
+"""GPU notebook jobs on the Slurm backend: a real hub and proxy, the two-node test cluster
+(tests/fixtures/slurm.py) with slurmdbd, the reference Credits service.  A job is a Slurm
+batch job of the member's, in the same bubblewrap container as a server, running
+``gpuhub-notebook-job`` behind batchspawner's wrapper.  The "gpu" profile costs 4 credits
+per hour: 1.00 per 15-minute interval."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from hub_ext.slurm.cluster import SlurmCluster
+from tests.fixtures.hub import eventually
+from tests.test_credits_hub import grant, ledger
+from tests.test_jobs_hub import JOBS, ended, notebook, status_is
+from tests.test_slurm_pages import hub_runs
+
+pytestmark = [pytest.mark.slurm, pytest.mark.hub, pytest.mark.docker]
+
+PROFILES = [
+    {"display_name": "CPU only", "slug": "cpu", "default": True},
+    {"display_name": "One GPU", "slug": "gpu", "gpus": 1, "credits_per_hour": 4},
+]
+#: the hub sees a Slurm job that ended behind its back at its next poll of the server
+QUICK = (
+    "c.GPUSlurmSpawner.poll_interval = 1\n"
+    "c.CreditsHook.meter_period = 0.5\n"
+    "c.Jobs.check_interval = 0.5\n"
+)
+
+#: prints the GPU the job sees (node, Slurm's GPU index, CUDA's, the device files in the
+#: container) and a value computed from a papermill parameter
+GPU_NOTEBOOK = notebook(
+    "import os\n"
+    "seen = [os.environ.get(k, '') for k in "
+    "('SLURMD_NODENAME', 'SLURM_JOB_GPUS', 'CUDA_VISIBLE_DEVICES')]\n"
+    "devices = ','.join(sorted(d for d in os.listdir('/dev') if d.startswith('nvidia')))\n"
+    "print(f'GPU seen: {\":\".join(seen)}:{devices}:END')",
+    "print('squared:', int(n) ** 2)",
+    parameters='n = "2"',
+)
+SEEN = re.compile(r"GPU seen: (\w+):(\d+):(\d*):([\w,]*):END")
+
+
+@pytest.fixture
+def jobs_hub(slurm_hub, credits_service):
+    async def make():
+        return await slurm_hub(
+            PROFILES,
+            extra_config=QUICK,
+            GPUHUB_CREDITS_URL=credits_service.url,
+            GPUHUB_CREDITS_TOKEN=credits_service.hub_token,
+        )
+
+    return make
+
+
+@pytest.fixture
+async def admin(credits_service):
+    async with credits_service.client(admin=True) as client:
+        yield client
+
+
+def workspace(cluster, name: str, files: dict[str, str]) -> Path:
+    """``name``'s workspace on the cluster's shared storage, hers (0700), with ``files``."""
+    entry = pwd.getpwnam(name)
+    path = cluster.shared / "home" / name
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    os.chown(path, entry.pw_uid, entry.pw_gid)
+    for filename, text in files.items():
+        (path / filename).write_text(text)
+        os.chown(path / filename, entry.pw_uid, entry.pw_gid)
+    return path
+
+
+async def create(hub, token, path: str, **body) -> str:
+    r = await hub.api(
+        "POST",
+        JOBS,
+        token,
+        json={"input_uri": path, "runtime_environment_name": "gpu", **body},
+    )
+    assert r.status_code == 201, r.text
+    return r.json()["job_id"]
+
+
+async def settled(admin, member) -> list[tuple[str, str]]:
+    """The member's ledger once it holds a grant, a debit and a refund."""
+
+    async def three():
+        got = await ledger(admin, member)
+        return got if len(got) == 3 else None
+
+    return await eventually(three, 30, f"{member}'s debit and refund")
+
+
+def refund_of_a_short_run(entries) -> None:
+    """10.00 granted, one interval paid (1.00), most of it given back."""
+    assert [kind for kind, _ in entries] == ["grant", "debit", "refund"], entries
+    assert entries[1] == ("debit", "1.00"), entries
+    assert Decimal("0.80") <= Decimal(entries[2][1]) <= Decimal("1.00"), entries
+
+
+async def test_a_notebook_job_runs_on_its_slurm_gpu_is_accounted_and_settled(
+    jobs_hub, slurm_cluster, admin
+):
+    member = slurm_cluster.fresh_member("ghs-job")
+    mine = workspace(slurm_cluster, member, {"train.ipynb": GPU_NOTEBOOK})
+    hub = await jobs_hub()
+    token = await hub.create_user(member)
+    await grant(admin, member, "10.00")
+
+    job_id = await create(hub, token, "train.ipynb", parameters={"n": "7"})
+    done = await ended(hub, token, job_id, 240)
+    assert (done["status"], done["exit_code"]) == ("COMPLETED", 0), done
+
+    # the output notebook in her workspace holds the GPU the job saw and the value
+    executed = (mine / done["outputs"]["ipynb"]).read_text()
+    node, gpu, cuda, devices = SEEN.findall(executed)[-1]
+    assert node in ("node1", "node2") and gpu in ("0", "1"), executed
+    assert (cuda, devices) == ("0", f"nvidia{gpu}")  # that GPU alone, as CUDA numbers it
+    assert "squared: 49" in executed
+    assert (mine / done["outputs"]["ipynb"]).stat().st_uid == pwd.getpwnam(member).pw_uid
+
+    # the hub's run record and Slurm's own records name the same job and GPU
+    [run] = [r for r in hub_runs(hub) if r.username == member]
+    assert (run.server_name, run.devices) == (done["server_name"], [f"{node}/gpu{gpu}"])
+    assert run.stopped_at is not None
+    slurm_job = run.job_id
+    # the GPU is free as soon as the job is COMPLETED: Slurm's job is over
+    assert slurm_cluster.job_state(slurm_job) not in ("PENDING", "RUNNING")
+    holders = await SlurmCluster(env=slurm_cluster.env).job_gpus()
+    assert not [j for j in holders if int(gpu) in j.gpus.get(node, [])], holders
+    if slurm_cluster.accounting:
+
+        def accounted():
+            out = slurm_cluster.run(
+                "sacct", "-a", "-X", "-n", "-P", "-j", slurm_job, "-o", "JobName,User,AllocTRES"
+            ).stdout.split("\n")[0]
+            return out.split("|") if out else None
+
+        name, user, tres = slurm_cluster.wait_for("sacct to know the job", accounted)
+        assert (name, user) == (f"gpuhub-notebook-{member}-{done['server_name']}", member)
+        assert "gres/gpu=1" in tres
+
+    refund_of_a_short_run(await settled(admin, member))
+    assert (await hub.api("GET", f"/users/{member}")).json()["servers"] == {}
+
+
+async def test_a_jobs_slurm_job_cancelled_outside_the_hub_fails_with_why_and_is_refunded(
+    jobs_hub, slurm_cluster, admin
+):
+    member = slurm_cluster.fresh_member("ghs-job")
+    workspace(slurm_cluster, member, {"slow.ipynb": notebook("import time\ntime.sleep(600)")})
+    hub = await jobs_hub()
+    token = await hub.create_user(member)
+    await grant(admin, member, "10.00")
+
+    job_id = await create(hub, token, "slow.ipynb")
+    running = await status_is(hub, token, job_id, "IN_PROGRESS", 240)
+    [line] = slurm_cluster.run("squeue", "-h", "-u", member, "-o", "%i|%j").stdout.split()
+    slurm_job, name = line.split("|")
+    assert name == f"gpuhub-notebook-{member}-{running['server_name']}"
+
+    slurm_cluster.run("scancel", slurm_job)  # an admin, outside the hub
+    failed = await ended(hub, token, job_id, 60)
+    assert (failed["status"], failed["status_message"]) == (
+        "FAILED",
+        f"The job ended without a report (Slurm job {slurm_job} was cancelled outside the hub).",
+    ), failed
+    refund_of_a_short_run(await settled(admin, member))
+    [run] = [r for r in hub_runs(hub) if r.username == member]
+    assert (run.job_id, run.stop_reason) == (slurm_job, "job_ended")
