@@ -164,9 +164,10 @@ async def test_a_jobs_slurm_job_cancelled_outside_the_hub_fails_with_why_and_is_
 
     job_id = await create(hub, token, "slow.ipynb")
     running = await status_is(hub, token, job_id, "IN_PROGRESS", 240)
-    [line] = slurm_cluster.run("squeue", "-h", "-u", member, "-o", "%i|%j").stdout.split()
-    slurm_job, name = line.split("|")
+    [line] = slurm_cluster.run("squeue", "-h", "-u", member, "-o", "%i|%j|%l").stdout.split()
+    slurm_job, name, limit = line.split("|")
     assert name == f"gpuhub-notebook-{member}-{running['server_name']}"
+    assert limit == "1-00:01:00"  # the profile's job_max_seconds (default 1 day) + 1 min
 
     slurm_cluster.run("scancel", slurm_job)  # an admin, outside the hub
     failed = await ended(hub, token, job_id, 60)
