@@ -17,7 +17,8 @@ import pytest
 from hub_ext.slurm.cluster import SlurmCluster
 from tests.fixtures.hub import eventually
 from tests.test_credits_hub import grant, ledger
-from tests.test_jobs_hub import JOBS, ended, notebook, status_is
+from tests.test_jobs_hub import JOBS, ended, job, notebook, status_is
+from tests.test_slurm_faults import hold_every_gpu
 from tests.test_slurm_pages import hub_runs
 
 pytestmark = [pytest.mark.slurm, pytest.mark.hub, pytest.mark.docker]
@@ -116,14 +117,29 @@ async def test_a_notebook_job_runs_on_its_slurm_gpu_is_accounted_and_settled(
     token = await hub.create_user(member)
     await grant(admin, member, "10.00")
 
+    # every GPU of the cluster held by plain jobs: the notebook job waits in Slurm's
+    # queue, which is its place in the hub's line, and costs nothing while it waits
+    holds = hold_every_gpu(slurm_cluster, slurm_cluster.fresh_member("ghs-hold"))
     job_id = await create(hub, token, "train.ipynb", parameters={"n": "7"})
+
+    async def placed():
+        model = await job(hub, token, job_id)
+        return model if model.get("place", {}).get("position") else None
+
+    waiting = await eventually(placed, 60, "the job's place in line")
+    assert (waiting["status"], waiting["place"]["position"]) == ("QUEUED", 1), waiting
+    assert await ledger(admin, member) == [("grant", "10.00")]
+
+    # one GPU freed: the job takes it, runs, is COMPLETED
+    [freed] = await SlurmCluster(env=slurm_cluster.env).job_gpus(holds[0])
+    slurm_cluster.run("scancel", holds[0])
     done = await ended(hub, token, job_id, 240)
     assert (done["status"], done["exit_code"]) == ("COMPLETED", 0), done
 
     # the output notebook in her workspace holds the GPU the job saw and the value
     executed = (mine / done["outputs"]["ipynb"]).read_text()
     node, gpu, cuda, devices = SEEN.findall(executed)[-1]
-    assert node in ("node1", "node2") and gpu in ("0", "1"), executed
+    assert {node: [int(gpu)]} == freed.gpus, executed  # the GPU that was freed
     assert (cuda, devices) == ("0", f"nvidia{gpu}")  # that GPU alone, as CUDA numbers it
     assert "squared: 49" in executed
     assert (mine / done["outputs"]["ipynb"]).stat().st_uid == pwd.getpwnam(member).pw_uid
@@ -151,6 +167,8 @@ async def test_a_notebook_job_runs_on_its_slurm_gpu_is_accounted_and_settled(
 
     refund_of_a_short_run(await settled(admin, member))
     assert (await hub.api("GET", f"/users/{member}")).json()["servers"] == {}
+    for held in holds[1:]:
+        slurm_cluster.run("scancel", held)
 
 
 async def test_a_jobs_slurm_job_cancelled_outside_the_hub_fails_with_why_and_is_refunded(
