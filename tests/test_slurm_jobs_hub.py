@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import pwd
 import re
+import shutil
+import subprocess
 from decimal import Decimal
 from pathlib import Path
 
@@ -50,9 +52,9 @@ SEEN = re.compile(r"GPU seen: (\w+):(\d+):(\d*):([\w,]*):END")
 
 @pytest.fixture
 def jobs_hub(slurm_hub, credits_service):
-    async def make():
+    async def make(profiles=PROFILES):
         return await slurm_hub(
-            PROFILES,
+            profiles,
             extra_config=QUICK,
             GPUHUB_CREDITS_URL=credits_service.url,
             GPUHUB_CREDITS_TOKEN=credits_service.hub_token,
@@ -196,3 +198,39 @@ async def test_a_jobs_slurm_job_cancelled_outside_the_hub_fails_with_why_and_is_
     refund_of_a_short_run(await settled(admin, member))
     [run] = [r for r in hub_runs(hub) if r.username == member]
     assert (run.job_id, run.stop_reason) == (slurm_job, "job_ended")
+
+
+@pytest.fixture
+def image_without_runner(slurm_cluster, slurm_image):
+    """The test image unpacked again (hard links) as ``gpuhub-test/norunner:old``, without
+    gpuhub-notebook-job: an image built before notebook jobs."""
+    images = slurm_cluster.dir / "images"
+    old = images / "gpuhub-test_norunner_old"
+    shutil.rmtree(old, ignore_errors=True)
+    old.mkdir()
+    source = images / slurm_image.replace("/", "_").replace(":", "_") / "rootfs"
+    subprocess.run(["cp", "-al", str(source), str(old / "rootfs")], check=True)
+    (old / "rootfs" / "usr" / "local" / "bin" / "gpuhub-notebook-job").unlink()
+    yield "gpuhub-test/norunner:old"
+    shutil.rmtree(old, ignore_errors=True)
+
+
+async def test_a_job_on_an_image_without_the_runner_fails_at_once_and_costs_nothing(
+    jobs_hub, slurm_cluster, admin, image_without_runner
+):
+    member = slurm_cluster.fresh_member("ghs-job")
+    workspace(slurm_cluster, member, {"train.ipynb": GPU_NOTEBOOK})
+    old = {**PROFILES[1], "spawner_override": {"image": image_without_runner}}
+    hub = await jobs_hub([PROFILES[0], old])
+    token = await hub.create_user(member)
+    await grant(admin, member, "10.00")
+
+    failed = await ended(hub, token, await create(hub, token, "train.ipynb"), 30)
+    assert (failed["status"], failed["status_message"]) == (
+        "FAILED",
+        f"It could not start: The image {image_without_runner} on the cluster cannot run "
+        "notebook jobs (it has no gpuhub-notebook-job). Ask an admin to rebuild it and "
+        "unpack it again.",
+    ), failed
+    assert slurm_cluster.run("squeue", "-h", "-u", member).stdout == ""  # never submitted
+    assert await ledger(admin, member) == [("grant", "10.00")]

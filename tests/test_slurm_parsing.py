@@ -481,3 +481,26 @@ def test_a_time_limit_slurm_would_not_read_is_refused(text):
 
     with pytest.raises(ValueError, match="not a Slurm time limit"):
         slurm_minutes(text)
+
+
+def test_a_job_on_an_image_without_the_runner_is_refused_before_it_is_submitted(tmp_path):
+    """The unpacked image the nodes run must hold gpuhub-notebook-job on the container's
+    PATH; one built before notebook jobs existed is refused with a sentence to act on."""
+    from tornado import web
+
+    from hub_ext.slurm.spawner import GPUSlurmSpawner
+    from tests.fixtures.members import fake_user
+
+    spawner = GPUSlurmSpawner(user=fake_user(), image_dir=str(tmp_path), image="site/old:1")
+    spawner.job = {"id": "0123"}
+    runner = tmp_path / "site_old_1" / "rootfs" / "usr" / "local" / "bin" / "gpuhub-notebook-job"
+    runner.parent.mkdir(parents=True)
+    with pytest.raises(web.HTTPError) as refused:
+        spawner.check_job_runner()
+    assert (refused.value.status_code, refused.value.log_message) == (
+        500,
+        "The image site/old:1 on the cluster cannot run notebook jobs (it has no "
+        "gpuhub-notebook-job). Ask an admin to rebuild it and unpack it again.",
+    )
+    runner.write_text("#!/opt/venv/bin/python\n")
+    spawner.check_job_runner()  # found on the container's PATH

@@ -284,6 +284,32 @@ class SlurmBatchJob(LoggingConfigurable):
                 "mount the datasets. Ask an admin to unpack it again.",
             )
 
+    def check_job_runner(self) -> None:
+        """A notebook job's image on the cluster must hold its runner (``job_command`` on
+        the container's PATH, ``container_path``), looked for in the unpacked image; else
+        the job is refused before anything is submitted or charged.  An image the hub
+        cannot see (another ``container_command``) is left to the job.  Raises
+        HTTPError(500) with a sentence for the member."""
+        rootfs = Path(self.rootfs())
+        command = self.job_command[0]
+        if not rootfs.is_dir() or "/" in command:
+            return
+        folders = [rootfs / d.lstrip("/") for d in self.container_path.split(":") if d]
+        if any((folder / command).is_file() for folder in folders):
+            return
+        self.log.error(
+            "Refusing job %s: %s has no %s on %s",
+            self._log_name,
+            rootfs,
+            command,
+            self.container_path,
+        )
+        raise web.HTTPError(
+            500,
+            f"The image {self.image} on the cluster cannot run notebook jobs (it has no "
+            f"{command}). Ask an admin to rebuild it and unpack it again.",
+        )
+
     def prepare_workspace(self) -> str:
         """Create the member's workspace and its log folder ``.gpuhub``, both owned by her
         and private (mode 0700), without following a link she made

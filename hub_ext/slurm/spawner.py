@@ -195,6 +195,8 @@ class GPUSlurmSpawner(
             await self.check_hooks()  # a member who cannot pay is not queued at all
             workspace = self.prepare_workspace()
             self.check_mount_points(self.checked_datasets())
+            if self.job:
+                self.check_job_runner()
             try:
                 nodes = await self.cluster.nodes(fresh=True, timeout=self.scheduler_timeout)
             except SlurmUnavailable as e:
