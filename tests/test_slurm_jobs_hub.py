@@ -6,6 +6,7 @@ per hour: 1.00 per 15-minute interval."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import re
@@ -234,3 +235,55 @@ async def test_a_job_on_an_image_without_the_runner_fails_at_once_and_costs_noth
     ), failed
     assert slurm_cluster.run("squeue", "-h", "-u", member).stdout == ""  # never submitted
     assert await ledger(admin, member) == [("grant", "10.00")]
+
+
+async def test_after_a_kill_9_a_running_job_and_a_waiting_one_each_end_once(
+    jobs_hub, slurm_cluster, admin
+):
+    """The hub killed with one job running and one waiting in Slurm's queue: the running
+    one reports to the restarted hub, the waiting one keeps its Slurm job and its place
+    and runs when the GPU frees; each is debited and refunded once."""
+    alice, bob = (slurm_cluster.fresh_member("ghs-job") for _ in range(2))
+    mine = workspace(
+        slurm_cluster,
+        alice,
+        {"long.ipynb": notebook("import time\ntime.sleep(20)\nprint('slept')")},
+    )
+    his = workspace(slurm_cluster, bob, {"train.ipynb": GPU_NOTEBOOK})
+    hub = await jobs_hub()
+    tokens = {name: await hub.create_user(name) for name in (alice, bob)}
+    for name in (alice, bob):
+        await grant(admin, name, "10.00")
+    holds = hold_every_gpu(slurm_cluster, slurm_cluster.fresh_member("ghs-hold"), gpus=3)
+
+    running = await create(hub, tokens[alice], "long.ipynb")
+    await status_is(hub, tokens[alice], running, "IN_PROGRESS", 240)
+    waiting = await create(hub, tokens[bob], "train.ipynb", parameters={"n": "3"})
+
+    async def first_in_line():
+        model = await job(hub, tokens[bob], waiting)
+        return model.get("place", {}).get("position") == 1
+
+    await eventually(first_in_line, 60, "bob's job first in line")
+    [pending] = slurm_cluster.run("squeue", "-h", "-u", bob, "-o", "%i").stdout.split()
+
+    hub.kill()  # SIGKILL: no clean-up at all
+    await hub.start()
+    await eventually(first_in_line, 60, "bob's place kept after the restart")
+    assert (await job(hub, tokens[alice], running))["status"] == "IN_PROGRESS"
+
+    done = await ended(hub, tokens[alice], running, 120)
+    assert (done["status"], done["exit_code"]) == ("COMPLETED", 0), done
+    assert "slept" in (mine / done["outputs"]["ipynb"]).read_text()
+    after = await ended(hub, tokens[bob], waiting, 180)
+    assert (after["status"], after["exit_code"]) == ("COMPLETED", 0), after
+    assert "squared: 9" in (his / after["outputs"]["ipynb"]).read_text()
+    [run] = [r for r in hub_runs(hub) if r.username == bob]
+    assert run.job_id == pending  # the same Slurm job, taken back by the restarted hub
+    for name in (alice, bob):  # nothing charged twice
+        refund_of_a_short_run(await settled(admin, name))
+    await asyncio.sleep(2)  # a second settlement would come within the meter's period
+    for name in (alice, bob):
+        assert len(await ledger(admin, name)) == 3
+    for held in holds:
+        slurm_cluster.run("scancel", held)
