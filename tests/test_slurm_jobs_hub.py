@@ -287,3 +287,29 @@ async def test_after_a_kill_9_a_running_job_and_a_waiting_one_each_end_once(
         assert len(await ledger(admin, name)) == 3
     for held in holds:
         slurm_cluster.run("scancel", held)
+
+
+async def test_a_job_through_the_submit_host_gets_its_job_and_its_token_there(
+    slurm_hub, slurm_cluster, submit_host
+):
+    """Every Slurm command over ssh on the login host (the hub cannot reach the cluster
+    itself: tests/test_slurm_submit_host.py): GPUHUB_JOB crosses ssh in the command's
+    environment, and the job's API token, which never does, reaches the runner through
+    its token file; the runner's report is accepted with it."""
+    path = ":".join(p for p in os.environ["PATH"].split(":") if not p.endswith("sbin"))
+    hub = await slurm_hub(
+        PROFILES,
+        extra_config=QUICK,
+        GPUHUB_CREDITS="off",
+        SLURM_CONF="/nonexistent/slurm.conf",
+        PATH=path,
+        **submit_host.settings,
+    )
+    member = slurm_cluster.fresh_member("ghl-job")
+    mine = workspace(slurm_cluster, member, {"train.ipynb": GPU_NOTEBOOK})
+    token = await hub.create_user(member)
+    done = await ended(hub, token, await create(hub, token, "train.ipynb"), 240)
+    assert (done["status"], done["exit_code"]) == ("COMPLETED", 0), done
+    assert "squared: 4" in (mine / done["outputs"]["ipynb"]).read_text()
+    # COMPLETED within the time allowed: the runner's report was accepted (without it the
+    # runner waits 10 min for the hub, GPUHUB_JOB_LINGER, before it exits)
