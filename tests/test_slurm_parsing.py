@@ -3,6 +3,7 @@ estimates (squeue); and what the spawn page and the board make of them."""
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 
@@ -411,3 +412,95 @@ def test_a_memory_limit_slurm_cannot_be_asked_for_is_refused_naming_it():
 
     with pytest.raises(ValueError, match="^mem_limit: lots is not a valid memory"):
         slurm_request("", "", "lots", 1)
+
+
+async def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exported():
+    """The same container as a server's, behind batchspawner's wrapper (it reports the port
+    and runs the command with runpy), with gpuhub-notebook-job in place of JupyterLab and
+    GPUHUB_JOB among the variables sbatch exports into the job."""
+    from hub_ext.slurm.spawner import GPUSlurmSpawner
+    from tests.fixtures.members import fake_user
+
+    spawner = GPUSlurmSpawner(user=fake_user(), req_homedir="/tmp", req_keepvars="PATH")
+    server = await spawner._get_batch_script(
+        **spawner.get_req_subvars(), cmd=spawner.cmd_formatted_for_batch()
+    )
+    spawner.job = {"id": "0123", "input": "a.ipynb", "max_seconds": 600}
+    job = await spawner._get_batch_script(
+        **spawner.get_req_subvars(), cmd=spawner.cmd_formatted_for_batch()
+    )
+    assert "#SBATCH --export=PATH\n" in server
+    assert "#SBATCH --export=PATH,GPUHUB_JOB,GPUHUB_JOB_ROOT\n" in job
+    assert "#SBATCH --job-name=gpuhub-notebook-ann-" in job
+    container = server.rsplit("exec ", 1)[1].split(" python3 -m batchspawner.singleuser ")[0]
+    assert job.rsplit("exec ", 1)[1] == (
+        f"{container} python3 -m batchspawner.singleuser gpuhub-notebook-job "
+        "--KernelManager.transport=ipc"
+    )
+    assert spawner.job_environment()["GPUHUB_JOB"] == json.dumps(spawner.job, sort_keys=True)
+
+
+@pytest.mark.parametrize(
+    ("runtime", "max_seconds", "expected"),
+    [
+        pytest.param("", 600, "11", id="its-own-limit-plus-a-minute"),
+        pytest.param("", 61, "3", id="minutes-rounded-up"),
+        pytest.param("8:00:00", 86400, "8:00:00", id="the-sites-shorter-limit"),
+        pytest.param("2-00:00:00", 3600, "61", id="shorter-than-the-sites"),
+        pytest.param("UNLIMITED", 3600, "61", id="site-unlimited"),
+        pytest.param("30", 0, "30", id="no-job-limit"),
+    ],
+)
+def test_a_jobs_maximum_run_time_becomes_its_slurm_time_limit(runtime, max_seconds, expected):
+    from hub_ext.slurm.batch import job_time_limit
+
+    assert job_time_limit(runtime, max_seconds) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "minutes"),
+    [
+        ("90", 90),
+        ("1:30", 2),
+        ("1:00:00", 60),
+        ("1-2", 1560),
+        ("1-2:03", 1563),
+        ("1-02:03:04", 1564),
+        ("INFINITE", None),
+    ],
+)
+def test_slurm_time_limits_read_as_minutes(text, minutes):
+    from hub_ext.slurm.batch import slurm_minutes
+
+    assert slurm_minutes(text) == minutes
+
+
+@pytest.mark.parametrize("text", ["1h", "-5", "1:2:3:4", "a-1"])
+def test_a_time_limit_slurm_would_not_read_is_refused(text):
+    from hub_ext.slurm.batch import slurm_minutes
+
+    with pytest.raises(ValueError, match="not a Slurm time limit"):
+        slurm_minutes(text)
+
+
+def test_a_job_on_an_image_without_the_runner_is_refused_before_it_is_submitted(tmp_path):
+    """The unpacked image the nodes run must hold gpuhub-notebook-job on the container's
+    PATH; one built before notebook jobs existed is refused with a sentence to act on."""
+    from tornado import web
+
+    from hub_ext.slurm.spawner import GPUSlurmSpawner
+    from tests.fixtures.members import fake_user
+
+    spawner = GPUSlurmSpawner(user=fake_user(), image_dir=str(tmp_path), image="site/old:1")
+    spawner.job = {"id": "0123"}
+    runner = tmp_path / "site_old_1" / "rootfs" / "usr" / "local" / "bin" / "gpuhub-notebook-job"
+    runner.parent.mkdir(parents=True)
+    with pytest.raises(web.HTTPError) as refused:
+        spawner.check_job_runner()
+    assert (refused.value.status_code, refused.value.log_message) == (
+        500,
+        "The image site/old:1 on the cluster cannot run notebook jobs (it has no "
+        "gpuhub-notebook-job). Ask an admin to rebuild it and unpack it again.",
+    )
+    runner.write_text("#!/opt/venv/bin/python\n")
+    spawner.check_job_runner()  # found on the container's PATH

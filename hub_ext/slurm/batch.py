@@ -8,11 +8,19 @@ from the member's token file, and ``container_command`` (bubblewrap on the image
 on shared storage, :data:`BWRAP`, by default) around batchspawner's wrapper.
 :meth:`SlurmBatchJob.get_req_subvars` fills its fields, every value a member or profile
 gives shell-quoted.
+
+A notebook job's server (``user_options["job"]``, :mod:`hub_ext.jobs`) is the same batch
+job with ``gpuhub-notebook-job`` in place of JupyterLab behind batchspawner's wrapper
+(:meth:`SlurmBatchJob.cmd_formatted_for_batch`), ``GPUHUB_JOB`` exported into it
+(:meth:`SlurmBatchJob.get_req_subvars`), a Slurm job name that says so
+(``gpuhub-notebook-<member>-job-<12 hex>``) and its maximum run time as ``--time``
+(:func:`job_time_limit`); docs: howto/notebook-jobs ("On Slurm").
 """
 
 from __future__ import annotations
 
 import math
+import os
 import pwd
 import shlex
 from pathlib import Path
@@ -25,7 +33,14 @@ from traitlets.config import LoggingConfigurable
 from ..common import metrics
 from ..spawn.member_dirs import MemberDirRefused, member_dir
 
-__all__ = ["BATCH_SCRIPT", "BWRAP", "SlurmBatchJob", "slurm_request"]
+__all__ = [
+    "BATCH_SCRIPT",
+    "BWRAP",
+    "SlurmBatchJob",
+    "job_time_limit",
+    "slurm_minutes",
+    "slurm_request",
+]
 
 #: The member's notebook server inside the container: bubblewrap (Debian ``bubblewrap``,
 #: unprivileged user namespaces) on the image's unpacked root filesystem, as the member's
@@ -94,6 +109,45 @@ def slurm_request(req_memory, req_nprocs, mem_limit, cpu_limit) -> tuple[str, st
     if not req_nprocs and cpu_limit:
         req_nprocs = str(math.ceil(float(cpu_limit)))
     return str(req_memory or ""), str(req_nprocs or "")
+
+
+_UNLIMITED = ("", "infinite", "unlimited")
+
+
+def slurm_minutes(text: str) -> int | None:
+    """A Slurm time limit (``--time``: "minutes", "minutes:seconds",
+    "hours:minutes:seconds", "days-hours", "days-hours:minutes",
+    "days-hours:minutes:seconds") -> whole minutes, seconds rounded up; None for none
+    ("", "INFINITE", "UNLIMITED").  Raises ValueError for anything else."""
+    text = str(text or "").strip()
+    if text.lower() in _UNLIMITED:
+        return None
+    days, dash, rest = text.rpartition("-") if "-" in text else ("0", "", text)
+    parts = rest.split(":")
+    numbers = [days, *parts]
+    if len(parts) > 3 or not all(n.isascii() and n.isdigit() for n in numbers):
+        raise ValueError(f"not a Slurm time limit: {text!r}")
+    d, values = int(days), [int(n) for n in parts]
+    if dash:  # days-hours[:minutes[:seconds]]
+        hours, minutes, seconds = (values + [0, 0])[:3]
+    elif len(values) == 3:
+        hours, minutes, seconds = values
+    else:  # minutes[:seconds]
+        hours, (minutes, seconds) = 0, (values + [0])[:2]
+    return d * 1440 + hours * 60 + minutes + math.ceil(seconds / 60)
+
+
+def job_time_limit(runtime: str, max_seconds: int) -> str:
+    """A notebook job's ``--time`` (batchspawner's ``req_runtime``): its maximum run time
+    in whole minutes plus one (the hub's jobs keeper stops it first, with its own words;
+    Slurm's limit is the backstop while the hub is down), or ``runtime`` (the profile's or
+    site's limit) where that is shorter or the job has none (``max_seconds`` 0).  Raises
+    ValueError for a ``runtime`` Slurm would not read."""
+    limit = slurm_minutes(runtime)
+    if not max_seconds:
+        return str(runtime or "")
+    minutes = math.ceil(max_seconds / 60) + 1
+    return str(runtime) if limit is not None and limit <= minutes else str(minutes)
 
 
 class SlurmBatchJob(LoggingConfigurable):
@@ -172,6 +226,27 @@ class SlurmBatchJob(LoggingConfigurable):
         """,
     )
 
+    def cmd_formatted_for_batch(self):
+        """batchspawner's command in the batch script: its wrapper (it reports the port to
+        the hub, then runs the command with ``runpy``) around JupyterLab, or around
+        ``gpuhub-notebook-job`` for a notebook job."""
+        if not self.job:
+            return super().cmd_formatted_for_batch()
+        return " ".join([self.batchspawner_singleuser_cmd, *self.job_command, *self.get_args()])
+
+    async def job_workspace(self) -> tuple[str, int, int]:
+        """The member's workspace on the shared storage (the hub's host sees it, as for
+        :meth:`prepare_workspace`) and the member's uid and gid on the cluster, for a
+        notebook job (:meth:`hub_ext.spawn.core.SpawnerCore.job_workspace`).  Raises
+        HTTPError(403) without a cluster account, HTTPError(404) without a workspace."""
+        uid, gid = self.member_ids()
+        path = self.workspace.format(username=self.user.name)
+        if not os.path.isdir(path):
+            raise web.HTTPError(
+                404, "You have no workspace yet: start a server once and save your notebook."
+            )
+        return path, uid, gid
+
     def member_ids(self) -> tuple[int, int]:
         """The member's Unix uid and gid on the cluster (their account there; Slurm runs
         the job as it).  Raises HTTPError(403) when the cluster has no such account."""
@@ -208,6 +283,32 @@ class SlurmBatchJob(LoggingConfigurable):
                 f"The image {self.image} on the cluster has no place to "
                 "mount the datasets. Ask an admin to unpack it again.",
             )
+
+    def check_job_runner(self) -> None:
+        """A notebook job's image on the cluster must hold its runner (``job_command`` on
+        the container's PATH, ``container_path``), looked for in the unpacked image; else
+        the job is refused before anything is submitted or charged.  An image the hub
+        cannot see (another ``container_command``) is left to the job.  Raises
+        HTTPError(500) with a sentence for the member."""
+        rootfs = Path(self.rootfs())
+        command = self.job_command[0]
+        if not rootfs.is_dir() or "/" in command:
+            return
+        folders = [rootfs / d.lstrip("/") for d in self.container_path.split(":") if d]
+        if any((folder / command).is_file() for folder in folders):
+            return
+        self.log.error(
+            "Refusing job %s: %s has no %s on %s",
+            self._log_name,
+            rootfs,
+            command,
+            self.container_path,
+        )
+        raise web.HTTPError(
+            500,
+            f"The image {self.image} on the cluster cannot run notebook jobs (it has no "
+            f"{command}). Ask an admin to rebuild it and unpack it again.",
+        )
 
     def prepare_workspace(self) -> str:
         """Create the member's workspace and its log folder ``.gpuhub``, both owned by her
@@ -253,7 +354,11 @@ class SlurmBatchJob(LoggingConfigurable):
             if datasets
             else ""
         )
+        keepvars = subvars.get("keepvars", "").split(",")
+        # a notebook job's GPUHUB_JOB goes into the job (sbatch --export names them all)
+        keepvars += [name for name in self.job_environment() if name not in keepvars]
         subvars.update(
+            keepvars=",".join(filter(None, keepvars)),
             # a word of the commands' shell line (exec_prefix), whatever the name holds
             username=shlex.quote(self.user.name),
             log=f"{workspace}/.gpuhub/slurm-%j.log",

@@ -45,7 +45,7 @@ from ..common.clock import now
 from ..common.periodic import shutting_down
 from ..spawn.core import SpawnerCore
 from .availability import SlurmAvailability
-from .batch import BATCH_SCRIPT, SlurmBatchJob, slurm_request
+from .batch import BATCH_SCRIPT, SlurmBatchJob, job_time_limit, slurm_request
 from .cluster import MEMBER_PREFIX, SlurmCluster, SlurmUnavailable
 from .port_report import replace_batchspawner_handler
 from .spawner_line import SlurmLineSpawner
@@ -165,8 +165,11 @@ class GPUSlurmSpawner(
             self.enforce_reservations()
 
     def get_env(self):
+        """JupyterHub's environment of the server, ``slurm_env``, and a notebook job's
+        ``GPUHUB_JOB`` (:meth:`hub_ext.spawn.core.SpawnerCore.job_environment`)."""
         env = super().get_env()
         env.update(self.slurm_env)
+        env.update(self.job_environment())
         return env
 
     # -- start -------------------------------------------------------------------------
@@ -190,9 +193,13 @@ class GPUSlurmSpawner(
             self.req_memory, self.req_nprocs = slurm_request(
                 self.req_memory, self.req_nprocs, self.mem_limit, self.cpu_limit
             )
+            if self.job:
+                self._job_time_limit()
             await self.check_hooks()  # a member who cannot pay is not queued at all
             workspace = self.prepare_workspace()
             self.check_mount_points(self.checked_datasets())
+            if self.job:
+                self.check_job_runner()
             try:
                 nodes = await self.cluster.nodes(fresh=True, timeout=self.scheduler_timeout)
             except SlurmUnavailable as e:
@@ -237,6 +244,16 @@ class GPUSlurmSpawner(
                 raise
             await asyncio.shield(self._abandon_start())
             raise
+
+    def _job_time_limit(self) -> None:
+        """A notebook job's maximum run time as its ``--time`` (:func:`.batch.job_time_limit`);
+        a site's limit Slurm would not read is left for sbatch to refuse."""
+        try:
+            self.req_runtime = job_time_limit(
+                self.req_runtime, int(self.job.get("max_seconds") or 0)
+            )
+        except (TypeError, ValueError) as e:
+            self.log.warning("%s: time limit left as it is: %s", self._log_name, e)
 
     async def submit_batch_script(self):
         """Submit the job; its id goes to the hub database at once.  A job of this server
@@ -285,8 +302,11 @@ class GPUSlurmSpawner(
 
     @property
     def job_name(self) -> str:
-        """The Slurm job name of this server, one per member and server name."""
-        return f"gpuhub-{self.user.name}-{self.name or 'default'}"
+        """The Slurm job name (``--job-name``, what squeue and sacct show) of this server,
+        one per member and server name: ``gpuhub-<member>-<server>``, and for a notebook
+        job ``gpuhub-notebook-<member>-job-<12 hex of the job id>``."""
+        kind = "gpuhub-notebook" if self.job else "gpuhub"
+        return f"{kind}-{self.user.name}-{self.name or 'default'}"
 
     async def _cancel_job(self) -> None:
         """Cancel this server's job by id, or by name and owner when a start was cut off
@@ -338,7 +358,9 @@ class GPUSlurmSpawner(
 
     async def poll(self):
         """batchspawner's poll.  A server whose job ended without the hub stopping it is
-        stopped here for the hooks (``after_stop``): its run record says ``gone``,
+        stopped here for the hooks (``after_stop``): its run record says ``gone``
+        (``job_ended`` for a notebook job, ``stop_detail`` what Slurm says: "Slurm job 12
+        was cancelled outside the hub"),
         ``out_of_memory`` when the job's cgroup killed it past its memory (Slurm's
         OUT_OF_MEMORY), or ``node_down`` with ``stop_detail`` ("node node2 down: <Slurm's
         reason>") when its node went down or failed (:class:`hub_ext.culling.culler.Culler`)."""
@@ -355,11 +377,12 @@ class GPUSlurmSpawner(
             return 1
         if status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.UNKNOWN):
             return None
-        if not self._spawn_pending and self.job_id and self.hook_state:
+        if not self._spawn_pending and self.job_id and (self.hook_state or self.job):
             # ended behind the hub's back: JupyterHub's User.stop calls no stop() for a
             # server whose poll says it ended, so the stop hooks run here (idempotent:
-            # credits settled and the unused part refunded, the run record closed)
-            self.stop_reason = "gone"
+            # credits settled and the unused part refunded, the run record closed, a
+            # notebook job ended with why: hub_ext.jobs.hook)
+            self.stop_reason = "job_ended" if self.job else "gone"
             await self._why_ended(last)
             try:
                 await self.run_stop_hooks()
@@ -396,6 +419,7 @@ class GPUSlurmSpawner(
         elif state == "NODE_FAIL":
             self.stop_detail = f"node {node or '?'} failed (Slurm: {state})"
         else:
+            self.stop_detail = self._ended_detail(state)
             self.log.warning(
                 "%s stopped: job %s ended (%s) without the hub",
                 self._log_name,
@@ -411,6 +435,19 @@ class GPUSlurmSpawner(
             state or "gone",
             self.stop_detail,
         )
+
+    def _ended_detail(self, state: str) -> str:
+        """What Slurm says of a job that ended without the hub (squeue's state, "" when
+        Slurm has forgotten it), in a member's words."""
+        job = f"Slurm job {self.job_id}"
+        if state == "CANCELLED":
+            return f"{job} was cancelled outside the hub"
+        if state in ("TIMEOUT", "DEADLINE"):
+            limit = f"its time limit ({self.req_runtime})" if self.req_runtime else "its time limit"
+            return f"{job} reached {limit}"
+        if state == "PREEMPTED":
+            return f"{job} was preempted by the cluster"
+        return f"{job} ended ({state or 'no longer known to Slurm'})"
 
     def get_state(self):
         state = super().get_state()  # batchspawner's and the hooks' (SpawnerCore)
