@@ -2,15 +2,16 @@
 
 She signs in at the OIDC provider, starts the CPU profile, uploads a notebook into her
 workspace with JupyterLab's file browser, right-clicks it and creates a job with Jupyter
-Scheduler's own form: the PyTorch environment (its label says GPUs, price, free GPUs) and a
-parameter.  bob's server holds the hub's only GPU, so the job's detail view shows its place
-in the line; bob's server stops, the job runs and completes (the Notebook Jobs list, reloaded,
-says so) and alice opens the executed notebook from the list: it shows the value computed
-from her parameter and the UUID of the GPU the job had.
+Scheduler's own form ("Create Job" in 2.12): the PyTorch environment (its label says GPUs,
+price, free GPUs) and a parameter.  bob's server holds the hub's only GPU, so the job's
+detail view shows its place in the line; bob's server stops, the job runs and completes (the
+Jobs list, reloaded, says so) and alice opens the executed notebook from the list: it shows
+the value computed from her parameter and the UUID of the GPU the job had.
 
 Real parts: Chromium (Playwright), the OIDC provider, JupyterHub and its proxy, the reference
-credits service, Docker containers of gpuhub/base and gpuhub/pytorch, one simulated GPU.
-``GPUHUB_DOCS_SCREENSHOTS=1`` keeps the steps docs/howto/notebook-jobs.md shows.
+credits service, Docker containers of the notebook images, one simulated GPU.  The plugin
+under test is the one in the CPU profile's image (``GPUHUB_TEST_IMAGE``, default
+gpuhub/base).  ``GPUHUB_DOCS_SCREENSHOTS=1`` keeps the steps docs/howto/notebook-jobs.md shows.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ PROFILES = [
         "credits_per_hour": 4,
         "spawner_override": {"image": "gpuhub/pytorch:latest"},
     },
+    # a second job profile: with only one, the Scheduler's form shows no Environment list
     {
         "display_name": "Python",
         "slug": "python-gpu",
@@ -90,19 +92,19 @@ async def jobs_hub(hub_factory, tmp_path, oidc_provider):
     return hub
 
 
-async def listed_as(page, row, status: str, timeout: float = 120) -> None:
-    """Press the Notebook Jobs list's Reload until ``row`` shows ``status``, as a person
-    does (the list does not refresh by itself)."""
+async def reload_until(page, button: str, where, text, timeout: float = 120) -> None:
+    """Press the Scheduler's ``button`` ("Reload" in the list, "Reload Job" in a job's
+    detail) until ``where`` shows ``text``, as a person does: neither refreshes by itself."""
 
     async def shown():
-        await page.get_by_role("button", name="Reload").click()
         try:
-            await expect(row).to_contain_text(status, timeout=1_000)
+            await expect(where).to_contain_text(text, timeout=1_000)
         except AssertionError:
+            await page.get_by_role("button", name=button, exact=True).click()
             return False
         return True
 
-    await eventually(shown, timeout, f"the job listed as {status}")
+    await eventually(shown, timeout, f"{text} shown")
 
 
 async def test_a_member_runs_her_notebook_as_a_gpu_job(
@@ -136,7 +138,7 @@ async def test_a_member_runs_her_notebook_as_a_gpu_job(
     # right-click > Create Job: Jupyter Scheduler's form, the hub's environments
     await listing.get_by_text("train.ipynb", exact=True).click(button="right")
     await screenshots.take(alice, "30-job-menu", full_page=False)
-    await alice.locator(".lm-Menu-item", has_text=re.compile(r"^Create (Notebook )?Job$")).click()
+    await alice.locator(".lm-Menu-item", has_text=re.compile(r"^Create Job$")).click()
     await expect(alice.get_by_label("Job name")).to_have_value("train")
     environment = alice.get_by_role("button", name=re.compile("^Environment"))
     await environment.click()
@@ -154,22 +156,21 @@ async def test_a_member_runs_her_notebook_as_a_gpu_job(
     row = alice.locator("tr", has_text="train")
     await expect(row).to_contain_text("Queued")
     await row.get_by_title('Open detail view for "train"').click()
-    await expect(alice.locator("body")).to_contain_text(
-        re.compile(r"Waiting for a GPU: 1st in line")
-    )
+    place = alice.locator(".MuiAlert-message", has_text="Waiting for a GPU")
+    await reload_until(alice, "Reload Job", place, re.compile(r"^Waiting for a GPU: 1st in line"))
     await screenshots.take(alice, "32-job-queued")
 
     # bob's server stops: the job gets the GPU, runs and completes
     await hub.stop_server("bob")
     await alice.locator(".MuiBreadcrumbs-root").get_by_text("Jobs", exact=True).click()
-    await listed_as(alice, row, "In progress", 60)
+    await reload_until(alice, "Reload", row, "In progress", 60)
     await screenshots.take(alice, "33-job-in-progress")
-    await listed_as(alice, row, "Completed")
+    await reload_until(alice, "Reload", row, "Completed")
     await screenshots.take(alice, "34-job-completed")
 
     # she opens the executed notebook from the list, in JupyterLab
     await row.get_by_title(re.compile(r'^Open output file "train-.*\.ipynb"$')).click()
     output = alice.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output")
-    await expect(output.filter(has_text="loss after 3 epochs: 0.125")).to_be_visible()
+    await expect(output.filter(has_text="loss after 3 epochs: 0.125")).to_be_visible(timeout=30_000)
     await expect(output.filter(has_text=f"GPU: {gpu}")).to_be_visible()
     await screenshots.take(alice, "35-job-output")
