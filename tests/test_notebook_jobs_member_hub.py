@@ -77,8 +77,9 @@ async def test_member_creates_a_job_in_her_cpu_server_sees_its_place_and_its_res
 
         envs = await server.get("/scheduler/runtime_environments")
         assert envs.status_code == 200, envs.text
-        assert [(e["name"], e["label"]) for e in envs.json()] == [
-            ("pytorch", "PyTorch, 1 GPU, 1.00 credits/h, 0 of 1 free")
+        # the form lists an environment by its name and sends it back: the label, for both
+        assert [(e["name"], e["label"], e["metadata"]["profile"]) for e in envs.json()] == [
+            ("PyTorch, 1 GPU, 1.00 credits/h, 0 of 1 free",) * 2 + ("pytorch",)
         ]
 
         # bob's server holds the only GPU: the job waits, its place in its detail

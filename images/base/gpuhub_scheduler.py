@@ -244,6 +244,13 @@ class HubScheduler(BaseScheduler):
         """A workspace-relative path of the hub as the root-relative one the Scheduler uses."""
         return posixpath.relpath(posixpath.join(self.workspace, path), self.root_dir)
 
+    def profile(self, environment: str) -> str:
+        """The hub's profile slug of an environment the form sent: the Create Job form sends
+        an environment's label (HubEnvironments), a REST client the slug; anything else goes
+        to the hub unchanged, which names the valid choices."""
+        profiles = getattr(self.environments_manager, "profiles", {})
+        return profiles.get(environment, environment)
+
     # --- jobs ---------------------------------------------------------------------------------
 
     async def create_job(self, model: CreateJob) -> str:
@@ -253,7 +260,7 @@ class HubScheduler(BaseScheduler):
         body = {
             "input_uri": self.to_workspace(model.input_uri),
             "name": model.name,
-            "runtime_environment_name": model.runtime_environment_name,
+            "runtime_environment_name": self.profile(model.runtime_environment_name),
             "parameters": model.parameters or {},
             "output_formats": model.output_formats or ["ipynb"],
             "idempotency_token": model.idempotency_token,
@@ -378,10 +385,19 @@ class HubEnvironments(EnvironmentManager):
     GET /gpuhub/jobs/environments; each label as the hub words it, e.g. "PyTorch, 1 GPU,
     1.00 credits/h, 1 of 2 free" (free GPUs at the moment the form opened). Raises
     ``EnvironmentRetrievalError`` with the hub's message when the hub refuses.
+
+    Each environment's ``name`` is its label too: Jupyter Scheduler 2.12's form shows an
+    environment's *name* in its list, keeps the chosen one's *label* as its value and finds
+    it again by name (its own Conda manager makes both the same), so a slug as name showed
+    "pytorch" and sent the label. ``profiles`` maps every label listed to its slug, for
+    :meth:`HubScheduler.profile` (the same instance serves both; jupyter_scheduler.extension).
     """
 
     def __init__(self, hub: HubJobs | None = None):
         self.hub = hub or HubJobs()
+        #: {label: profile slug} of every environment listed by this server, labels kept:
+        #: a form opened before the free count changed still sends the label it showed
+        self.profiles: dict[str, str] = {}
 
     async def list_environments(self) -> list[RuntimeEnvironment]:
         try:
@@ -391,7 +407,16 @@ class HubEnvironments(EnvironmentManager):
         environments = []
         for env in found.get("environments", []):
             metadata = {k: str(v) for k, v in (env.get("metadata") or {}).items() if v is not None}
-            environments.append(RuntimeEnvironment(**{**env, "metadata": metadata}))
+            self.profiles[env["label"]] = env["name"]
+            environments.append(
+                RuntimeEnvironment(
+                    **{
+                        **env,
+                        "name": env["label"],
+                        "metadata": {**metadata, "profile": env["name"]},
+                    }
+                )
+            )
         return environments
 
     def manage_environments_command(self) -> str:

@@ -221,8 +221,9 @@ def test_environment_list_shows_the_hubs_job_profiles_with_price_and_free_gpus(s
     response = scheduler.get("/runtime_environments")
     assert response.status_code == 200, response.text
     [pytorch] = response.json()
-    assert pytorch["name"] == "pytorch"
-    assert pytorch["label"] == "PyTorch, 1 GPU, 1.00 credits/h, 1 of 2 free"
+    # the form lists an environment by its name and sends back its label: both the label
+    assert pytorch["name"] == pytorch["label"] == "PyTorch, 1 GPU, 1.00 credits/h, 1 of 2 free"
+    assert pytorch["metadata"]["profile"] == "pytorch"
     assert pytorch["output_formats"] == [
         {"name": "ipynb", "label": "Notebook"},
         {"name": "html", "label": "HTML"},
@@ -247,6 +248,12 @@ def test_created_job_reaches_the_hub_with_the_servers_token_and_shows_its_place(
     listed = scheduler.get("/jobs").json()
     assert [j["job_id"] for j in listed["jobs"]] == [job_id]
     assert scheduler.get("/jobs/count", params={"status": "QUEUED"}).json() == {"count": 1}
+
+    # what the Create Job form sends: the label of an environment it listed; the hub its slug
+    scheduler.get("/runtime_environments")
+    assert create(scheduler, environment=PYTORCH["label"]).status_code == 200
+    posted = [r[2] for r in alice_hub.jobs_requests() if r[0] == "POST"]
+    assert posted[-1]["runtime_environment_name"] == "pytorch"
 
 
 def test_hubs_refusal_reaches_the_create_form_in_its_own_words(scheduler, alice_hub):
