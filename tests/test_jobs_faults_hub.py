@@ -245,9 +245,8 @@ async def test_a_profiles_image_gone_fails_the_job_in_words_and_keeps_nothing(si
         f"The image {GONE}:latest of this profile is not on this node" in (failed["status_message"])
     ), failed
     await gpu_free(site)
-    ledger = await entries(site.admin, alice)
-    assert ledger in (grant(), [*grant(), ("debit", "1.00"), ("refund", "1.00")]), ledger
-    await settles(site, alice, ledger)
+    # debited as the container was made (the credits hook runs first), refunded whole
+    await settles(site, alice, [*grant(), ("debit", "1.00"), ("refund", "1.00")])
 
 
 async def test_a_jobs_container_killed_fails_it_and_refunds_the_unused_part(site, docker_client):
