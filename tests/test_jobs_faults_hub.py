@@ -13,6 +13,7 @@ each leaves the GPU free.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 from types import SimpleNamespace
 
@@ -88,7 +89,7 @@ async def site(
     gpus = NVMLNode(tmp / "nvml-node.json", nvml_standin_lib)
     gpus.write(node(GPU_A))
     profiles = tmp / "profiles.json"
-    profiles.write_text(__import__("json").dumps(PROFILES))
+    profiles.write_text(json.dumps(PROFILES))
     workspaces = tmp / "homes"
     workspaces.mkdir()
     docker_client.tag(job_runner, GONE, "latest")
