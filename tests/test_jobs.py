@@ -226,3 +226,18 @@ async def test_a_job_server_runs_the_job_runner_waits_in_line_and_is_never_culle
     spawner._prepare_container({"ids": None, "workspace": "vol", "datasets": {}})
     assert spawner.cmd is None or "gpuhub-notebook-job" not in spawner.cmd
     assert "GPUHUB_JOB" not in spawner.environment
+
+
+@pytest.mark.parametrize(
+    "code, words",
+    [
+        pytest.param(137, "its container was killed (SIGKILL, exit code 137)", id="kill"),
+        pytest.param(143, "its container was stopped (SIGTERM, exit code 143)", id="term"),
+        pytest.param(3, "its container exited with code 3", id="exit"),
+        pytest.param(None, "its container ended (exit code unknown)", id="unknown"),
+    ],
+)
+def test_why_a_jobs_container_ended_is_said_in_words(code, words):
+    from hub_ext.spawn.stopping import exit_words
+
+    assert exit_words(code) == words

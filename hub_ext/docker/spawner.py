@@ -66,6 +66,7 @@ from traitlets import (
 from ..common.notices import notices
 from ..spawn.core import STATE_VERSION, SpawnerCore
 from ..spawn.profiles import LABEL_PREFIX, gpu_request
+from ..spawn.stopping import exit_words
 from .availability import PoolAvailability
 from .container import MemberContainer
 from .inventory import InventoryError
@@ -517,7 +518,7 @@ class GPUDockerSpawner(
             return
         self._job_end_seen = True
         self.stop_reason = "job_ended"
-        self.stop_detail = f"the notebook job's container exited ({status})"
+        self.stop_detail = exit_words((obj.get("State") or {}).get("ExitCode"))
         try:
             await self.run_stop_hooks()
         except Exception:

@@ -120,7 +120,7 @@ class JobsBase(APIHandler):
             )
         try:
             return json.loads(self.request.body or b"null")
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested too deep
             raise web.HTTPError(
                 400, "The body is not JSON: send Jupyter Scheduler's CreateJob as a JSON object."
             ) from None

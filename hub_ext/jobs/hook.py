@@ -127,7 +127,7 @@ async def finalise(user, row, spawner=None) -> bool:
         status, message, code = "STOPPED", row.status_message or "Stopped.", None
     else:
         detail = getattr(spawner, "stop_detail", None) or "the hub found it gone"
-        status, message, code = "FAILED", f"The job ended without a report ({detail}).", None
+        status, message, code = "FAILED", f"The job ended without a report: {detail}.", None
     done = store.finish(db, row, status, message, exit_code=code)
     if done:
         jobs_of(user.settings).log.info(

@@ -27,7 +27,8 @@ def apply_jobs_config(c, settings) -> None:
     """Define ``custom:gpuhub:jobs``; give it filtered to the ``user`` role and server
     tokens, unfiltered to ``gpuhub-gpu-admins`` and ``gpuhub-cli``; add the endpoints and
     :class:`hub_ext.jobs.hook.JobsHook` (first: a forged job start is refused before any
-    other hook asks anything); set ``c.Jobs.per_user`` and ``c.Jobs.notebook_max_mib``.
+    other hook asks anything); set ``c.Jobs.per_user`` and ``c.Jobs.notebook_max_mib``;
+    in the hub itself, start the jobs' keeper with the hub.
     Raises ValueError when the admin roles are not made yet."""
     custom = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
     custom[JOBS_SCOPE] = {
@@ -62,3 +63,9 @@ def apply_jobs_config(c, settings) -> None:
     core.before_container_hooks = [HOOK] + [h for h in hooks if h != HOOK]
     c.Jobs.per_user = settings.jobs_per_user
     c.Jobs.notebook_max_mib = settings.job_notebook_max_mib
+    from jupyterhub.app import JupyterHub
+
+    if JupyterHub.initialized():  # the hub loading this configuration, not a config check
+        from .lifecycle import keep_from_start
+
+        keep_from_start(JupyterHub.instance())

@@ -21,7 +21,7 @@ record.  Its container runs ``gpuhub-notebook-job`` instead of JupyterLab.
   ``c.Jobs.check_interval`` seconds: the maximum run time, queued jobs that are not waiting
   in the line (after a hub restart, or behind the member's other job on the same profile:
   the line holds one place per member and profile), jobs whose server a restarted hub
-  found running or gone.
+  found running or gone.  It runs from the hub's start (:func:`keep_from_start`).
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ from traitlets.config import SingletonConfigurable
 from ..common.periodic import ensure_task, every
 from ..common.server_key import ServerKey
 from ..line.core import Line
+from ..spawn.choice import json_size
 from . import store
 from .checks import JobRefused, job_profile, output_names, read_notebook, read_request
 
-__all__ = ["Jobs", "create", "job_options", "launch", "stop"]
+__all__ = ["Jobs", "create", "job_options", "keep_from_start", "launch", "stop"]
 
 
 class Jobs(SingletonConfigurable):
@@ -135,6 +136,25 @@ class Jobs(SingletonConfigurable):
                     await ended_unseen(user, row)
             elif row.status == "STOPPING" and (spawner is None or not spawner.active):
                 store.finish(db, row, "STOPPED", row.status_message or "Stopped.")
+
+
+def keep_from_start(app) -> None:
+    """Make the JupyterHub application ``app`` start the jobs' keeper when it starts, so
+    that a restarted hub ends, starts and settles its jobs by itself, before any request
+    about jobs.  ``app.start`` is wrapped, as
+    :func:`hub_ext.credits.unsettled.settle_at_start` does (JupyterHub has no start-up
+    hook for extensions); the keeper starts once ``start`` is done (the proxy and the
+    API up; ``app.users`` was filled by ``initialize``).  Wrapping twice is a no-op."""
+    start = app.start
+    if getattr(start, "keeps_jobs", False):
+        return
+
+    async def start_then_keep():
+        await start()
+        Jobs.instance(config=app.config).ensure_keeper(app.users)
+
+    start_then_keep.keeps_jobs = True
+    app.start = start_then_keep
 
 
 def jobs_of(settings) -> Jobs:
@@ -240,6 +260,14 @@ async def create(jobs: Jobs, user, body) -> store.JobRow:
         # the start's own checks, before anything is reserved: the profile as the
         # spawner loads it, and the hooks (the credits hook: the first interval, 402)
         spawner.user_options = job_options(row)
+        size = json_size(spawner.user_options)
+        if size > spawner.user_options_max_bytes:  # load_profile's 413, in a job's words
+            raise JobRefused(
+                413,
+                f"The job's parameters and file names come to {size} bytes; a job takes "
+                f"at most {spawner.user_options_max_bytes}. Give fewer or shorter "
+                "parameters, or a shorter path.",
+            )
         await spawner.load_profile()
         await spawner.check_hooks()
         write_input(workspace, input_copy, data, uid, gid)

@@ -11,8 +11,9 @@ the database.
 from __future__ import annotations
 
 import asyncio
+import signal
 
-__all__ = ["StopAfterCancelledStart", "stop_server"]
+__all__ = ["StopAfterCancelledStart", "exit_words", "stop_server"]
 
 #: Seconds a stop waits for the clean-up of the start it cancelled (the container removed,
 #: the hooks undone); JupyterHub's own start_timeout bounds a start far longer.
@@ -39,6 +40,23 @@ async def stop_server(spawner, reason: str) -> None:
         await user.stop(server_name)
     finally:
         spawner.stop_reason = None
+
+
+def exit_words(code, what: str = "its container") -> str:
+    """Why a server's process ended, in words, from its exit code (an int, or None when
+    unknown): ``exit_words(137)`` -> "its container was killed (SIGKILL, exit code 137)",
+    ``exit_words(3)`` -> "its container exited with code 3".  A code above 128 is a signal,
+    as a shell and Docker report it (128 + the signal's number)."""
+    if not isinstance(code, int):
+        return f"{what} ended (exit code unknown)"
+    if code > 128:
+        try:
+            name = signal.Signals(code - 128).name
+        except ValueError:
+            name = f"signal {code - 128}"
+        verb = "was stopped" if name == "SIGTERM" else "was killed"
+        return f"{what} {verb} ({name}, exit code {code})"
+    return f"{what} exited with code {code}"
 
 
 class StopAfterCancelledStart:
