@@ -226,6 +226,8 @@ async def test_a_job_server_runs_the_job_runner_waits_in_line_and_is_never_culle
     spawner._prepare_container({"ids": None, "workspace": "vol", "datasets": {}})
     assert spawner.cmd is None or "gpuhub-notebook-job" not in spawner.cmd
     assert "GPUHUB_JOB" not in spawner.environment
+    # where the Jupyter Scheduler plugin finds the workspace, as the hub mounts it
+    assert spawner.environment["GPUHUB_WORKSPACE_MOUNT"] == spawner.workspace_mount
 
 
 @pytest.mark.parametrize(

@@ -429,15 +429,15 @@ async def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exporte
     job = await spawner._get_batch_script(
         **spawner.get_req_subvars(), cmd=spawner.cmd_formatted_for_batch()
     )
-    assert "#SBATCH --export=PATH\n" in server
-    assert "#SBATCH --export=PATH,GPUHUB_JOB,GPUHUB_JOB_ROOT\n" in job
+    assert "#SBATCH --export=PATH,GPUHUB_WORKSPACE_MOUNT\n" in server
+    assert "#SBATCH --export=PATH,GPUHUB_WORKSPACE_MOUNT,GPUHUB_JOB,GPUHUB_JOB_ROOT\n" in job
     assert "#SBATCH --job-name=gpuhub-notebook-ann-" in job
     container = server.rsplit("exec ", 1)[1].split(" python3 -m batchspawner.singleuser ")[0]
     assert job.rsplit("exec ", 1)[1] == (
         f"{container} python3 -m batchspawner.singleuser gpuhub-notebook-job "
         "--KernelManager.transport=ipc"
     )
-    assert spawner.job_environment()["GPUHUB_JOB"] == json.dumps(spawner.job, sort_keys=True)
+    assert spawner.core_environment()["GPUHUB_JOB"] == json.dumps(spawner.job, sort_keys=True)
 
 
 @pytest.mark.parametrize(

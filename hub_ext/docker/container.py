@@ -310,7 +310,7 @@ class MemberContainer(LoggingConfigurable):
             # place of jupyterhub-singleuser (same uid, workspace, GPUs, limits, network)
             labels[LABEL_PREFIX + "job"] = str(self.job.get("id", ""))
             self.cmd = list(self.job_command)
-            self.environment = {**self.environment, **self.job_environment()}
+        self.environment = {**self.environment, **self.core_environment()}
         if self.hook_state:
             # what the hooks recorded (the credits paid), for a hub killed before it saved
             # spawner state (see poll)

@@ -355,8 +355,8 @@ class SlurmBatchJob(LoggingConfigurable):
             else ""
         )
         keepvars = subvars.get("keepvars", "").split(",")
-        # a notebook job's GPUHUB_JOB goes into the job (sbatch --export names them all)
-        keepvars += [name for name in self.job_environment() if name not in keepvars]
+        # the core's variables (a job's GPUHUB_JOB) go into the job (sbatch --export names all)
+        keepvars += [name for name in self.core_environment() if name not in keepvars]
         subvars.update(
             keepvars=",".join(filter(None, keepvars)),
             # a word of the commands' shell line (exec_prefix), whatever the name holds

@@ -165,11 +165,11 @@ class GPUSlurmSpawner(
             self.enforce_reservations()
 
     def get_env(self):
-        """JupyterHub's environment of the server, ``slurm_env``, and a notebook job's
-        ``GPUHUB_JOB`` (:meth:`hub_ext.spawn.core.SpawnerCore.job_environment`)."""
+        """JupyterHub's environment of the server, ``slurm_env``, and the core's variables
+        (:meth:`hub_ext.spawn.core.SpawnerCore.core_environment`)."""
         env = super().get_env()
         env.update(self.slurm_env)
-        env.update(self.job_environment())
+        env.update(self.core_environment())
         return env
 
     # -- start -------------------------------------------------------------------------

@@ -217,16 +217,17 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         no workspace yet) or NotImplementedError (the backend runs no jobs)."""
         raise NotImplementedError
 
-    def job_environment(self) -> dict:
-        """The environment of a notebook job's container (``GPUHUB_JOB``: the job's
-        ``user_options["job"]`` as JSON; ``GPUHUB_JOB_ROOT``: where the workspace is
-        mounted), or ``{}`` for a server; read by ``gpuhub-notebook-job`` (images/base)."""
-        if not self.job:
-            return {}
-        return {
-            "GPUHUB_JOB": json.dumps(self.job, sort_keys=True),
-            "GPUHUB_JOB_ROOT": self.workspace_mount,
-        }
+    def core_environment(self) -> dict:
+        """The core's part of a container's environment: ``GPUHUB_WORKSPACE_MOUNT`` (where
+        the workspace is mounted: the image's Jupyter Scheduler plugin sends paths under it
+        to the jobs API) and, for a notebook job, ``GPUHUB_JOB`` (its
+        ``user_options["job"]`` as JSON) and ``GPUHUB_JOB_ROOT`` (the same folder, read by
+        ``gpuhub-notebook-job``); images/base."""
+        env = {"GPUHUB_WORKSPACE_MOUNT": self.workspace_mount}
+        if self.job:
+            env["GPUHUB_JOB"] = json.dumps(self.job, sort_keys=True)
+            env["GPUHUB_JOB_ROOT"] = self.workspace_mount
+        return env
 
     #: the command of a notebook job's container (on the image's PATH)
     job_command = ["gpuhub-notebook-job"]
