@@ -12,6 +12,7 @@ from hub_ext.common.notices import home_notices
 from hub_ext.config import Settings, apply_config
 from hub_ext.credits.hook import CreditsHook
 from hub_ext.credits.hubconfig import ADMIN_TOKEN_FILE, HOOK, HUB_TOKEN_FILE
+from hub_ext.jobs.hubconfig import HOOK as JOBS_HOOK
 from tests.test_config import spawner_reads
 
 REF_SERVICE = ["-m", "hub_ext.credits.service"]
@@ -27,6 +28,12 @@ def configure(tmp_path, monkeypatch, **env) -> Config:
     c = Config()
     apply_config(c, Settings.from_env())
     return c
+
+
+def first_after_jobs(hooks: list[str]) -> str:
+    """The first of ``hooks`` after the jobs hook, which must come first."""
+    assert hooks[0] == JOBS_HOOK
+    return hooks[1]
 
 
 def credits_services(c: Config) -> list[dict]:
@@ -52,7 +59,8 @@ def test_default_runs_the_reference_service_as_a_managed_service(tmp_path, monke
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
     assert c.CreditsClient.url == "http://127.0.0.1:8123/services/credits/"
     assert c.CreditsClient.token == hub_token
-    assert spawner_reads(c).before_container_hooks[0] == HOOK  # before the culler's
+    # first after the jobs hook (which refuses forged job starts), before the culler's
+    assert first_after_jobs(spawner_reads(c).before_container_hooks) == HOOK
     assert c.CreditsHook.interval == 900
     assert c.CreditsHook.fail_open is False
     assert c.JupyterHub.template_vars["gpuhub_notices"] is home_notices
@@ -82,7 +90,7 @@ def test_organisation_api_replaces_the_managed_service(tmp_path, monkeypatch):
         "https://credits.example.org",
         "org-token",
     )
-    assert spawner_reads(c).before_container_hooks[0] == HOOK
+    assert first_after_jobs(spawner_reads(c).before_container_hooks) == HOOK
     assert (c.CreditsHook.fail_open, c.CreditsHook.interval) == (True, 60)
 
 
