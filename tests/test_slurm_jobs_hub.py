@@ -194,7 +194,7 @@ async def test_a_jobs_slurm_job_cancelled_outside_the_hub_fails_with_why_and_is_
     failed = await ended(hub, token, job_id, 60)
     assert (failed["status"], failed["status_message"]) == (
         "FAILED",
-        f"The job ended without a report (Slurm job {slurm_job} was cancelled outside the hub).",
+        f"The job ended without a report: Slurm job {slurm_job} was cancelled outside the hub.",
     ), failed
     refund_of_a_short_run(await settled(admin, member))
     [run] = [r for r in hub_runs(hub) if r.username == member]
