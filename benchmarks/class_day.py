@@ -176,6 +176,7 @@ async def member_servers(hub, client, node, user, token, steps, end, out) -> Non
         want = time.monotonic()
         while not await hub.running(user):
             if time.monotonic() >= end:
+                out["unstarted"].append(end - want)
                 return
             if await hub.server(user) is None:  # ask again, waiting in line
                 r = await hub.api(
@@ -186,6 +187,9 @@ async def member_servers(hub, client, node, user, token, steps, end, out) -> Non
                     await asyncio.sleep(1)
                     continue
             await wait_server(hub, user, end)
+        if time.monotonic() >= end:
+            out["unstarted"].append(end - want)
+            return
         out["waits"].append(time.monotonic() - want)
         uuid = gpu_of(hub, client, user)
         node.set(uuid, 100)
@@ -239,6 +243,8 @@ async def member_jobs(hub, user, token, steps, end, out) -> None:
         else:
             if started is not None:
                 out["busy"] += min(burst, end - started)
+            else:
+                out["unstarted"].append(end - want)
             return
 
 
@@ -356,6 +362,7 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path) -> dict:
                     "refused": [],
                     "failed": [],
                     "created": {},
+                    "unstarted": [],
                 }
                 for u in plan
             }
@@ -392,6 +399,7 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path) -> dict:
         "done": sum(o["done"] for o in outs.values()),
         "wait_p50": statistics.median(waits) if waits else float("nan"),
         "wait_p90": percentile(waits, 0.9),
+        "unstarted": [w for o in outs.values() for w in o["unstarted"]],
         "charged": charged,
         "refused": [t for o in outs.values() for t in o["refused"]],
         "failed": [t for o in outs.values() for t in o["failed"]],
@@ -409,6 +417,12 @@ def report(mode: str, r: dict) -> None:
     print(f"GPUs held at once     at most {r['most']}, double-booked {r['double']}")
     print(f"bursts completed      {r['done']:9d}")
     print(f"wait to start, s      median {r['wait_p50']:.1f}   p90 {r['wait_p90']:.1f}")
+    if r["unstarted"]:
+        u = r["unstarted"]
+        print(
+            f"bursts never started  {len(u)}, each waited {min(u):.0f}-{max(u):.0f} s "
+            "until the span ended (not in the wait figures)"
+        )
     c = r["charged"]
     print(
         f"credits per member    mean {statistics.mean(c):.2f}   min {min(c):.2f}   max {max(c):.2f}"
