@@ -493,6 +493,12 @@ class GPUDockerSpawner(
             self._log_name,
             self.object_name,
         )
+        await self._stop_hooks_now()
+
+    async def _stop_hooks_now(self) -> None:
+        """The hooks' ``after_stop`` for a container that ended by itself (JupyterHub calls
+        no ``stop()`` for it), then the hook state and the stop reason cleared.  Never
+        raises an Exception."""
         try:
             await self.run_stop_hooks()
         except Exception:
@@ -520,12 +526,8 @@ class GPUDockerSpawner(
         self.stop_reason = "job_ended"
         self.stop_detail = exit_words((obj.get("State") or {}).get("ExitCode"))
         try:
-            await self.run_stop_hooks()
-        except Exception:
-            self.log.exception("The stop hooks of %s failed", self._log_name)
+            await self._stop_hooks_now()
         finally:
-            self.hook_state = {}
-            self.stop_reason = self.stop_detail = None
             self.release_gpus("job ended")
         try:  # its log is in the workspace (the runner's); nobody restarts a job's container
             await self.docker("remove_container", self.object_name, force=True)
