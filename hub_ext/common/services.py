@@ -28,6 +28,37 @@ def add_service(c, service: dict, role: dict) -> None:
     ]
 
 
+def define_scope(c, name: str, description: str) -> None:
+    """Declare the custom scope ``name`` (``c.JupyterHub.custom_scopes``, JupyterHub RBAC),
+    keeping those declared before."""
+    custom = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
+    custom[name] = {"description": description}
+    c.JupyterHub.custom_scopes = custom
+
+
+def grant_scope(c, scopes: dict[str, str], needed: set[str], caller: str) -> set[str]:
+    """Add to each role named in ``scopes`` ({role name: scope}) its scope, once, in
+    ``c.JupyterHub.load_roles``; returns the names of the roles found.  Raises ValueError
+    naming the roles of ``needed`` that are not there yet and ``caller`` (the function
+    to call after ``hub_ext.ops.board.apply_admin_config``, which makes the admins' and
+    the CLI's)."""
+    roles = list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
+    found = set()
+    for i, role in enumerate(roles):
+        scope = scopes.get(role.get("name"))
+        if scope is not None:
+            have = list(role.get("scopes", []))
+            roles[i] = {**role, "scopes": have if scope in have else [*have, scope]}
+            found.add(role["name"])
+    missing = needed - found
+    if missing:
+        raise ValueError(
+            f"roles {', '.join(sorted(missing))} missing: call apply_admin_config before {caller}"
+        )
+    c.JupyterHub.load_roles = roles
+    return found
+
+
 def token_file(path: Path) -> str:
     """The token kept in ``path``, made (64 hex characters, mode 0600) when missing.
 

@@ -25,6 +25,7 @@ Called by :func:`hub_ext.config.apply_config` after the login and the GPU board.
 
 from __future__ import annotations
 
+from ..common.services import define_scope
 from ..reservations.budget import CourseBudget
 from .courses import Course, load_courses
 
@@ -64,12 +65,12 @@ def apply_courses_config(c, settings) -> None:
     course budget, :mod:`hub_ext.reservations.budget`).  Raises OSError or ValueError
     (naming the file, course and field) for a file that cannot be read or is malformed."""
     courses = load_courses(settings.courses_file)
-    custom = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
-    custom[GRANT_SCOPE] = {
-        "description": "Grant course credits: move credits from a course's account to a "
+    define_scope(
+        c,
+        GRANT_SCOPE,
+        "Grant course credits: move credits from a course's account to a "
         "member (filter with !group=<name> for one course).",
-    }
-    c.JupyterHub.custom_scopes = custom
+    )
     c.CourseGrants.courses = {
         slug: {
             "group": course.group,

@@ -12,7 +12,7 @@ admins and ``gpuhub-cli`` hold it unfiltered (every job).
 
 from __future__ import annotations
 
-from ..common.services import CLI_SERVICE, ROLE_NAME
+from ..common.services import CLI_SERVICE, ROLE_NAME, define_scope, grant_scope
 from .handlers import JOBS_SCOPE, handlers
 
 __all__ = ["HOOK", "MEMBER_SCOPE", "SERVER_SCOPES", "apply_jobs_config"]
@@ -30,31 +30,19 @@ def apply_jobs_config(c, settings) -> None:
     other hook asks anything); set ``c.Jobs.per_user`` and ``c.Jobs.notebook_max_mib``;
     in the hub itself, start the jobs' keeper with the hub.
     Raises ValueError when the admin roles are not made yet."""
-    custom = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
-    custom[JOBS_SCOPE] = {
-        "description": "GPU notebook jobs: create, list, read, stop and delete them "
+    define_scope(
+        c,
+        JOBS_SCOPE,
+        "GPU notebook jobs: create, list, read, stop and delete them "
         "(filter with !user=<name> for one member's).",
-    }
-    c.JupyterHub.custom_scopes = custom
-    roles = list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
-    found = set()
-    for i, role in enumerate(roles):
-        if role.get("name") in (ROLE_NAME, CLI_SERVICE, "user"):
-            scope = MEMBER_SCOPE if role["name"] == "user" else JOBS_SCOPE
-            scopes = list(role.get("scopes", []))
-            if scope not in scopes:
-                scopes.append(scope)
-            roles[i] = {**role, "scopes": scopes}
-            found.add(role["name"])
-    missing = {ROLE_NAME, CLI_SERVICE} - found
-    if missing:
-        raise ValueError(
-            f"roles {', '.join(sorted(missing))} missing: call "
-            "apply_admin_config before apply_jobs_config"
-        )
+    )
+    scopes = {ROLE_NAME: JOBS_SCOPE, CLI_SERVICE: JOBS_SCOPE, "user": MEMBER_SCOPE}
+    found = grant_scope(c, scopes, {ROLE_NAME, CLI_SERVICE}, "apply_jobs_config")
     if "user" not in found:  # JupyterHub's default user role, and the members' jobs
-        roles.append({"name": "user", "scopes": ["self", MEMBER_SCOPE]})
-    c.JupyterHub.load_roles = roles
+        c.JupyterHub.load_roles = [
+            *c.JupyterHub.load_roles,
+            {"name": "user", "scopes": ["self", MEMBER_SCOPE]},
+        ]
     c.Spawner.server_token_scopes = list(SERVER_SCOPES)
     extra = list(c.JupyterHub.extra_handlers) if "extra_handlers" in c.JupyterHub else []
     c.JupyterHub.extra_handlers = extra + [h for h in handlers if h not in extra]

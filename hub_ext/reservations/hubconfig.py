@@ -10,7 +10,7 @@ group in a role of their own, e.g. ``{"name": "ml101-instructors", "groups":
 
 from __future__ import annotations
 
-from ..common.services import CLI_SERVICE, ROLE_NAME
+from ..common.services import CLI_SERVICE, ROLE_NAME, define_scope, grant_scope
 from .handlers import RESERVATIONS_SCOPE
 
 __all__ = ["apply_reservations_config"]
@@ -27,30 +27,18 @@ def apply_reservations_config(c, settings) -> None:
     ``GPUHUB_RESERVATION_WARNING``.  Raises ValueError when
     :func:`hub_ext.ops.board.apply_admin_config` has not made the roles yet, or for a negative
     warning."""
-    custom = dict(c.JupyterHub.custom_scopes) if "custom_scopes" in c.JupyterHub else {}
-    custom[RESERVATIONS_SCOPE] = {
-        "description": "Manage GPU reservations: list, create, edit and delete a group's "
+    define_scope(
+        c,
+        RESERVATIONS_SCOPE,
+        "Manage GPU reservations: list, create, edit and delete a group's "
         "reserved GPUs (filter with !group=<name> for one course).",
-    }
-    c.JupyterHub.custom_scopes = custom
-    roles = list(c.JupyterHub.load_roles) if "load_roles" in c.JupyterHub else []
-    found = set()
-    for i, role in enumerate(roles):
-        if role.get("name") in (ROLE_NAME, CLI_SERVICE):
-            scopes = list(role.get("scopes", []))
-            if RESERVATIONS_SCOPE not in scopes:
-                scopes.append(RESERVATIONS_SCOPE)
-            roles[i] = {**role, "scopes": scopes}
-            if role["name"] == CLI_SERVICE:
-                roles[i]["description"] = CLI_DESCRIPTION
-            found.add(role["name"])
-    missing = {ROLE_NAME, CLI_SERVICE} - found
-    if missing:
-        raise ValueError(
-            f"roles {', '.join(sorted(missing))} missing: call "
-            "apply_admin_config before apply_reservations_config"
-        )
-    c.JupyterHub.load_roles = roles
+    )
+    needed = {ROLE_NAME, CLI_SERVICE}
+    grant_scope(c, dict.fromkeys(needed, RESERVATIONS_SCOPE), needed, "apply_reservations_config")
+    c.JupyterHub.load_roles = [
+        {**r, "description": CLI_DESCRIPTION} if r.get("name") == CLI_SERVICE else r
+        for r in c.JupyterHub.load_roles
+    ]
     if settings.reservation_warning < 0:
         raise ValueError(
             f"GPUHUB_RESERVATION_WARNING={settings.reservation_warning}: give "
