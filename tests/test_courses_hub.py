@@ -108,6 +108,9 @@ async def test_an_instructor_runs_her_course_and_nothing_else(
     )
     assert r.status_code == 402, r.text
     assert "ML101's account has 13.00 credits; it cannot pay 100.00" in r.json()["message"]
+    forged = await as_carol("POST", "/gpuhub/courses/ml101/grants", content=b"[" * 4000)
+    assert forged.status_code == 400 and "JSON object" in forged.json()["message"], forged.text
+    assert "RecursionError" not in hub.log()
 
     # -- both members start a GPU server: one GPU each ------------------------------------
     for name, web in ((alice, alice_web), (bob, bob_web)):

@@ -34,6 +34,7 @@ from tornado import web
 from traitlets import Dict, Unicode
 from traitlets.config import LoggingConfigurable
 
+from ..common.json_body import parse_json
 from ..credits.client import CreditsClient
 from ..credits.errors import (
     AccountNotFound,
@@ -182,7 +183,7 @@ class CourseGrantHandler(APIHandler):
         if len(self.request.body) > MAX_BODY_BYTES:
             raise web.HTTPError(413, f"A grant is at most {MAX_BODY_BYTES} bytes.")
         try:
-            body = json.loads(self.request.body or b"null")
+            body = parse_json(self.request.body or b"null")
         except ValueError:
             body = None
         if not isinstance(body, dict):

@@ -50,6 +50,7 @@ from tornado import httpserver, netutil, web
 from tornado.log import access_log, enable_pretty_logging
 
 from ..common.dburl import with_password
+from ..common.json_body import parse_json
 from ..settings import value
 from .amounts import AMOUNT_PATTERN, POSITIVE_AMOUNT_PATTERN, format_cents, to_cents
 from .contract import MAX_ID, MAX_TEXT, metadata_problem, username_problem
@@ -205,8 +206,8 @@ class WriteHandler(BaseHandler):
                 "Every write needs an Idempotency-Key header of 8 to 255 characters.",
             )
         try:
-            body = json.loads(self.request.body)
-        except (ValueError, UnicodeDecodeError):
+            body = parse_json(self.request.body)
+        except ValueError:  # bad syntax, not UTF-8, nested too deep
             raise APIError(
                 self.unreadable_status, "invalid_json", "The request body is not JSON."
             ) from None

@@ -27,6 +27,7 @@ from jupyterhub.scopes import Scope
 from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
 
+from ..common.json_body import parse_json
 from ..spawn.profiles import Selection, job_max_seconds, jobs_allowed, profile_overrides
 from . import lifecycle, store
 from .checks import OUTPUT_FORMATS, JobRefused
@@ -119,8 +120,8 @@ class JobsBase(APIHandler):
                 f"{MAX_BODY_BYTES}.",
             )
         try:
-            return json.loads(self.request.body or b"null")
-        except (ValueError, RecursionError):  # RecursionError: nested too deep
+            return parse_json(self.request.body or b"null")
+        except ValueError:
             raise web.HTTPError(
                 400, "The body is not JSON: send Jupyter Scheduler's CreateJob as a JSON object."
             ) from None

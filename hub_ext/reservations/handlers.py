@@ -45,6 +45,7 @@ from sqlalchemy import select
 from tornado import web
 
 from ..common.clock import utcnow
+from ..common.json_body import parse_json
 from . import store
 from .backend import BackendRefused, BackendUnavailable
 from .capacity import CapacityUnknown, hub_capacity
@@ -107,7 +108,7 @@ class ReservationBase(APIHandler):
                 f"reservation takes at most {MAX_BODY_BYTES}.",
             )
         try:
-            body = json.loads(self.request.body or b"null")
+            body = parse_json(self.request.body or b"null")
         except ValueError:
             raise web.HTTPError(
                 400,

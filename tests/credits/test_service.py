@@ -299,6 +299,8 @@ def test_invalid_debit_bodies_are_422(api, credits_username, body):
 def test_unreadable_writes_are_400_on_debits_and_422_on_grants(api, credits_username):
     api.grant(credits_username, "10.00")
     assert api.post(credits_username, "debits", None, raw=b"{nope").status_code == 400
+    deep = api.post(credits_username, "debits", None, raw=b"[" * 10000)  # RecursionError
+    assert (deep.status_code, deep.json()["error"]) == (400, "invalid_json"), deep.text
     no_key = api.http.post(
         f"/v1/accounts/{credits_username}/debits",
         headers=api.headers(api.service.hub_token),
