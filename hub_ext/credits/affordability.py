@@ -24,7 +24,8 @@ from .metering import CENT, as_decimal, interval_amount
 __all__ = ["UNREACHABLE", "Affordability", "too_little"]
 
 UNREACHABLE = (
-    "The credit service cannot be reached, so no server can start now. Try again in a few minutes."
+    "The credit service cannot be reached, so no server or job on a paid profile can start "
+    "now. Try again in a few minutes."
 )
 
 
