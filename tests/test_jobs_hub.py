@@ -391,6 +391,16 @@ async def test_a_job_waits_in_line_runs_on_its_gpu_and_is_settled_then_one_is_st
     slow = r.json()["job_id"]
     await status_is(hub, tokens[alice], slow, "IN_PROGRESS")
     assert await gpus_free(hub) == 0
+    # the running job is a named server JupyterHub does not count against her limit (1):
+    # she may start one of her own; her home page (and the admin panel) name the job
+    r = await hub.spawn(alice, {"profile": "cpu"}, server="notes")
+    assert r.status_code in (201, 202), r.text
+    servers = (await hub.api("GET", f"/users/{alice}")).json()["servers"]
+    assert servers[(await job(hub, tokens[alice], slow))["server_name"]]["display_name"] == (
+        "Notebook job: slow"
+    ), servers
+    await hub.wait_ready(alice, "notes")
+    await hub.stop_server(alice, "notes")
     r = await hub.api("POST", f"{JOBS}/{slow}/stop", tokens[alice])
     assert r.status_code == 204, r.text
     stopped = await ended(hub, tokens[alice], slow, 30)

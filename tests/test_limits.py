@@ -17,6 +17,7 @@ from hub_ext.common.limits import (
     node_gpu_count,
 )
 from hub_ext.config import DEFAULT_PROFILES
+from hub_ext.jobs.hubconfig import NamedServerLimit
 from tests.test_config import configure, spawner_reads
 
 FOUR_GPU_NODE = Node(memory_bytes=160 * GIB, cpus=32.0, gpus=4)
@@ -61,6 +62,14 @@ def test_built_in_profiles_get_limits_and_a_sites_own_limits_are_kept():
     assert "cpu_limit" not in site[0]["spawner_override"]
 
 
+def named_limit(c) -> int:
+    """The named-server limit, which the jobs' configuration wraps in a callable that
+    leaves a member's jobs out of JupyterHub's count (:class:`NamedServerLimit`)."""
+    value = c.JupyterHub.named_server_limit_per_user
+    assert isinstance(value, NamedServerLimit), value
+    return value.limit
+
+
 def test_a_fresh_install_limits_every_built_in_profile(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_GPUS="simulated:2")
     node = Node.probe(2)
@@ -72,7 +81,7 @@ def test_a_fresh_install_limits_every_built_in_profile(tmp_path, monkeypatch):
     assert overrides(c, "cpu")["cpu_limit"] == cpu_cpus
     assert all("mem_limit" not in p["spawner_override"] for p in DEFAULT_PROFILES)
     assert (
-        c.JupyterHub.named_server_limit_per_user,
+        named_limit(c),
         c.GPUDockerSpawner.active_server_limit,
         c.GPUDockerSpawner.concurrent_spawn_limit,
     ) == (1, node.active_server_limit(), 20)
@@ -96,7 +105,7 @@ def test_server_limits_are_settings(tmp_path, monkeypatch):
         GPUHUB_CONCURRENT_SPAWN_LIMIT="3",
     )
     assert (
-        c.JupyterHub.named_server_limit_per_user,
+        named_limit(c),
         c.GPUDockerSpawner.active_server_limit,
         c.GPUDockerSpawner.concurrent_spawn_limit,
     ) == (5, 0, 3)

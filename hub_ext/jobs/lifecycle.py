@@ -30,6 +30,7 @@ import asyncio
 import os
 
 from jupyterhub import orm
+from jupyterhub.slugs import is_valid_display_name, normalise_unicode
 from tornado import web
 from traitlets import Float, Int
 from traitlets.config import SingletonConfigurable
@@ -224,7 +225,8 @@ async def create(jobs: Jobs, user, body) -> store.JobRow:
 
     job_id = store.new_id()
     server_name = store.server_name_of(job_id)
-    spawner = user.get_or_create_spawner(server_name, "")
+    title = request.name or os.path.splitext(os.path.basename(request.input_uri))[0]
+    spawner = user.get_or_create_spawner(server_name, display_name(title))
     row = None
     try:
         try:
@@ -241,7 +243,7 @@ async def create(jobs: Jobs, user, body) -> store.JobRow:
             db,
             id=job_id,
             user=user.name,
-            name=request.name or os.path.splitext(os.path.basename(request.input_uri))[0],
+            name=title,
             profile=profile["slug"],
             server_name=server_name,
             input_path=input_copy,
@@ -359,7 +361,7 @@ def launch(user, row) -> asyncio.Task:
     ``spawn_single_user`` does, without a proxy route: nobody browses a job)."""
     jobs = Jobs.instance()
     name, job_id = row.server_name, row.id
-    spawner = user.get_or_create_spawner(name, "", replace_failed=True)
+    spawner = user.get_or_create_spawner(name, display_name(row.name), replace_failed=True)
     spawner._spawn_pending = True
 
     async def spawn():
@@ -373,6 +375,14 @@ def launch(user, row) -> asyncio.Task:
     task = asyncio.ensure_future(_watch(user, job_id, name, start))
     jobs.starting[job_id] = task
     return task
+
+
+def display_name(title: str) -> str:
+    """The job's server as the member's home page and the admin panel list it: "Notebook
+    job: <the job's name>", within JupyterHub's rules for a display name."""
+    words = " ".join(normalise_unicode(title).split())[:200]
+    name = f"Notebook job: {words}"
+    return name if is_valid_display_name(name) else "Notebook job"
 
 
 def mark_running(db, row) -> None:

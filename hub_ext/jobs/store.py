@@ -169,6 +169,18 @@ def count_active(session: Session, user: str) -> int:
     )
 
 
+def count_servers(session: Session, user: str, server_names: set[str]) -> int:
+    """How many of ``server_names`` (a member's named servers) are ``user``'s jobs'."""
+    if not server_names:
+        return 0
+    ensure_table(session)
+    return session.scalar(
+        select(func.count())
+        .select_from(JobRow)
+        .where(JobRow.user == user, JobRow.server_name.in_(server_names))
+    )
+
+
 def set_status(
     session: Session,
     row: JobRow,

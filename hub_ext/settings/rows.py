@@ -385,7 +385,7 @@ ROWS: tuple[Setting, ...] = (
         COUNT,
         NAMED_SERVER_LIMIT,
         "core",
-        "named servers per member besides the default one (0: no limit)",
+        "named servers per member besides the default one, notebook jobs not counted (0: no limit)",
     ),
     Setting(
         "GPUHUB_ACTIVE_SERVER_LIMIT",
