@@ -105,10 +105,11 @@ async def _report_file(user, row, spawner) -> dict | None:
 
 
 def _ended_unreported(spawner) -> str:
-    """Why a job ended without a report, for its member: the backend's ``stop_detail``
-    ("node node2 down: power failure"; :meth:`hub_ext.slurm.spawner.GPUSlurmSpawner.poll`).
-    A job whose node went down (stop reason ``node_down``) is not run again by the cluster
-    (the Slurm backend submits with ``--no-requeue``): the member is told to create it again."""
+    """Why a job ended without a report, for its member: the ``stop_detail`` its backend's
+    poll found ("Slurm job 812 was cancelled outside the hub").  A job whose node went down
+    (stop reason ``node_down``: "node node2 down: power failure") is not run again by the
+    cluster (the Slurm backend submits with ``--no-requeue``): the member is told to create
+    it again."""
     detail = getattr(spawner, "stop_detail", None) or "the hub found it gone"
     if getattr(spawner, "stop_reason", None) == "node_down":
         return (
