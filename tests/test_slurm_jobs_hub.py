@@ -313,3 +313,89 @@ async def test_a_job_through_the_submit_host_gets_its_job_and_its_token_there(
     assert "squared: 4" in (mine / done["outputs"]["ipynb"]).read_text()
     # COMPLETED within the time allowed: the runner's report was accepted (without it the
     # runner waits 10 min for the hub, GPUHUB_JOB_LINGER, before it exits)
+
+
+@pytest.fixture
+def taken_down(slurm_cluster):
+    """Set a node DOWN as an admin does (``scontrol update ... state=down reason=...``); every
+    node taken down is resumed at the test's end, so the shared cluster is left healthy
+    (an admin's down lasts until they resume the node: ReturnToService=1)."""
+    nodes = []
+
+    def down(node: str) -> None:
+        nodes.append(node)
+        slurm_cluster.run(
+            "scontrol", "update", f"nodename={node}", "state=down", "reason=gpuhub-test"
+        )
+
+    yield down
+    for node in nodes:
+        resume(slurm_cluster, node)
+
+
+def resume(cluster, node: str) -> None:
+    cluster.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
+    cluster.wait_for(
+        f"{node} to come back",
+        lambda: (
+            cluster.run("sinfo", "-h", "-n", node, "-o", "%T").stdout.strip() in ("idle", "mixed")
+        ),
+    )
+
+
+async def test_a_node_going_down_under_a_running_job_fails_it_once_with_why_and_refunds(
+    jobs_hub, slurm_cluster, admin, taken_down
+):
+    """An admin sets the node of a member's running job DOWN: Slurm kills the batch job
+    (NODE_FAIL) and, its script saying --no-requeue, never runs it again behind the hub;
+    the member's job is FAILED naming the node and Slurm's reason, settled once, and her
+    next job runs."""
+    member = slurm_cluster.fresh_member("ghs-job")
+    mine = workspace(
+        slurm_cluster,
+        member,
+        {"slow.ipynb": notebook("import time\ntime.sleep(600)"), "train.ipynb": GPU_NOTEBOOK},
+    )
+    hub = await jobs_hub()
+    token = await hub.create_user(member)
+    await grant(admin, member, "10.00")
+
+    job_id = await create(hub, token, "slow.ipynb")
+    await status_is(hub, token, job_id, "IN_PROGRESS", 240)
+    [line] = slurm_cluster.run("squeue", "-h", "-u", member, "-o", "%i|%N").stdout.split()
+    slurm_job, node = line.split("|")
+
+    taken_down(node)
+    failed = await ended(hub, token, job_id, 60)
+    assert (failed["status"], failed["status_message"]) == (
+        "FAILED",
+        f"The job stopped because the node it ran on went down (node {node} down: "
+        "gpuhub-test). It does not run again by itself: create the job again.",
+    ), failed
+    # Slurm ended the batch job for its node and keeps it ended: not requeued, so the
+    # notebook is not run a second time once the node is back
+    assert slurm_cluster.run(
+        "squeue", "-h", "-j", slurm_job, "-t", "all", "-o", "%T"
+    ).stdout.split() == ["NODE_FAIL"]
+    assert slurm_cluster.run("squeue", "-h", "-u", member).stdout == ""  # no GPU held
+    refund_of_a_short_run(await settled(admin, member))
+    [run] = [r for r in hub_runs(hub) if r.username == member]
+    assert (run.job_id, run.stop_reason, run.stop_detail) == (
+        slurm_job,
+        "node_down",
+        f"node {node} down: gpuhub-test",
+    )
+
+    resume(slurm_cluster, node)
+    assert slurm_cluster.run("squeue", "-h", "-u", member).stdout == ""  # still not rerun
+    done = await ended(hub, token, await create(hub, token, "train.ipynb"), 240)
+    assert (done["status"], done["exit_code"]) == ("COMPLETED", 0), done
+    assert "squared: 4" in (mine / done["outputs"]["ipynb"]).read_text()
+
+    async def both_settled():
+        return len(await ledger(admin, member)) >= 5
+
+    await eventually(both_settled, 30, f"{member}'s second job settled")
+    await asyncio.sleep(1)  # a second settlement of either job would come by now
+    kinds = [kind for kind, _ in await ledger(admin, member)]
+    assert kinds == ["grant", "debit", "refund", "debit", "refund"], kinds

@@ -104,6 +104,21 @@ async def _report_file(user, row, spawner) -> dict | None:
     return report if isinstance(report, dict) else None
 
 
+def _ended_unreported(spawner) -> str:
+    """Why a job ended without a report, for its member: the ``stop_detail`` its backend's
+    poll found ("Slurm job 812 was cancelled outside the hub").  A job whose node went down
+    (stop reason ``node_down``: "node node2 down: power failure") is not run again by the
+    cluster (the Slurm backend submits with ``--no-requeue``): the member is told to create
+    it again."""
+    detail = getattr(spawner, "stop_detail", None) or "the hub found it gone"
+    if getattr(spawner, "stop_reason", None) == "node_down":
+        return (
+            f"The job stopped because the node it ran on went down ({detail}). "
+            "It does not run again by itself: create the job again."
+        )
+    return f"The job ended without a report: {detail}."
+
+
 async def finalise(user, row, spawner=None) -> bool:
     """End ``row``'s job from what is known: its report (COMPLETED when its exit code is
     0, else FAILED with its error line), else STOPPED when a stop was asked (STOPPING),
@@ -126,8 +141,7 @@ async def finalise(user, row, spawner=None) -> bool:
     elif row.status == "STOPPING":
         status, message, code = "STOPPED", row.status_message or "Stopped.", None
     else:
-        detail = getattr(spawner, "stop_detail", None) or "the hub found it gone"
-        status, message, code = "FAILED", f"The job ended without a report: {detail}.", None
+        status, message, code = "FAILED", _ended_unreported(spawner), None
     done = store.finish(db, row, status, message, exit_code=code)
     if done:
         jobs_of(user.settings).log.info(
