@@ -21,14 +21,17 @@ first" becomes this check.
 Allocations are not persisted here: spawners keep theirs in spawner state and in labels
 on their containers, and give them back with :meth:`GPUPool.restore` after a hub restart
 (see :mod:`hub_ext.docker.reconcile`).
+
+This module holds the allocations; the inventory reads and each unit's state (free, held,
+outside, unhealthy) are in :mod:`hub_ext.docker.pool_devices`, the refusals and their
+sentences in :mod:`hub_ext.docker.pool_refusal`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from traitlets import Float, Int, Unicode, default, validate
 from traitlets.config import SingletonConfigurable
@@ -36,17 +39,19 @@ from traitlets.config import SingletonConfigurable
 from ..common import metrics
 from ..common.clock import now
 from ..common.server_key import ServerKey
-from .inventory import Device, Inventory, InventoryError, SimulatedInventory, allocatable_units
+from .inventory import Device, Inventory, InventoryError, allocatable_units
+from .pool_devices import PoolDevices, PoolSummary, unit_state
+from .pool_refusal import AllocationRefused, PoolRefusals
 
-
-def unit_state(unit: Device, held: bool) -> str:
-    """A unit's state for people and metrics, in order of precedence: ``unhealthy``,
-    ``held`` (by a server), ``outside`` (runs compute processes of no server) or ``free``."""
-    if not unit.healthy:
-        return "unhealthy"
-    if held:
-        return "held"
-    return "outside" if unit.processes else "free"
+__all__ = [
+    "Allocation",
+    "AllocationRefused",
+    "GPUPool",
+    "PoolSummary",
+    "ServerKey",
+    "gpu_units_of",
+    "unit_state",
+]
 
 
 @dataclass
@@ -76,37 +81,7 @@ class Allocation:
         }
 
 
-class AllocationRefused(Exception):
-    """A spawn cannot have the GPUs it asks for.
-
-    ``reason`` is a short machine label (``no_gpu_free``, ``user_limit``,
-    ``no_such_slice``, ``inventory_error``, ``reserved``) used for metrics; ``message``
-    is a sentence for the member, never a traceback.
-    """
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-
-@dataclass
-class PoolSummary:
-    """Counts of allocatable units (whole GPUs or MIG devices)."""
-
-    total: int = 0
-    free: int = 0
-    allocated: int = 0
-    outside: int = 0
-    unhealthy: int = 0
-    kind: str = ""
-    by_slice: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
-
-class GPUPool(SingletonConfigurable):
+class GPUPool(PoolDevices, PoolRefusals, SingletonConfigurable):
     """Exclusive, concurrency-safe allocation of GPUs to servers."""
 
     inventory_class = Unicode(
@@ -194,86 +169,10 @@ class GPUPool(SingletonConfigurable):
         #: (:meth:`hub_ext.reservations.enforce.Reservations.closed_to`)
         self.closure = None
 
-    def _make_inventory(self) -> Inventory:
-        if self.inventory_class == "simulated":
-            spec = self.simulated_devices.strip()
-            if spec.isdigit():
-                return SimulatedInventory(count=int(spec))
-            if not spec:
-                raise ValueError(
-                    'c.GPUPool.simulated_devices is empty: give a count ("2") or a JSON path'
-                )
-            return SimulatedInventory(path=spec)
-        from .nvml import NVMLInventory
-
-        return NVMLInventory()
-
-    # -- inventory ---------------------------------------------------------------------
-
-    async def devices(self, max_age: float | None = None) -> list[Device]:
-        """The node's devices, read at most ``max_age`` seconds ago (default
-        ``refresh_interval``).
-
-        Concurrent callers share one read.  Raises :class:`InventoryError` when the
-        inventory cannot be read and no earlier read exists.
-        """
-        if max_age is None:
-            max_age = self.refresh_interval
-        if time.monotonic() - self._read_at <= max_age:
-            return self._devices
-        if self._reading is None:
-            self._reading = asyncio.ensure_future(self._read())
-        try:
-            return await asyncio.shield(self._reading)
-        finally:
-            if self._reading is not None and self._reading.done():
-                self._reading = None
-
-    async def _read(self) -> list[Device]:
-        loop = asyncio.get_running_loop()
-        try:
-            devices = await loop.run_in_executor(None, self.inventory.read)
-        except InventoryError as e:
-            self._error = str(e)
-            self.log.error("GPU inventory (%s) cannot be read: %s", self.inventory.kind, e)
-            if not self._devices:
-                raise
-            return self._devices
-        self._error = ""
-        self._devices = devices
-        self._read_at = time.monotonic()
-        self._update_metrics()
-        return devices
-
     # -- allocation --------------------------------------------------------------------
 
     def _held(self) -> dict[str, ServerKey]:
         return {uuid: a.owner for a in self.allocations.values() for uuid in a.uuids}
-
-    def _free_units(self, devices: list[Device], mig_profile: str | None) -> list[Device]:
-        # Cached per (inventory read, allocation change, slice): a rush of refusals
-        # costs one scan, not one each, so the event loop is never held for long.
-        key = (id(devices), self._version, mig_profile)
-        cached = self._free_cache.get(key)
-        if cached is None:
-            cached = self._scan_free_units(devices, mig_profile)
-            self._free_cache = {key: cached}
-        return list(cached)
-
-    def _scan_free_units(self, devices: list[Device], mig_profile: str | None) -> list[Device]:
-        held = self._held()
-        free = []
-        for unit in allocatable_units(devices):
-            if not unit.healthy or unit.uuid in held or unit.processes:
-                continue
-            if mig_profile is None and unit.is_mig:
-                continue
-            if mig_profile is not None and unit.mig_profile != mig_profile:
-                continue
-            free.append(unit)
-        # the emptiest first, then by index so that choices are stable
-        free.sort(key=lambda d: (d.memory_used_mib or 0, d.index, d.uuid))
-        return free
 
     async def allocate(
         self,
@@ -339,88 +238,6 @@ class GPUPool(SingletonConfigurable):
         self._update_metrics()
         return allocation
 
-    def refusal(
-        self,
-        devices: list[Device],
-        owner: ServerKey,
-        count: int = 1,
-        *,
-        mig_profile: str | None = None,
-        claimed: int = 0,
-    ) -> AllocationRefused | None:
-        """The refusal :meth:`take` would raise for this request now, or None; records
-        nothing and never yields.  ``claimed``: units of this kind promised to starts that
-        have not reserved yet (:mod:`hub_ext.spawn.gate`), counted as held.
-
-        The hub's early refusal (``GPUDockerSpawner.check_spawn``) asks it before JupyterHub
-        creates anything for a start; the reservation itself (:meth:`allocate`) stays the
-        authority.
-        """
-        existing = self.allocations.get(owner)
-        if existing is not None and len(existing.uuids) == count:
-            return None  # take() hands the same devices back
-        if self.max_gpus_per_user:
-            held_by_user = self.held_by(owner.user) - len(existing.uuids if existing else ())
-            if held_by_user + count > self.max_gpus_per_user:
-                return AllocationRefused(
-                    "user_limit",
-                    f"You already hold {held_by_user} GPU(s) and each member may hold "
-                    f"{self.max_gpus_per_user}. Stop one of your other servers first.",
-                )
-        free = len(self._free_units(devices, mig_profile)) - claimed
-        if free < count:
-            return AllocationRefused(
-                "no_gpu_free", self.refusal_message(devices, count, mig_profile, claimed)
-            )
-        closed, why = self.closed_to(owner.user, mig_profile)
-        if free - closed < count:
-            return AllocationRefused(
-                "reserved", self.reserved_message(count, mig_profile, max(0, free - closed), why)
-            )
-        return None
-
-    def closed_to(self, user: str, mig_profile: str | None = None) -> tuple[int, str]:
-        """Units of this kind closed to ``user`` by the reservations (see ``closure``)
-        and the sentence why; (0, "") when none."""
-        if self.closure is None:
-            return 0, ""
-        return self.closure(user, mig_profile or "gpu")
-
-    @staticmethod
-    def reserved_message(count: int, mig_profile: str | None, left: int, why: str) -> str:
-        """The sentence a member reads when the free units are reserved for a group
-        they are not in (``why``: "1 GPU reserved for ML101 until 16:00 UTC")."""
-        what = f"{mig_profile} GPU slices" if mig_profile else "GPUs"
-        return (
-            f"No GPU free for you: {why}. This profile needs {count} {what} and "
-            f"{left} {'is' if left == 1 else 'are'} open to you. Try the CPU profile "
-            "or come back after the reservation."
-        )
-
-    def refusal_message(
-        self, devices: list[Device], count: int, mig_profile: str | None = None, claimed: int = 0
-    ) -> str:
-        """The sentence a member reads when ``count`` units cannot be had (``claimed``
-        units promised to other starts counted as in use)."""
-        units = [
-            u
-            for u in allocatable_units(devices)
-            if (u.mig_profile == mig_profile if mig_profile else not u.is_mig)
-        ]
-        what = f"{mig_profile} GPU slices" if mig_profile else "GPUs"
-        if not units:
-            return f"No GPU free: this node has no {what}. Try the CPU profile or ask an admin."
-        free = max(0, len(self._free_units(devices, mig_profile)) - claimed)
-        if free == 0:
-            return (
-                f"No GPU free: all {len(units)} {what} are in use. "
-                "Try the CPU profile or come back later."
-            )
-        return (
-            f"No GPU free for this profile: it needs {count} {what} and only {free} "
-            f"of {len(units)} are free. Try a smaller profile or come back later."
-        )
-
     def release(self, owner: ServerKey) -> Allocation | None:
         """Give back what ``owner`` holds.  Idempotent: releasing twice returns None.
 
@@ -439,10 +256,6 @@ class GPUPool(SingletonConfigurable):
     def held_by(self, user: str) -> int:
         """Units ``user`` holds across all their servers."""
         return sum(len(a.uuids) for a in self.allocations.values() if a.owner.user == user)
-
-    def free_count(self, mig_profile: str | None = None) -> int:
-        """Units of this kind free by the last inventory read (no NVML call)."""
-        return len(self._free_units(self._devices, mig_profile))
 
     def disown(self, owner: ServerKey) -> Allocation | None:
         """Keep ``owner``'s devices busy as held by a container the hub no longer runs
@@ -498,42 +311,6 @@ class GPUPool(SingletonConfigurable):
             if uuid in allocation.uuids:
                 return allocation
         return None
-
-    # -- reporting ---------------------------------------------------------------------
-
-    def summary(
-        self, devices: list[Device] | None = None, mig_profile: str | None = None
-    ) -> PoolSummary:
-        """Counts for the spawn page and metrics, from the last inventory read."""
-        devices = self._devices if devices is None else devices
-        held = self._held()
-        s = PoolSummary(kind=self.inventory.kind)
-        for unit in allocatable_units(devices):
-            if mig_profile is not None and unit.mig_profile != mig_profile:
-                continue
-            state = unit_state(unit, unit.uuid in held)
-            if mig_profile is None and unit.is_mig:
-                key = unit.mig_profile or "mig"
-                s.by_slice[key] = s.by_slice.get(key, 0) + (1 if state == "free" else 0)
-                continue
-            s.total += 1
-            field_name = "allocated" if state == "held" else state
-            setattr(s, field_name, getattr(s, field_name) + 1)
-        return s
-
-    @property
-    def last_error(self) -> str:
-        """The last inventory error, or ``""`` when the last read worked."""
-        return self._error
-
-    def _update_metrics(self) -> None:
-        self._version += 1
-        s = self.summary()
-        metrics.GPUS.labels(state="total").set(s.total)
-        metrics.GPUS.labels(state="free").set(s.free)
-        metrics.GPUS.labels(state="allocated").set(s.allocated)
-        metrics.GPUS.labels(state="outside").set(s.outside)
-        metrics.GPUS.labels(state="unhealthy").set(s.unhealthy)
 
 
 def gpu_units_of(pool: GPUPool | None = None):

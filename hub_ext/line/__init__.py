@@ -2,7 +2,9 @@
 
 - :mod:`hub_ext.line.order`: the rules as pure functions (order, backfill, estimate);
 - :mod:`hub_ext.line.store`: the places in the hub database;
-- :mod:`hub_ext.line.core`: :class:`Line`, the places of this hub and each one's turn;
+- :mod:`hub_ext.line.core`: :class:`Line`, the places of this hub and each one's turn, with
+  :mod:`hub_ext.line.view` (their order and descriptions) and :mod:`hub_ext.line.turn` (the
+  grants and the waiting);
 - :mod:`hub_ext.line.resume`: after a hub restart, the waiting spawns started again;
 - :mod:`hub_ext.line.handlers`: the member's and the admins' endpoints.
 

@@ -9,13 +9,14 @@ place in line, needs none of the granting and uses the order and the sentences.
 A place is a pending spawn: the spawner's ``start()`` joins the line and awaits its turn
 (:meth:`Line.wait_turn`); it holds no GPU and no debit while it waits.  The places are
 mirrored in the hub database (:mod:`hub_ext.line.store`), so a restart keeps them and their
-order; :mod:`hub_ext.line.resume` starts their spawns again.
+order; :mod:`hub_ext.line.resume` starts their spawns again.  This module holds the places
+and their steps (join, remove, started, front); their order and descriptions are in
+:mod:`hub_ext.line.view`, the grants and the waiting in :mod:`hub_ext.line.turn`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 from sqlalchemy.exc import IntegrityError
@@ -23,23 +24,15 @@ from traitlets import Float, Unicode, default, validate
 from traitlets.config import SingletonConfigurable
 
 from ..common import clock, metrics
-from ..common.periodic import shutting_down
 from . import store
-from .order import (
-    NO_ESTIMATE,
-    Waiting,
-    estimate_wait,
-    expected_left,
-    grants,
-    place_sentence,
-    sort_key,
-)
 from .place import LineBackend, LineLeft, LineRefused, Place
+from .turn import Turns
+from .view import LineView
 
 __all__ = ["Line", "LineBackend", "LineLeft", "LineRefused", "Place"]
 
 
-class Line(SingletonConfigurable):
+class Line(Turns, LineView, SingletonConfigurable):
     """The waiting places of every member, by kind of unit, in order."""
 
     max_wait = Float(
@@ -161,32 +154,6 @@ class Line(SingletonConfigurable):
             )
         self._update_metrics()
 
-    def ordered(self, units: str | None = None) -> list[Place]:
-        """The places (of one kind of unit, or all), in the line's order: the backend's
-        scheduler's order where it keeps one (``standing``), places it does not know
-        yet after those; within that, the places the backend puts ``first`` (members of
-        a group whose reservation is open) ahead."""
-        fair = bool(self.fair_share_days)
-        places = [p for p in self.places.values() if units is None or p.units == units]
-        places.sort(key=lambda p: sort_key(p.front, p.share_hours, p.rank, fair))
-        if self.backend is not None:  # stable sorts: unchanged where none is known
-            places.sort(key=lambda p: not self.backend.first(p))
-            places.sort(key=lambda p: (self.backend.standing(p) or (float("inf"),))[0])
-        return places
-
-    def ordered_keys(self) -> list:
-        return [p.key for p in self.ordered()]
-
-    def waiting(self, units: str) -> int:
-        """How many places wait for this kind of unit (those joining included)."""
-        return sum(1 for p in [*self.places.values(), *self._joining.values()] if p.units == units)
-
-    def queued_units(self, user: str) -> int:
-        """Units ``user`` waits for in all their places (those joining included)."""
-        return sum(
-            p.count for p in [*self.places.values(), *self._joining.values()] if p.key[0] == user
-        )
-
     async def join(
         self,
         key,
@@ -295,13 +262,6 @@ class Line(SingletonConfigurable):
                 "each member has one place per profile.",
             )
 
-    def position(self, key) -> int:
-        """1 for the head of its kind's line; 0 when ``key`` has no place."""
-        place = self.places.get(key)
-        if place is None:
-            return 0
-        return [p.key for p in self.ordered(place.units)].index(key) + 1
-
     def remove(self, key, reason: str, message: str) -> Place | None:
         """End ``key``'s place without a turn (``reason``: left, removed, expired,
         stopped); a waiting spawn fails with :class:`LineLeft` and ``message``.  Commits;
@@ -373,207 +333,3 @@ class Line(SingletonConfigurable):
             self.log.error(
                 "The line could not be written to the hub database: %s", future.exception()
             )
-
-    # -- the turn -----------------------------------------------------------------------
-
-    async def wait_turn(self, key, on_update: Callable[[dict], None]):
-        """Wait until the backend grants ``key``'s place; returns the grant.
-
-        ``on_update(self.describe(key))`` is called at once and whenever the place changes
-        (a grant ahead, a removal, and every ``update_interval`` seconds from the line's
-        keeper: the estimate and the time left).  Raises :class:`LineLeft` when the place
-        ends otherwise (left, removed, expired).  Cancelled (the member stopped the pending
-        server), the place ends too.
-        """
-        place = self.places[key]
-        place.waiter = asyncio.get_running_loop().create_future()
-        place.on_update = on_update
-        try:
-            on_update(self.describe(key))
-            self.dispatch()
-            left = place.queued_at + self.max_wait - clock.now()
-            # asyncio.wait, not wait_for: under Python 3.11 wait_for returns the result of
-            # a waiter granted alongside the task's cancellation (bpo-42130), and the stop
-            # would be lost; asyncio.wait raises it and leaves the waiter as it is.
-            done, _ = await asyncio.wait({place.waiter}, timeout=max(left, 0))
-            if not done:
-                within = (
-                    f"{self.max_wait:g} s" if self.max_wait < 60 else f"{self.max_wait / 60:g} min"
-                )
-                self.remove(
-                    key,
-                    "expired",
-                    f"Your place in line for {place.profile_name} "
-                    f"expired: no GPU freed within {within}. "
-                    "Try again later or pick another profile.",
-                )
-            grant = place.waiter.result()  # raises LineLeft
-        except asyncio.CancelledError:
-            if shutting_down():
-                # JupyterHub cancels every task at the end of its clean-up: the place is
-                # not given up, its row stays and the next hub takes it up in its order
-                # (:mod:`hub_ext.line.resume`)
-                self.places.pop(key, None)
-                self.granted.pop(key, None)
-                self.log.info(
-                    "%s keeps its place in line for %s through the hub's shutdown",
-                    key,
-                    place.profile,
-                )
-            elif key in self.places:
-                self.remove(key, "stopped", "The pending server was stopped.")
-            elif self.granted.get(key) is place:  # granted, then cancelled before it woke
-                self.forget(key)
-                if not place.waiter.cancelled() and place.waiter.exception() is None:
-                    self.backend.ungrant(place, place.waiter.result())
-            place.waiter.cancel()  # nobody awaits it any more
-            raise
-        finally:
-            place.waiter = place.on_update = None
-        metrics.LINE_WAIT.labels(profile=place.profile).observe(
-            max(0.0, clock.now() - place.queued_at)
-        )
-        return grant
-
-    def dispatch(self) -> None:
-        """Grant freed units to the heads of the lines, now (no await: nobody arriving in
-        between can take them).  Called when units free, a place joins or leaves, and every
-        ``update_interval`` seconds."""
-        if self.backend is None or not self.places or self._dispatching:
-            return
-        self._dispatching = True  # a grant may release (and so dispatch) again
-        try:
-            if self._dispatch():
-                self.announce_soon()
-        finally:
-            self._dispatching = False
-        self._update_metrics()
-
-    def announce_soon(self) -> None:
-        """Tell every waiting member their new place, once the current step is over (a
-        grant is never held up by the page updates)."""
-        if self._announcing is not None:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._announcing = loop.call_soon(self._announce)
-
-    def _announce(self, todo: list | None = None, kinds: dict | None = None) -> None:
-        """Call the waiting places' ``on_update``, 50 at a time, so that a long line
-        never holds the event loop for long."""
-        if todo is None:
-            self._announcing = None
-            todo, kinds = list(self.places.values()), {}
-        for place in todo[:50]:
-            if place.on_update is not None and place.key in self.places:
-                place.on_update(self.describe(place.key, kinds))
-        if todo[50:]:
-            asyncio.get_running_loop().call_soon(self._announce, todo[50:], kinds)
-
-    def _dispatch(self) -> bool:
-        """One pass of :meth:`dispatch`; True when anything was granted."""
-        granted_any = False
-        now = clock.now()
-
-        def fit(waiting: Waiting) -> bool:
-            return self.backend.fits(self.places[waiting.key])
-
-        for units in {p.units for p in self.places.values()}:
-            line = self.ordered(units)
-            waiting = [
-                Waiting(
-                    p.key, p.count, now - p.queued_at, p.waiter is not None and not p.waiter.done()
-                )
-                for p in line
-            ]
-            for key in grants(waiting, self.backend.free_units(units), self.backfill_age, fits=fit):
-                place = self.places[key]
-                grant = self.backend.grant(place)
-                if grant is None:
-                    break
-                del self.places[key]
-                self.granted[key] = place
-                place.waiter.set_result(grant)
-                granted_any = True
-                self.log.info(
-                    "%s's turn: granted %s after %.1fs in line", key, grant, now - place.queued_at
-                )
-        return granted_any
-
-    def _kind(self, units: str) -> tuple[dict, list[int], list]:
-        """One kind's line at a glance: position by key, units needed up to each
-        position, and the running servers' expected ends."""
-        line = self.ordered(units)
-        positions = {p.key: i for i, p in enumerate(line)}
-        needed, total = [], 0
-        for p in line:
-            total += p.count
-            needed.append(total)
-        frees = self.backend.frees(units) if self.backend is not None else []
-        return positions, needed, frees
-
-    def describe(self, key, kinds: dict | None = None) -> dict:
-        """The place of ``key`` for people: position, estimate (seconds or None), time
-        left (seconds) and the sentence.  ``kinds`` caches :meth:`_kind` per unit kind
-        when many places are described at once."""
-        place = self.places.get(key)
-        if place is None:
-            return {}
-        kinds = {} if kinds is None else kinds
-        if place.units not in kinds:
-            kinds[place.units] = self._kind(place.units)
-        positions, needed, frees = kinds[place.units]
-        index = positions[key]
-        estimate = estimate_wait(needed[index], frees, self.typical_run)
-        unknown = NO_ESTIMATE
-        standing = self.backend.standing(place) if self.backend is not None else None
-        if standing is not None:  # the scheduler's own line (Slurm)
-            index, estimate = standing[0] - 1, standing[1]
-            unknown = self.backend.no_estimate
-        left = max(0.0, place.queued_at + self.max_wait - clock.now())
-        return {
-            "user": key[0],
-            "server": key[1],
-            "profile": place.profile,
-            "profile_name": place.profile_name,
-            "units": place.units,
-            "count": place.count,
-            "position": index + 1,
-            "estimate_s": estimate,
-            "left_s": left,
-            "waiting_since": _iso(place.queued_at),
-            "front": place.front,
-            "waiting": place.waiter is not None,
-            "sentence": place_sentence(
-                index + 1, place.count, place.unit_word, place.profile_name, estimate, left, unknown
-            ),
-        }
-
-    def describe_all(self, user: str | None = None) -> list[dict]:
-        """Every place (of ``user`` when given), in order, described."""
-        kinds: dict = {}
-        return [self.describe(p.key, kinds) for p in self.ordered() if user in (None, p.key[0])]
-
-    def expected_left(self, age: float, limits: dict) -> float:
-        """:func:`hub_ext.line.order.expected_left` with ``typical_run``."""
-        return expected_left(
-            age,
-            limits.get("max_age", 0),
-            limits.get("idle_timeout", 0),
-            limits.get("gpu_idle_timeout", 0),
-            self.typical_run,
-        )
-
-    def _update_metrics(self) -> None:
-        counts: dict[str, int] = {}
-        for p in self.places.values():
-            counts[p.profile] = counts.get(p.profile, 0) + 1
-        self._seen |= set(counts)
-        for profile in self._seen:  # a line that emptied reads 0, not its last length
-            metrics.LINE_LENGTH.labels(profile=profile).set(counts.get(profile, 0))
-
-
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="seconds")
