@@ -18,11 +18,14 @@ import os
 import select
 import subprocess
 import sys
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pynvml
 import pytest
 
+from hub_ext.culling.rules import GPUActivity
 from hub_ext.docker.inventory import InventoryError, SimulatedInventory
 from hub_ext.docker.nvml import NVMLInventory
 from hub_ext.docker.pool import AllocationRefused, GPUPool, ServerKey
@@ -447,6 +450,83 @@ async def _refused_while_held_then_free(holder: subprocess.Popen, count: int) ->
         await asyncio.sleep(0.1)
     allocation = await pool.allocate(ServerKey("alice"), 1)
     assert len(allocation.uuids) == 1 and allocation.uuids[0].startswith("GPU-")
+
+
+@pytest.mark.gpu
+def test_real_gpu_computing_reads_busy_to_the_culler_and_idle_after():
+    # the GPU-idle culler's signal (c.Culler.busy_utilization, default 1%) on a real device:
+    # a process computing on GPU 0 makes it busy; once it ends, GPU 0 reads idle again
+    try:
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError_LibraryNotFound:
+        pytest.skip("no NVIDIA driver here (NVMLError_LibraryNotFound)")
+    worker = subprocess.Popen(
+        [sys.executable, "-c", COMPUTE_ON_GPU_0, "30"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = worker.stdout.readline()
+    if line.startswith("skip"):
+        pytest.skip(line.strip())
+    assert line.startswith("computing"), line + worker.stderr.read()
+    inventory = NVMLInventory()
+    try:
+        gpu0 = next(d for d in inventory.read() if d.index == 0)
+        busy = GPUActivity()
+        for _ in range(100):
+            busy.observe(inventory.read(), datetime.now(UTC), 1)
+            if gpu0.uuid in busy.last_busy:
+                break
+            time.sleep(0.1)
+        assert gpu0.uuid in busy.last_busy, "GPU 0 never read busy while a process computed"
+        worker.kill()
+        worker.wait()
+        samples = []
+        for _ in range(100):  # NVML's utilization is a sample over the last second or so
+            samples.append(next(d for d in inventory.read() if d.index == 0).utilization_pct)
+            idle = GPUActivity()
+            idle.observe(inventory.read(), datetime.now(UTC), 1)
+            if gpu0.uuid not in idle.last_busy:
+                break
+            time.sleep(0.1)
+        assert gpu0.uuid not in idle.last_busy, f"GPU 0 still busy after the process: {samples}"
+    finally:
+        worker.kill()
+        worker.wait()
+        inventory.close()
+
+
+# Computes on GPU 0 for argv[1] seconds through the driver's CUDA library (memsets of
+# 1 GiB, each a kernel), or "skip" without it.
+COMPUTE_ON_GPU_0 = """
+import ctypes, sys, time
+try:
+    cuda = ctypes.CDLL("libcuda.so.1")
+except OSError as e:
+    print(f"skip: no CUDA driver library to compute with ({e})", flush=True)
+    sys.exit(0)
+
+def check(rc, what):
+    if rc != 0:
+        print(f"failed: {what} returned CUDA error {rc}", flush=True)
+        sys.exit(1)
+
+check(cuda.cuInit(0), "cuInit")
+dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+check(cuda.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
+check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+check(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+check(cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1 << 30)), "cuMemAlloc")
+print("computing", flush=True)
+end = time.monotonic() + float(sys.argv[1])
+value = 0
+while time.monotonic() < end:
+    value += 1
+    check(cuda.cuMemsetD32_v2(ptr, ctypes.c_uint(value), ctypes.c_size_t(1 << 28)), "cuMemsetD32")
+    check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
+"""
 
 
 # A process outside the hub: a CUDA context and 256 MiB on each GPU, through the driver's
