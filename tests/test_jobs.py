@@ -217,6 +217,8 @@ async def test_a_job_server_runs_the_job_runner_waits_in_line_and_is_never_culle
     assert spawner.cmd == ["gpuhub-notebook-job"]
     assert json.loads(spawner.environment["GPUHUB_JOB"]) == JOB
     assert spawner.environment["GPUHUB_JOB_ROOT"] == spawner.workspace_mount
+    # the hub stops a Docker job's container after its report (Slurm's runner exits itself)
+    assert "GPUHUB_JOB_EXIT_AFTER_REPORT" not in spawner.environment
     assert spawner.extra_create_kwargs["labels"]["io.gpuhub.job"] == JOB["id"]
 
     # the same spawner's next start as a server: JupyterLab, culled as its profile says

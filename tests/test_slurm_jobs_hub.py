@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hub_ext.slurm.cluster import SlurmCluster
-from tests.fixtures.hub import eventually
+from tests.fixtures.hub import _need, eventually
 from tests.test_credits_hub import grant, ledger
 from tests.test_jobs_hub import JOBS, ended, job, notebook, status_is
 from tests.test_slurm_faults import hold_every_gpu
@@ -167,6 +167,9 @@ async def test_a_notebook_job_runs_on_its_slurm_gpu_is_accounted_and_settled(
         name, user, tres = slurm_cluster.wait_for("sacct to know the job", accounted)
         assert (name, user) == (f"gpuhub-notebook-{member}-{done['server_name']}", member)
         assert "gres/gpu=1" in tres
+        # the batch job ended by itself once the hub had the report: not cancelled
+        assert accounted_end(slurm_cluster, slurm_job) == ("COMPLETED", "0:0")
+    assert run.stop_reason == "job_ended" and run.stop_detail is None, run
 
     refund_of_a_short_run(await settled(admin, member))
     assert (await hub.api("GET", f"/users/{member}")).json()["servers"] == {}
@@ -399,3 +402,65 @@ async def test_a_node_going_down_under_a_running_job_fails_it_once_with_why_and_
     await asyncio.sleep(1)  # a second settlement of either job would come by now
     kinds = [kind for kind, _ in await ledger(admin, member)]
     assert kinds == ["grant", "debit", "refund", "debit", "refund"], kinds
+
+
+def accounted_end(cluster, slurm_job: str) -> tuple[str, str]:
+    """Slurm's accounting of an ended job: its State's first word and its ExitCode
+    (``("COMPLETED", "0:0")``, ``("CANCELLED", "0:15")``)."""
+
+    def ended():
+        out = cluster.run(
+            "sacct", "-a", "-X", "-n", "-P", "-j", slurm_job, "-o", "State,ExitCode"
+        ).stdout.split("\n")[0]
+        state, _, code = out.partition("|")
+        state = state.split(" ")[0]  # "CANCELLED by 1234"
+        return (state, code) if state not in ("", "PENDING", "RUNNING", "COMPLETING") else None
+
+    return cluster.wait_for(f"sacct to record the end of job {slurm_job}", ended, 30)
+
+
+async def test_sacct_shows_a_failed_notebook_failed_and_a_stopped_job_cancelled(
+    jobs_hub, slurm_cluster, admin
+):
+    """An operator reading Slurm's accounting sees how each job really ended: a notebook
+    that raised is FAILED with its exit code (its runner exits by itself after its
+    report), a job the member stopped is CANCELLED; each is settled once."""
+    _need(slurm_cluster.accounting, "the test cluster keeps no accounting (slurmdbd)")
+    member = slurm_cluster.fresh_member("ghs-job")
+    workspace(
+        slurm_cluster,
+        member,
+        {
+            "broken.ipynb": notebook("raise ValueError('no data')"),
+            "slow.ipynb": notebook("import time\ntime.sleep(600)"),
+        },
+    )
+    hub = await jobs_hub()
+    token = await hub.create_user(member)
+    await grant(admin, member, "10.00")
+
+    failed = await ended(hub, token, await create(hub, token, "broken.ipynb"), 240)
+    assert (failed["status"], failed["exit_code"]) == ("FAILED", 1), failed
+    assert "ValueError: no data" in failed["status_message"], failed
+
+    slow = await create(hub, token, "slow.ipynb")
+    await status_is(hub, token, slow, "IN_PROGRESS", 240)
+    r = await hub.api("POST", f"{JOBS}/{slow}/stop", token)
+    assert r.status_code == 204, r.text
+    stopped = await ended(hub, token, slow, 60)
+    assert (stopped["status"], stopped["status_message"]) == ("STOPPED", "Stopped by you.")
+
+    runs = {r.server_name: r for r in hub_runs(hub) if r.username == member}
+    first, second = runs[failed["server_name"]], runs[stopped["server_name"]]
+    assert accounted_end(slurm_cluster, first.job_id) == ("FAILED", "1:0")
+    assert accounted_end(slurm_cluster, second.job_id)[0] == "CANCELLED"
+    assert (first.stop_reason, second.stop_reason) == ("job_ended", "stopped")
+
+    async def both_settled():
+        got = await ledger(admin, member)
+        return got if len(got) == 5 else None
+
+    entries = await eventually(both_settled, 30, f"{member}'s two debits and refunds")
+    assert [kind for kind, _ in entries] == ["grant", "debit", "refund", "debit", "refund"]
+    await asyncio.sleep(2)  # a second settlement would come within the meter's period
+    assert len(await ledger(admin, member)) == 5

@@ -417,7 +417,8 @@ def test_a_memory_limit_slurm_cannot_be_asked_for_is_refused_naming_it():
 async def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exported():
     """The same container as a server's, behind batchspawner's wrapper (it reports the port
     and runs the command with runpy), with gpuhub-notebook-job in place of JupyterLab and
-    GPUHUB_JOB among the variables sbatch exports into the job."""
+    GPUHUB_JOB among the variables sbatch exports into the job, with
+    GPUHUB_JOB_EXIT_AFTER_REPORT (the runner ends the batch job by itself once reported)."""
     from hub_ext.slurm.spawner import GPUSlurmSpawner
     from tests.fixtures.members import fake_user
 
@@ -430,7 +431,10 @@ async def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exporte
         **spawner.get_req_subvars(), cmd=spawner.cmd_formatted_for_batch()
     )
     assert "#SBATCH --export=PATH,GPUHUB_WORKSPACE_MOUNT\n" in server
-    assert "#SBATCH --export=PATH,GPUHUB_WORKSPACE_MOUNT,GPUHUB_JOB,GPUHUB_JOB_ROOT\n" in job
+    assert (
+        "#SBATCH --export=PATH,GPUHUB_WORKSPACE_MOUNT,GPUHUB_JOB,GPUHUB_JOB_ROOT,"
+        "GPUHUB_JOB_EXIT_AFTER_REPORT\n"
+    ) in job
     assert "#SBATCH --job-name=gpuhub-notebook-ann-" in job
     container = server.rsplit("exec ", 1)[1].split(" python3 -m batchspawner.singleuser ")[0]
     assert job.rsplit("exec ", 1)[1] == (
@@ -438,6 +442,7 @@ async def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exporte
         "--KernelManager.transport=ipc"
     )
     assert spawner.core_environment()["GPUHUB_JOB"] == json.dumps(spawner.job, sort_keys=True)
+    assert spawner.core_environment()["GPUHUB_JOB_EXIT_AFTER_REPORT"] == "1"
 
 
 @pytest.mark.parametrize(

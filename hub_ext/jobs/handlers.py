@@ -284,8 +284,12 @@ class JobReportAPIHandler(JobsBase):
             row.reported = {"exit_code": body["exit_code"], "error": error}
             self.db.commit()
             self.log.info("Job %s of %s reported exit code %s", job_id, row.user, body["exit_code"])
+        active = row.server_name in user.spawners and user.spawners[row.server_name].active
+        if active:
+            # before the answer: a runner that exits once answered (Slurm) is then expected
+            user.spawners[row.server_name].job_reported = True
         self.reply(204)
-        if row.server_name in user.spawners and user.spawners[row.server_name].active:
+        if active:
             await lifecycle.stop_server(user, row.server_name)
 
 

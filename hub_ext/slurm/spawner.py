@@ -98,6 +98,21 @@ class GPUSlurmSpawner(
         """,
     )
 
+    job_exit_timeout = Float(
+        30.0,
+        config=True,
+        help="""Seconds a notebook job whose runner has reported its end has to end by
+        itself (its runner exits with the notebook's exit code, so that Slurm's accounting
+        shows COMPLETED or FAILED) before the hub cancels it with ``scancel``.
+
+            c.GPUSlurmSpawner.job_exit_timeout = 30
+        """,
+    )
+
+    #: a notebook job's runner exits by itself once its report is acknowledged (the batch
+    #: job ends COMPLETED or FAILED in sacct); :meth:`stop` waits for that end
+    job_exits_after_report = True
+
     gpus = Union(
         [Int(), Unicode()],
         default_value=0,
@@ -183,6 +198,7 @@ class GPUSlurmSpawner(
         self._hooks_done = None
         self._submitting = False  # a job may exist only from here on
         self.line_wait = self.stop_reason = self.stop_detail = None
+        self.job_reported = False
         self.gpu_devices = []  # none until the job runs
         try:
             await self.load_profile()
@@ -345,9 +361,16 @@ class GPUSlurmSpawner(
     # -- stop / poll / state -----------------------------------------------------------
 
     async def stop(self, now=False):
-        """Cancel the job, then the hooks' ``after_stop`` (credits settle and refund)."""
+        """Cancel the job, then the hooks' ``after_stop`` (credits settle and refund).  A
+        notebook job that has reported its end is not cancelled while it ends by itself
+        (:meth:`_ends_by_itself`): Slurm keeps its COMPLETED or FAILED."""
         try:
-            if self.job_id:
+            if self.job_id and await self._ends_by_itself(0 if now else self.job_exit_timeout):
+                self.log.info(
+                    "%s: job %s ended by itself after its report", self._log_name, self.job_id
+                )
+                self.stop_reason = "job_ended"
+            elif self.job_id:
                 await super().stop(now=now)
             else:  # a start stopped before sbatch answered
                 await self._cancel_job()
@@ -356,6 +379,32 @@ class GPUSlurmSpawner(
             self.hook_state = {}
             self.stop_reason = self.stop_detail = None
 
+    async def _ends_by_itself(self, timeout: float) -> bool:
+        """Whether this server is a notebook job whose runner has reported its end
+        (:attr:`job_reported`) and whose batch job ends by itself within ``timeout``
+        seconds (no longer RUNNING in squeue: COMPLETING, or gone).  False when it is
+        still running then (an image whose runner predates ``GPUHUB_JOB_EXIT_AFTER_REPORT``
+        lingers until stopped): the caller cancels it."""
+        if not (self.job and self.job_reported):
+            return False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            status = await self.query_job_status()
+            if status not in (JobStatus.RUNNING, JobStatus.UNKNOWN) or (
+                self.job_status.startswith("COMPLETING")
+            ):
+                return True
+            if loop.time() >= deadline:
+                self.log.warning(
+                    "%s: job %s still runs %.0f s after its report; cancelling it",
+                    self._log_name,
+                    self.job_id,
+                    timeout,
+                )
+                return False
+            await asyncio.sleep(self.startup_poll_interval)
+
     async def poll(self):
         """batchspawner's poll.  A server whose job ended without the hub stopping it is
         stopped here for the hooks (``after_stop``): its run record says ``gone``
@@ -363,7 +412,9 @@ class GPUSlurmSpawner(
         was cancelled outside the hub"),
         ``out_of_memory`` when the job's cgroup killed it past its memory (Slurm's
         OUT_OF_MEMORY), or ``node_down`` with ``stop_detail`` ("node node2 down: <Slurm's
-        reason>") when its node went down or failed (:class:`hub_ext.culling.culler.Culler`)."""
+        reason>") when its node went down or failed (:class:`hub_ext.culling.culler.Culler`).
+        A notebook job that ended by itself after its report (:attr:`job_reported`) is a
+        normal end: ``job_ended`` without a detail."""
         last = self.job_status  # "RUNNING node1": where the job ran at the last look
         status = await self.query_job_status()
         if status == JobStatus.PENDING and not self._spawn_pending:
@@ -383,7 +434,8 @@ class GPUSlurmSpawner(
             # credits settled and the unused part refunded, the run record closed, a
             # notebook job ended with why: hub_ext.jobs.hook)
             self.stop_reason = "job_ended" if self.job else "gone"
-            await self._why_ended(last)
+            if not self.job_reported:  # after its report: the job's normal end
+                await self._why_ended(last)
             try:
                 await self.run_stop_hooks()
             finally:
@@ -406,6 +458,12 @@ class GPUSlurmSpawner(
             self.log.warning(
                 "Cannot read why job %s of %s ended: %s", self.job_id, self._log_name, e
             )
+        if self.job and state in ("COMPLETED", "FAILED"):
+            # its runner exited by itself: after its report to a hub that restarted since
+            # (the normal end of a job), or without one (the report's absence says so)
+            self.stop_detail = f"Slurm job {self.job_id} ended by itself ({state})"
+            self.log.info("%s: %s", self._log_name, self.stop_detail)
+            return
         if state == "OUT_OF_MEMORY":
             self.stop_reason = "out_of_memory"
             self.stop_detail = (

@@ -168,8 +168,18 @@ class SpawnerCore(ProfileChoice, MemberMounts):
             args.append(f"--KernelManager.transport={self.kernel_transport}")
         return args
 
+    #: Whether a notebook job's runner ends its server by itself once the hub has
+    #: acknowledged its report (``GPUHUB_JOB_EXIT_AFTER_REPORT=1`` in its environment;
+    #: images/base/gpuhub-notebook-job).  A backend whose scheduler keeps an account of how
+    #: each job ended (Slurm: COMPLETED, FAILED, CANCELLED) sets it, and its ``stop()``
+    #: waits for that end once :attr:`job_reported` is set instead of cancelling the job.
+    job_exits_after_report = False
+
     def init_core(self) -> None:
         self.profile_slug = ""
+        #: set by :mod:`hub_ext.jobs` when this notebook job's runner has reported its end
+        #: (and been told so); cleared by each start
+        self.job_reported = False
         self._configured = {name: copy.deepcopy(getattr(self, name)) for name in self._overridable}
         self._events: list[dict] = []
         self._events_changed = asyncio.Event()
@@ -222,11 +232,14 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         the workspace is mounted: the image's Jupyter Scheduler plugin sends paths under it
         to the jobs API) and, for a notebook job, ``GPUHUB_JOB`` (its
         ``user_options["job"]`` as JSON) and ``GPUHUB_JOB_ROOT`` (the same folder, read by
-        ``gpuhub-notebook-job``); images/base."""
+        ``gpuhub-notebook-job``), and ``GPUHUB_JOB_EXIT_AFTER_REPORT=1`` where the backend
+        has :attr:`job_exits_after_report`; images/base."""
         env = {"GPUHUB_WORKSPACE_MOUNT": self.workspace_mount}
         if self.job:
             env["GPUHUB_JOB"] = json.dumps(self.job, sort_keys=True)
             env["GPUHUB_JOB_ROOT"] = self.workspace_mount
+            if self.job_exits_after_report:
+                env["GPUHUB_JOB_EXIT_AFTER_REPORT"] = "1"
         return env
 
     #: the command of a notebook job's container (on the image's PATH)
