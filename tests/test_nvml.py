@@ -413,23 +413,36 @@ def test_real_driver_reports_sane_devices():
 def test_real_gpu_used_outside_the_hub_is_never_handed_out():
     # what a lab's "check nvidia-smi first" rule was for: a process of no server holds
     # memory on every GPU of the machine; the pool refuses them all, then frees them
+    count = real_gpu_count()
+    holder = cuda_process(HOLD_EVERY_GPU, count, "holding")
+    asyncio.run(_refused_while_held_then_free(holder, count))
+
+
+def real_gpu_count() -> int:
+    """The machine's GPUs as NVML counts them; the test is skipped without a driver."""
     try:
         pynvml.nvmlInit()
         count = pynvml.nvmlDeviceGetCount()
         pynvml.nvmlShutdown()
     except pynvml.NVMLError_LibraryNotFound:
         pytest.skip("no NVIDIA driver here (NVMLError_LibraryNotFound)")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD_EVERY_GPU, str(count)],
+    return count
+
+
+def cuda_process(script: str, arg, ready: str) -> subprocess.Popen:
+    """``script`` (:data:`CUDA` and more) run with ``arg``, once it printed ``ready``; the
+    test is skipped when it found no CUDA driver library."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, str(arg)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    line = holder.stdout.readline()
+    line = child.stdout.readline()
     if line.startswith("skip"):
         pytest.skip(line.strip())
-    assert line.startswith("holding"), line + holder.stderr.read()
-    asyncio.run(_refused_while_held_then_free(holder, count))
+    assert line.startswith(ready), line + child.stderr.read()
+    return child
 
 
 async def _refused_while_held_then_free(holder: subprocess.Popen, count: int) -> None:
@@ -456,21 +469,8 @@ async def _refused_while_held_then_free(holder: subprocess.Popen, count: int) ->
 def test_real_gpu_computing_reads_busy_to_the_culler_and_idle_after():
     # the GPU-idle culler's signal (c.Culler.busy_utilization, default 1%) on a real device:
     # a process computing on GPU 0 makes it busy; once it ends, GPU 0 reads idle again
-    try:
-        pynvml.nvmlInit()
-        pynvml.nvmlShutdown()
-    except pynvml.NVMLError_LibraryNotFound:
-        pytest.skip("no NVIDIA driver here (NVMLError_LibraryNotFound)")
-    worker = subprocess.Popen(
-        [sys.executable, "-c", COMPUTE_ON_GPU_0, "30"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    line = worker.stdout.readline()
-    if line.startswith("skip"):
-        pytest.skip(line.strip())
-    assert line.startswith("computing"), line + worker.stderr.read()
+    real_gpu_count()
+    worker = cuda_process(COMPUTE_ON_GPU_0, 30, "computing")
     inventory = NVMLInventory()
     try:
         gpu0 = next(d for d in inventory.read() if d.index == 0)
@@ -485,9 +485,10 @@ def test_real_gpu_computing_reads_busy_to_the_culler_and_idle_after():
         worker.wait()
         samples = []
         for _ in range(100):  # NVML's utilization is a sample over the last second or so
-            samples.append(next(d for d in inventory.read() if d.index == 0).utilization_pct)
+            units = inventory.read()
+            samples.append(next(d for d in units if d.index == 0).utilization_pct)
             idle = GPUActivity()
-            idle.observe(inventory.read(), datetime.now(UTC), 1)
+            idle.observe(units, datetime.now(UTC), 1)
             if gpu0.uuid not in idle.last_busy:
                 break
             time.sleep(0.1)
@@ -498,14 +499,15 @@ def test_real_gpu_computing_reads_busy_to_the_culler_and_idle_after():
         inventory.close()
 
 
-# Computes on GPU 0 for argv[1] seconds through the driver's CUDA library (memsets of
-# 1 GiB, each a kernel), or "skip" without it.
-COMPUTE_ON_GPU_0 = """
+# Driver-level CUDA for a process outside the hub, through the driver's own library
+# (libcuda, beside NVML in every NVIDIA driver); it prints "skip: ..." and exits without it.
+# ``memory_on(index, size)`` makes GPU ``index`` current and allocates ``size`` bytes there.
+CUDA = """
 import ctypes, sys, time
 try:
     cuda = ctypes.CDLL("libcuda.so.1")
 except OSError as e:
-    print(f"skip: no CUDA driver library to compute with ({e})", flush=True)
+    print(f"skip: no CUDA driver library to use a GPU with ({e})", flush=True)
     sys.exit(0)
 
 def check(rc, what):
@@ -513,12 +515,22 @@ def check(rc, what):
         print(f"failed: {what} returned CUDA error {rc}", flush=True)
         sys.exit(1)
 
+def memory_on(index, size):
+    dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+    check(cuda.cuDeviceGet(ctypes.byref(dev), index), "cuDeviceGet")
+    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+    check(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    check(cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(size)), "cuMemAlloc")
+    return ptr
+
 check(cuda.cuInit(0), "cuInit")
-dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
-check(cuda.cuDeviceGet(ctypes.byref(dev), 0), "cuDeviceGet")
-check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
-check(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-check(cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(1 << 30)), "cuMemAlloc")
+"""
+
+# Computes on GPU 0 for argv[1] seconds: memsets of 1 GiB, each a kernel.
+COMPUTE_ON_GPU_0 = (
+    CUDA
+    + """
+ptr = memory_on(0, 1 << 30)
 print("computing", flush=True)
 end = time.monotonic() + float(sys.argv[1])
 value = 0
@@ -527,32 +539,14 @@ while time.monotonic() < end:
     check(cuda.cuMemsetD32_v2(ptr, ctypes.c_uint(value), ctypes.c_size_t(1 << 28)), "cuMemsetD32")
     check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
 """
+)
 
-
-# A process outside the hub: a CUDA context and 256 MiB on each GPU, through the driver's
-# own CUDA library (libcuda, beside NVML in every NVIDIA driver), or "skip" without it.
-HOLD_EVERY_GPU = """
-import ctypes, sys, time
-try:
-    cuda = ctypes.CDLL("libcuda.so.1")
-except OSError as e:
-    print(f"skip: no CUDA driver library to hold a GPU with ({e})", flush=True)
-    sys.exit(0)
-
-def check(rc, what):
-    if rc != 0:
-        print(f"failed: {what} returned CUDA error {rc}", flush=True)
-        sys.exit(1)
-
-check(cuda.cuInit(0), "cuInit")
-held = []
-for i in range(int(sys.argv[1])):
-    dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
-    check(cuda.cuDeviceGet(ctypes.byref(dev), i), "cuDeviceGet")
-    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
-    check(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-    check(cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(256 << 20)), "cuMemAlloc")
-    held.append(ptr)
+# A process outside the hub: a CUDA context and 256 MiB on each of argv[1] GPUs.
+HOLD_EVERY_GPU = (
+    CUDA
+    + """
+held = [memory_on(i, 256 << 20) for i in range(int(sys.argv[1]))]
 print("holding", flush=True)
 time.sleep(300)
 """
+)
