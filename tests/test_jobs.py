@@ -11,6 +11,7 @@ import pytest
 
 from hub_ext.jobs import store
 from hub_ext.jobs.checks import JobRefused, job_profile, read_notebook, read_request
+from hub_ext.jobs.handlers import place_message
 from hub_ext.spawn.profiles import ProfileError, init_profiles, job_max_seconds, jobs_allowed
 
 NOTEBOOK = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
@@ -245,3 +246,21 @@ def test_why_a_jobs_container_ended_is_said_in_words(code, words):
     from hub_ext.spawn.stopping import exit_words
 
     assert exit_words(code) == words
+
+
+@pytest.mark.parametrize(
+    ("position", "sentence", "estimate_s", "message"),
+    [
+        (2, "You are 2nd in line.", 290, "Waiting for a GPU: 2nd in line, about 5 min"),
+        (1, "You are next.", 20, "Waiting for a GPU: 1st in line, less than a minute"),
+        (
+            3,
+            "Estimated wait: unknown (nothing of this kind runs).",
+            None,
+            "Waiting for a GPU: 3rd in line. Estimated wait: unknown (nothing of this kind runs).",
+        ),
+        (11, "", None, "Waiting for a GPU: 11th in line"),
+    ],
+)
+def test_a_queued_jobs_place_is_one_line_for_the_scheduler(position, sentence, estimate_s, message):
+    assert place_message(position, sentence, estimate_s) == message

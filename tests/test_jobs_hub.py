@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -349,6 +350,11 @@ async def test_a_job_waits_in_line_runs_on_its_gpu_and_is_settled_then_one_is_st
     place = await eventually(placed, 20, "a place in line")
     assert (place["position"], place["ahead"]) == (1, 0), place
     assert place["estimate"], place
+    # the one line the Scheduler shows (bob's server runs: an estimate in seconds)
+    assert re.fullmatch(
+        r"Waiting for a GPU: 1st in line, (about \d+ (min|h).*|less than a minute)",
+        place["message"],
+    ), place
     assert await entries(ledger_admin, alice) == [("grant", "10.00")]  # nothing while waiting
 
     # the server stops: the job starts by itself, computes, ends

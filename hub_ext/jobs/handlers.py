@@ -28,6 +28,7 @@ from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
 
 from ..common.json_body import parse_json
+from ..line.order import minutes, ordinal
 from ..spawn.profiles import Selection, job_max_seconds, jobs_allowed, profile_overrides
 from . import lifecycle, store
 from .checks import OUTPUT_FORMATS, JobRefused
@@ -199,6 +200,15 @@ class JobsAPIHandler(JobsBase):
         self.reply(201, {"job_id": row.id})
 
 
+def place_message(position: int, sentence: str, estimate_s: float | None) -> str:
+    """A queued job's place as one line: "Waiting for a GPU: 2nd in line, about 5 min";
+    without an estimate in seconds the line's ``sentence`` follows."""
+    line = f"Waiting for a GPU: {ordinal(position)} in line"
+    if isinstance(estimate_s, int | float):
+        return f"{line}, {minutes(estimate_s)}"
+    return f"{line}. {sentence}" if sentence else line
+
+
 class JobAPIHandler(JobsBase):
     """``GET|DELETE /hub/api/gpuhub/jobs/<id>``."""
 
@@ -210,27 +220,28 @@ class JobAPIHandler(JobsBase):
         self.reply(200, payload)
 
     def place(self, row) -> dict:
-        """The job's place in the line: ``position`` (1: next), ``ahead``, ``estimate`` (a
-        sentence)."""
+        """The job's place in the line: ``position`` (1: next), ``ahead``, ``estimate`` (the
+        line's sentence), ``estimate_s`` (seconds or None) and ``message`` (the one line
+        the Scheduler's job detail shows: :func:`place_message`)."""
         line = lifecycle.the_line(self.db)
         key = next(
             (p.key for p in line.ordered() if tuple(p.key) == (row.user, row.server_name)), None
         )
         if key is None:
-            if lifecycle.waiting_elsewhere(line, row, self.db):
-                return {
-                    "position": None,
-                    "ahead": None,
-                    "estimate": "It starts after your other job on the same environment "
-                    "has its GPU.",
-                }
-            return {"position": None, "ahead": None, "estimate": "Starting."}
+            sentence = (
+                "It starts after your other job on the same environment has its GPU."
+                if lifecycle.waiting_elsewhere(line, row, self.db)
+                else "Starting."
+            )
+            return {"position": None, "ahead": None, "estimate": sentence, "message": sentence}
         described = line.describe(key)
+        position, estimate_s = described["position"], described["estimate_s"]
         return {
-            "position": described["position"],
-            "ahead": described["position"] - 1,
+            "position": position,
+            "ahead": position - 1,
             "estimate": described["sentence"],
-            "estimate_s": described["estimate_s"],
+            "estimate_s": estimate_s,
+            "message": place_message(position, described["sentence"], estimate_s),
         }
 
     async def delete(self, job_id: str):

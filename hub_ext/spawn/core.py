@@ -178,7 +178,8 @@ class SpawnerCore(ProfileChoice, MemberMounts):
     def init_core(self) -> None:
         self.profile_slug = ""
         #: set by :mod:`hub_ext.jobs` when this notebook job's runner has reported its end
-        #: (and been told so); cleared by each start
+        #: (and been told so); read by a backend with job_exits_after_report, which clears it
+        #: at each start (Slurm)
         self.job_reported = False
         self._configured = {name: copy.deepcopy(getattr(self, name)) for name in self._overridable}
         self._events: list[dict] = []

@@ -125,41 +125,6 @@ def _message(body: bytes, status: int, label: str) -> str:
     return str(message) if message else f"The hub refused to {label} (HTTP {status})."
 
 
-def ordinal(n: int) -> str:
-    """1 -> "1st", 2 -> "2nd", 11 -> "11th", 23 -> "23rd"."""
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
-def minutes(seconds: float) -> str:
-    """A wait for people, as the hub's line words it: "about 20 min", "about 2 h 10 min"."""
-    if seconds < 60:
-        return "less than a minute"
-    total = round(seconds / 60)
-    if total < 60:
-        return f"about {total} min"
-    hours, mins = divmod(total, 60)
-    return f"about {hours} h" + (f" {mins} min" if mins else "")
-
-
-def place_message(place: dict | None) -> str | None:
-    """The hub's place in line as the one line the Scheduler's job detail shows.
-
-    ``place``: ``{"position": 1 for next or None, "estimate": the line's sentence,
-    "estimate_s": seconds or None}``. -> "Waiting for a GPU: 2nd in line, about 5 min";
-    without an estimate in seconds the line's sentence follows; without a position (the job
-    is starting, or waits behind the member's own job) the sentence alone."""
-    if not place:
-        return None
-    sentence = str(place.get("estimate") or "").strip() or None
-    if not place.get("position"):
-        return sentence
-    line = f"Waiting for a GPU: {ordinal(int(place['position']))} in line"
-    if isinstance(place.get("estimate_s"), int | float):
-        return f"{line}, {minutes(place['estimate_s'])}"
-    return f"{line}. {sentence}" if sentence else line
-
-
 class HubJob(DescribeJob):
     """Jupyter Scheduler's ``DescribeJob`` with where the hub put the job's files
     (workspace-relative): ``output_dir``, ``outputs`` ({format: file}, "log" included) and
@@ -316,7 +281,8 @@ class HubScheduler(BaseScheduler):
     def _job(self, found: dict, job_files: bool | None = True) -> HubJob:
         job = HubJob(**{"url": f"/jobs/{found.get('job_id')}", **found})
         if job.status == Status.QUEUED:
-            job.status_message = place_message(found.get("place")) or job.status_message
+            # the hub's one line for the place: "Waiting for a GPU: 2nd in line, about 5 min"
+            job.status_message = (found.get("place") or {}).get("message") or job.status_message
         if job_files:
             self.add_job_files(job)
         return job

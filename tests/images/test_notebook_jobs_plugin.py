@@ -166,6 +166,7 @@ class JobsHub:
                 "estimate": "You are 2nd in line for 1 GPU (PyTorch). Estimated wait: about 5 "
                 "min. Your place is kept for about 58 min more.",
                 "estimate_s": 290,
+                "message": "Waiting for a GPU: 2nd in line, about 5 min",
             }
         return described
 
