@@ -58,6 +58,13 @@ def iso(when: datetime) -> str:
     return when.replace(microsecond=0).isoformat()
 
 
+def outside_job(cluster, user: str) -> str:
+    """A one-GPU batch job of ``user`` submitted outside the hub (``sleep 600``); its id."""
+    return cluster.run(
+        "sbatch", "--parsable", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "sleep 600", user=user
+    ).stdout.strip()
+
+
 def job_of(cluster, user: str) -> dict:
     """The fields of ``user``'s one job (``scontrol show job``); {} when none."""
     job_id = cluster.run("squeue", "-h", "-u", user, "-o", "%i").stdout.split()
@@ -149,19 +156,7 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
         assert (job["Reservation"], job["NodeList"]) == (name, reserved_node)
 
         # the other node's GPUs taken by someone outside the hub
-        outside = [
-            slurm_cluster.run(
-                "sbatch",
-                "--parsable",
-                "--gres=gpu:1",
-                "-o",
-                "/dev/null",
-                "--wrap",
-                "sleep 600",
-                user=other,
-            ).stdout.strip()
-            for _ in range(2)
-        ]
+        outside = [outside_job(slurm_cluster, other) for _ in range(2)]
         slurm_cluster.wait_for(
             "the outside jobs running",
             lambda: all(slurm_cluster.job_state(j) == "RUNNING" for j in outside),
@@ -183,16 +178,7 @@ async def test_a_reservation_is_slurms_own_and_slurm_holds_it_for_the_group(
         assert all(t.startswith(f"2 GPUs reserved for {group} until ") for t in marked.values()), (
             marked
         )
-        pending = slurm_cluster.run(
-            "sbatch",
-            "--parsable",
-            "--gres=gpu:1",
-            "-o",
-            "/dev/null",
-            "--wrap",
-            "sleep 600",
-            user=bob,
-        ).stdout.strip()
+        pending = outside_job(slurm_cluster, bob)
         await _still(slurm_cluster, pending, "PENDING", seconds=8)
 
         # deleted in the hub: Slurm's ends at once (alice's job still in it) and bob's
@@ -385,16 +371,8 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
         await _ready(hub, carol)
         assert job_of(slurm_cluster, carol)["NodeList"] != node
         assert f"{carol} runs on" not in hub.log()
-        outside = slurm_cluster.run(
-            "sbatch",
-            "--parsable",
-            "--gres=gpu:1",
-            "-o",
-            "/dev/null",
-            "--wrap",
-            "sleep 600",
-            user=other,
-        ).stdout.strip()  # the other node full: the course's jobs go to the reserved one
+        # the other node full: the course's jobs go to the reserved one
+        outside = outside_job(slurm_cluster, other)
 
         # carol is not warned
         assert "will be stopped" not in await home(browsers[carol])

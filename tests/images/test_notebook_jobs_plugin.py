@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from tests.images.conftest import singleuser_server
+from tests.images.conftest import HubThatKnowsOnlyAlice, singleuser_server
 
 pytestmark = pytest.mark.docker
 
@@ -40,15 +40,8 @@ class JobsHub:
     server's own token. A create for ``runtime_environment_name == "broke"`` is refused with
     402 and :data:`NO_CREDITS`; created jobs are QUEUED 2nd in line until a test changes them."""
 
-    ALICE_TOKEN = "alice-api-token"
-    ALICE = {
-        "kind": "user",
-        "name": "alice",
-        "admin": False,
-        "groups": [],
-        "server": "/user/alice/",
-        "scopes": ["access:servers!server=alice/"],
-    }
+    ALICE_TOKEN = HubThatKnowsOnlyAlice.ALICE_TOKEN
+    ALICE = HubThatKnowsOnlyAlice.ALICE
 
     def __init__(self, version):
         self.requests = []  # (method, path, body or None, Authorization header)
