@@ -155,8 +155,23 @@ def relative_path(path: str) -> list[str]:
     return parts
 
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: how a folder and a file in a member's workspace are opened: never through a link
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def open_in(workspace: str, parts: list[str]) -> int:
+    """A read-only descriptor of the file ``parts`` (:func:`relative_path`) in
+    ``workspace``, each folder on the way opened relative to its parent's descriptor with
+    ``O_NOFOLLOW``.  Raises :class:`OSError` (ELOOP or ENOTDIR for a link on the way)."""
+    fds = [os.open(workspace, DIR_FLAGS)]
+    try:
+        for name in parts[:-1]:
+            fds.append(os.open(name, DIR_FLAGS, dir_fd=fds[-1]))
+        return os.open(parts[-1], _FILE, dir_fd=fds[-1])
+    finally:
+        for d in fds:
+            os.close(d)
 
 
 def read_notebook(workspace: str, path: str, max_bytes: int) -> bytes:
@@ -172,11 +187,8 @@ def read_notebook(workspace: str, path: str, max_bytes: int) -> bytes:
     parts = relative_path(path)
     if not parts[-1].endswith(".ipynb"):
         raise JobRefused(400, f"{quote(path)} is not a notebook (a .ipynb file).")
-    fds = [os.open(workspace, _DIR)]
     try:
-        for name in parts[:-1]:
-            fds.append(os.open(name, _DIR, dir_fd=fds[-1]))
-        fd = os.open(parts[-1], _FILE, dir_fd=fds[-1])
+        fd = open_in(workspace, parts)
     except FileNotFoundError:
         raise JobRefused(404, f"{quote(path)} is not in your workspace.") from None
     except OSError as e:
@@ -187,9 +199,6 @@ def read_notebook(workspace: str, path: str, max_bytes: int) -> bytes:
                 "give the path of the notebook itself, inside your workspace.",
             ) from None
         raise
-    finally:
-        for d in fds:
-            os.close(d)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -217,17 +226,10 @@ def read_small(workspace: str, path: str, max_bytes: int) -> bytes | None:
     """The bytes of a small file the hub reads back from the workspace (a job's
     ``.gpuhub-job.json``), opened without following a link; None when it is missing, a
     link, not a regular file or over ``max_bytes``."""
-    parts = relative_path(path)
-    fds = [os.open(workspace, _DIR)]
     try:
-        for name in parts[:-1]:
-            fds.append(os.open(name, _DIR, dir_fd=fds[-1]))
-        fd = os.open(parts[-1], _FILE, dir_fd=fds[-1])
+        fd = open_in(workspace, relative_path(path))
     except OSError:
         return None
-    finally:
-        for d in fds:
-            os.close(d)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None

@@ -40,7 +40,14 @@ from ..common.server_key import ServerKey
 from ..line.core import Line
 from ..spawn.choice import json_size
 from . import store
-from .checks import JobRefused, job_profile, output_names, read_notebook, read_request
+from .checks import (
+    DIR_FLAGS,
+    JobRefused,
+    job_profile,
+    output_names,
+    read_notebook,
+    read_request,
+)
 
 __all__ = ["Jobs", "create", "job_options", "keep_from_start", "launch", "stop"]
 
@@ -310,16 +317,13 @@ def forget(user, server_name: str, row=None) -> None:
     db.commit()
 
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
 def write_input(workspace: str, path: str, data: bytes, uid: int, gid: int) -> None:
     """Write ``data`` to ``path`` (relative) in ``workspace``, making its folders, all
     owned by ``uid:gid`` (mode 0700/0600), without following a link anywhere (each folder
     opened by descriptor with ``O_NOFOLLOW``; the file made with ``O_EXCL``).  Raises
     :class:`~.checks.JobRefused` (403) when something on the way is a link."""
     parts = path.split("/")
-    fds = [os.open(workspace, _DIR)]
+    fds = [os.open(workspace, DIR_FLAGS)]
     try:
         for name in parts[:-1]:
             try:
@@ -327,7 +331,7 @@ def write_input(workspace: str, path: str, data: bytes, uid: int, gid: int) -> N
                 made = True
             except FileExistsError:
                 made = False
-            fd = os.open(name, _DIR, dir_fd=fds[-1])
+            fd = os.open(name, DIR_FLAGS, dir_fd=fds[-1])
             fds.append(fd)
             if made:
                 os.fchown(fd, uid, gid)
