@@ -207,30 +207,35 @@ CULLED_GPU = {
 
 async def test_a_job_server_runs_the_job_runner_waits_in_line_and_is_never_culled():
     from hub_ext.docker.spawner import GPUDockerSpawner
+    from hub_ext.jobs.workload import job_of
     from tests.fixtures.members import fake_user
 
     spawner = GPUDockerSpawner(user=fake_user(), profile_list=[CULLED_GPU])
     spawner.user_options = {"profile": "gpu", "job": JOB}
     await spawner.load_profile()
-    assert (spawner.job, spawner.wait_requested, spawner.gpus) == (JOB, True, 1)
+    assert (job_of(spawner), spawner.wait_requested, spawner.gpus) == (JOB, True, 1)
     assert (spawner.gpu_idle_timeout, spawner.cull_idle_timeout, spawner.cull_max_age) == (0, 0, 0)
-    spawner._prepare_container({"ids": None, "workspace": "vol", "datasets": {}})
-    assert spawner.cmd == ["gpuhub-notebook-job"]
-    assert json.loads(spawner.environment["GPUHUB_JOB"]) == JOB
-    assert spawner.environment["GPUHUB_JOB_ROOT"] == spawner.workspace_mount
+    assert spawner.workload.command == ("gpuhub-notebook-job",)
+    environment = spawner.core_environment()
+    assert json.loads(environment["GPUHUB_JOB"]) == JOB
+    assert environment["GPUHUB_JOB_ROOT"] == spawner.workspace_mount
     # the hub stops a Docker job's container after its report (Slurm's runner exits itself)
-    assert "GPUHUB_JOB_EXIT_AFTER_REPORT" not in spawner.environment
-    assert spawner.extra_create_kwargs["labels"]["io.gpuhub.job"] == JOB["id"]
+    assert "GPUHUB_JOB_EXIT_AFTER_REPORT" not in environment
+    assert spawner.container_labels()["io.gpuhub.job"] == JOB["id"]
 
     # the same spawner's next start as a server: JupyterLab, culled as its profile says
     spawner.user_options = {"profile": "gpu"}
     await spawner.load_profile()
-    assert (spawner.job, spawner.wait_requested, spawner.gpu_idle_timeout) == (None, False, 600)
-    spawner._prepare_container({"ids": None, "workspace": "vol", "datasets": {}})
-    assert spawner.cmd is None or "gpuhub-notebook-job" not in spawner.cmd
-    assert "GPUHUB_JOB" not in spawner.environment
+    assert (job_of(spawner), spawner.wait_requested, spawner.gpu_idle_timeout) == (
+        None,
+        False,
+        600,
+    )
+    assert spawner.workload.command is None
+    assert "GPUHUB_JOB" not in spawner.core_environment()
+    assert "io.gpuhub.job" not in spawner.container_labels()
     # where the Jupyter Scheduler plugin finds the workspace, as the hub mounts it
-    assert spawner.environment["GPUHUB_WORKSPACE_MOUNT"] == spawner.workspace_mount
+    assert spawner.core_environment()["GPUHUB_WORKSPACE_MOUNT"] == spawner.workspace_mount
 
 
 @pytest.mark.parametrize(

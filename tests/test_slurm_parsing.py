@@ -419,6 +419,7 @@ async def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exporte
     and runs the command with runpy), with gpuhub-notebook-job in place of JupyterLab and
     GPUHUB_JOB among the variables sbatch exports into the job, with
     GPUHUB_JOB_EXIT_AFTER_REPORT (the runner ends the batch job by itself once reported)."""
+    from hub_ext.jobs.workload import NotebookJob
     from hub_ext.slurm.spawner import GPUSlurmSpawner
     from tests.fixtures.members import fake_user
 
@@ -426,7 +427,7 @@ async def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exporte
     server = await spawner._get_batch_script(
         **spawner.get_req_subvars(), cmd=spawner.cmd_formatted_for_batch()
     )
-    spawner.job = {"id": "0123", "input": "a.ipynb", "max_seconds": 600}
+    spawner.workload = NotebookJob({"id": "0123", "input": "a.ipynb", "max_seconds": 600})
     job = await spawner._get_batch_script(
         **spawner.get_req_subvars(), cmd=spawner.cmd_formatted_for_batch()
     )
@@ -441,7 +442,9 @@ async def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exporte
         f"{container} python3 -m batchspawner.singleuser gpuhub-notebook-job "
         "--KernelManager.transport=ipc"
     )
-    assert spawner.core_environment()["GPUHUB_JOB"] == json.dumps(spawner.job, sort_keys=True)
+    assert spawner.core_environment()["GPUHUB_JOB"] == json.dumps(
+        spawner.workload.value, sort_keys=True
+    )
     assert spawner.core_environment()["GPUHUB_JOB_EXIT_AFTER_REPORT"] == "1"
 
 
@@ -493,11 +496,12 @@ def test_a_job_on_an_image_without_the_runner_is_refused_before_it_is_submitted(
     PATH; one built before notebook jobs existed is refused with a sentence to act on."""
     from tornado import web
 
+    from hub_ext.jobs.workload import NotebookJob
     from hub_ext.slurm.spawner import GPUSlurmSpawner
     from tests.fixtures.members import fake_user
 
     spawner = GPUSlurmSpawner(user=fake_user(), image_dir=str(tmp_path), image="site/old:1")
-    spawner.job = {"id": "0123"}
+    spawner.workload = NotebookJob({"id": "0123"})
     runner = tmp_path / "site_old_1" / "rootfs" / "usr" / "local" / "bin" / "gpuhub-notebook-job"
     runner.parent.mkdir(parents=True)
     with pytest.raises(web.HTTPError) as refused:

@@ -16,9 +16,10 @@ import copy
 import json
 import os
 import time
+from dataclasses import dataclass
 
 from docker.errors import NotFound
-from jupyterhub.utils import random_port
+from dockerspawner import DockerSpawner
 from tornado import web
 from traitlets import Bool, Int, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
@@ -129,14 +130,6 @@ class MemberContainer(LoggingConfigurable):
                 f'"077" (or "" for the image\'s own), not {value!r}'
             )
         return value
-
-    async def get_command(self) -> list[str]:
-        """DockerSpawner's command (``cmd`` or the image's, and the hub's arguments) under
-        :attr:`umask`; the image's entrypoint (tini) still runs first."""
-        command = await super().get_command()
-        if not self.umask:
-            return command
-        return ["sh", "-c", f'umask {self.umask} && exec "$@"', "sh", *command]
 
     async def member_ids(self) -> tuple[int, int] | None:
         """(uid, gid) the member's server runs as, or None for the image's jovyan (1000).
@@ -290,88 +283,195 @@ class MemberContainer(LoggingConfigurable):
             finally:
                 await self.docker("remove_container", helper["Id"], force=True)
 
-    def _prepare_container(self, container: dict) -> None:
-        """Device request, labels, mounts, limits and (host network) port for this start."""
-        if self.host_network:
-            self.port = random_port()
+    def container_labels(self) -> dict:
+        """The hub's labels on this start's container: who, which server and profile, its
+        devices since when, where it serves, what the workload and the hooks recorded."""
         labels = {
-            LABEL_PREFIX + "hub": self.hub_id,
-            LABEL_PREFIX + "user": self.user.name,
-            LABEL_PREFIX + "server": self.name or "",
-            LABEL_PREFIX + "profile": self.profile_slug,
-            LABEL_PREFIX + "devices": ",".join(self.allocation.uuids) if self.allocation else "",
-            LABEL_PREFIX + "since": str(self.allocation.since if self.allocation else time.time()),
+            "hub": self.hub_id,
+            "user": self.user.name,
+            "server": self.name or "",
+            "profile": self.profile_slug,
+            "devices": ",".join(self.allocation.uuids) if self.allocation else "",
+            "since": str(self.allocation.since if self.allocation else time.time()),
             # where the server listens (on the host with host networking): a hub that
             # restarts during the start finds it there (GPUDockerSpawner.get_url)
-            LABEL_PREFIX + "port": str(self.port),
+            "port": str(self.port),
+            # a notebook job's id (hub_ext.jobs)
+            **self.workload.labels(),
         }
-        if self.job:
-            # a notebook job (hub_ext.jobs): its id on the container, and its runner in
-            # place of jupyterhub-singleuser (same uid, workspace, GPUs, limits, network)
-            labels[LABEL_PREFIX + "job"] = str(self.job.get("id", ""))
-            self.cmd = list(self.job_command)
-        self.environment = {**self.environment, **self.core_environment()}
         if self.hook_state:
             # what the hooks recorded (the credits paid), for a hub killed before it saved
             # spawner state (see poll)
-            labels[LABEL_PREFIX + "hook-state"] = json.dumps(self.hook_state, sort_keys=True)
-        create = (
-            copy.deepcopy(self.extra_create_kwargs)
-            if isinstance(self.extra_create_kwargs, dict)
-            else {}
-        )
-        create.setdefault("labels", {}).update(labels)
-        if container["ids"] is not None:
-            create["user"] = "{}:{}".format(*container["ids"])
-            # a uid with no passwd entry in the image gets HOME=/ from Docker
-            self.environment = {**self.environment, "HOME": "/home/jovyan"}
-        self.extra_create_kwargs = create
-        self.volumes = {
-            **{k: v for k, v in (self.volumes or {}).items()},
-            container["workspace"]: self.workspace_mount,
-        }
-        host = (
-            copy.deepcopy(self.extra_host_config)
-            if isinstance(self.extra_host_config, dict)
-            else {}
-        )
-        if self.allocation:
-            # Docker's GPU request (docker run --gpus): the engine hands these exact
-            # UUIDs to the NVIDIA hook, which sets NVIDIA_VISIBLE_DEVICES.
-            host["device_requests"] = [
-                {
-                    "Driver": "nvidia",
-                    "DeviceIDs": list(self.allocation.uuids),
-                    "Capabilities": [["gpu"]],
-                }
-            ]
+            labels["hook-state"] = json.dumps(self.hook_state, sort_keys=True)
+        return {LABEL_PREFIX + k: v for k, v in labels.items()}
+
+    async def create_object(self):
+        """DockerSpawner's object hook: the container of this start, built as a value
+        (:func:`make_container`) from the profile, the member and the allocation."""
+        container = self._container
+        if self.workload.command:  # a notebook job's runner in place of the server
+            command = [*self.workload.command, *self.get_args()]
         else:
-            host.pop("device_requests", None)
-            # CUDA base images set NVIDIA_VISIBLE_DEVICES=all: with nvidia as the default
-            # runtime a CPU server would see every GPU (NVIDIA container toolkit docs)
-            self.environment = {**self.environment, "NVIDIA_VISIBLE_DEVICES": "void"}
-        # removed by stop() or a failed start, not by the engine the moment it exits:
-        # the logs of a server that dies while starting are what an admin needs
-        host["auto_remove"] = False
-        if isinstance(self.cpu_limit, int | float) and self.cpu_limit > 0:
-            # Docker's --cpus (HostConfig.NanoCpus) rather than DockerSpawner's CFS quota:
-            # a cpu_period of 0 keeps DockerSpawner from setting the quota too, which the
-            # engine refuses beside NanoCpus (Docker docs, "Runtime options ... CPU")
-            host["nano_cpus"] = int(self.cpu_limit * 1e9)
-            host["cpu_period"] = 0
-        host.setdefault("shm_size", self.shm_size)
-        host.setdefault("pids_limit", self.pids_limit)
-        host.setdefault("security_opt", ["no-new-privileges"])
-        host.setdefault("cap_drop", ["ALL"])
-        host.setdefault(
-            "log_config",
-            {"Type": "json-file", "Config": {"max-size": self.log_max_size, "max-file": "3"}},
+            command = await DockerSpawner.get_command(self)
+        extra_create = self.extra_create_kwargs
+        extra_host = self.extra_host_config
+        spec = make_container(
+            name=self.container_name,
+            image=self.image,
+            command=command,
+            environment={**self.get_env(), **self.core_environment()},
+            binds=self.volume_binds,
+            port=self.port,
+            labels=self.container_labels(),
+            workspace=container["workspace"],
+            workspace_mount=self.workspace_mount,
+            ids=container["ids"],
+            datasets=container["datasets"],
+            devices=self.allocation.uuids if self.allocation else (),
+            mem_limit=self.mem_limit,
+            cpu_limit=self.cpu_limit,
+            shm_size=self.shm_size,
+            pids_limit=self.pids_limit,
+            log_max_size=self.log_max_size,
+            umask=self.umask,
+            network_name=self.network_name,
+            use_internal_ip=self.use_internal_ip,
+            host_ip=self.host_ip,
+            links=self.links,
+            extra_create_kwargs=self._render_templates(extra_create)
+            if isinstance(extra_create, dict)
+            else {},
+            extra_host_config=self._render_templates(extra_host)
+            if isinstance(extra_host, dict)
+            else {},
         )
-        host["mounts"] = [
-            {"Type": "bind", "Source": path, "Target": f"/datasets/{name}", "ReadOnly": True}
-            for name, path in sorted(container["datasets"].items())
+        create = copy.deepcopy(spec.create)
+        create.setdefault("host_config", {}).update(self.client.create_host_config(**spec.host))
+        return await self.docker("create_container", **create)
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """A member's server container as a value: ``create``, the keyword arguments of
+    docker-py's ``create_container`` (image, name, command, environment, volumes, ports,
+    labels, user) and ``host``, those of ``create_host_config`` (binds, mounts, devices,
+    limits, security options, network); Docker Engine API, ``ContainerCreate``."""
+
+    create: dict
+    host: dict
+
+
+def make_container(
+    *,
+    name: str,
+    image: str,
+    command: list[str],
+    environment: dict,
+    binds: dict,
+    port: int,
+    labels: dict,
+    workspace: str,
+    workspace_mount: str,
+    ids: tuple[int, int] | None = None,
+    datasets: dict[str, str] | None = None,
+    devices: tuple[str, ...] = (),
+    mem_limit: int | None = None,
+    cpu_limit: float | None = None,
+    shm_size: str = "2g",
+    pids_limit: int = 4096,
+    log_max_size: str = "50m",
+    umask: str = "",
+    network_name: str = "bridge",
+    use_internal_ip: bool = True,
+    host_ip: str = "127.0.0.1",
+    links: dict | None = None,
+    extra_create_kwargs: dict | None = None,
+    extra_host_config: dict | None = None,
+) -> ContainerSpec:
+    """The container of one start, from the profile's values (image, limits, the
+    profile's ``extra_*`` Docker options), the member (``ids``: their uid and gid, or
+    None for the image's jovyan; ``workspace`` mounted at ``workspace_mount``;
+    ``datasets``: name -> host path, read-only at ``/datasets/<name>``) and the
+    allocation (``devices``: GPU UUIDs, passed as Docker's ``DeviceRequest``).
+
+    ``command``, ``environment`` and ``binds`` are the server's own (DockerSpawner's
+    command, JupyterHub's environment, the configured volumes); ``labels`` the hub's, with
+    their prefix.  A pure function: nothing is asked of Docker (the model is kubespawner's
+    ``objects.make_pod``).
+    """
+    environment = dict(environment)
+    if ids is not None:
+        environment["HOME"] = "/home/jovyan"  # a uid without a passwd entry: HOME=/ else
+    if not devices:
+        # CUDA base images set NVIDIA_VISIBLE_DEVICES=all: with nvidia as the default
+        # runtime a CPU server would see every GPU (NVIDIA container toolkit docs)
+        environment["NVIDIA_VISIBLE_DEVICES"] = "void"
+    if umask:  # the server and all it starts; the image's entrypoint (tini) still first
+        command = ["sh", "-c", f'umask {umask} && exec "$@"', "sh", *command]
+    binds = {**binds, workspace: {"bind": workspace_mount, "mode": "rw"}}
+    create = {
+        "image": image,
+        "environment": environment,
+        "volumes": sorted(bind["bind"] for bind in binds.values()),
+        "name": name,
+        "command": command,
+        "ports": {f"{port}/tcp": None},
+    }
+    extra = copy.deepcopy(extra_create_kwargs or {})
+    extra.setdefault("labels", {}).update(labels)
+    if ids is not None:
+        extra["user"] = "{}:{}".format(*ids)
+    _deep_merge(create, extra)
+
+    host: dict = {"binds": binds, "links": links or {}}
+    if mem_limit is not None:
+        host["mem_limit"] = mem_limit
+    extra_host = copy.deepcopy(extra_host_config or {})
+    if isinstance(cpu_limit, int | float) and cpu_limit > 0:
+        # Docker's --cpus (HostConfig.NanoCpus) rather than a CFS quota, which the
+        # engine refuses beside NanoCpus (Docker docs, "Runtime options ... CPU")
+        host.update(nano_cpus=int(cpu_limit * 1e9), cpu_period=0, cpu_quota=0)
+        extra_host.pop("cpu_period", None)
+    elif cpu_limit is not None:  # DockerSpawner's CFS quota
+        period = host["cpu_period"] = extra_host.get("cpu_period", 100_000)
+        host["cpu_quota"] = int(cpu_limit * period)
+    if not use_internal_ip:
+        host["port_bindings"] = {port: (host_ip,)}
+    _deep_merge(host, extra_host)
+    if devices:
+        # Docker's GPU request (docker run --gpus): the engine hands these exact UUIDs to
+        # the NVIDIA hook, which sets NVIDIA_VISIBLE_DEVICES
+        host["device_requests"] = [
+            {"Driver": "nvidia", "DeviceIDs": list(devices), "Capabilities": [["gpu"]]}
         ]
-        self.extra_host_config = host
+    else:
+        host.pop("device_requests", None)
+    # removed by stop() or a failed start, not by the engine the moment it exits: the
+    # logs of a server that dies while starting are what an admin needs
+    host["auto_remove"] = False
+    host.setdefault("shm_size", shm_size)
+    host.setdefault("pids_limit", pids_limit)
+    host.setdefault("security_opt", ["no-new-privileges"])
+    host.setdefault("cap_drop", ["ALL"])
+    host.setdefault(
+        "log_config", {"Type": "json-file", "Config": {"max-size": log_max_size, "max-file": "3"}}
+    )
+    host["mounts"] = [
+        {"Type": "bind", "Source": path, "Target": f"/datasets/{name}", "ReadOnly": True}
+        for name, path in sorted((datasets or {}).items())
+    ]
+    host.setdefault("network_mode", network_name)
+    return ContainerSpec(create=create, host=host)
+
+
+def _deep_merge(dest: dict, src: dict) -> dict:
+    """``src`` into ``dest``, dicts merged key by key (DockerSpawner's ``_deep_merge``)."""
+    for key, value in src.items():
+        if isinstance(value, dict) and isinstance(dest.get(key), dict):
+            _deep_merge(dest[key], value)
+        else:
+            dest[key] = value
+    return dest
 
 
 def mapped_ids(entry) -> tuple[int, int]:

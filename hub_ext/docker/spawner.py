@@ -46,12 +46,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import json
 import time
 
 from docker.errors import APIError, ImageNotFound, NotFound
 from dockerspawner import DockerSpawner
+from jupyterhub.utils import random_port
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 from traitlets import (
@@ -64,7 +64,8 @@ from traitlets import (
 )
 
 from ..common.notices import notices
-from ..spawn.core import STATE_VERSION, SpawnerCore
+from ..spawn.backend import Ended
+from ..spawn.core import SpawnerCore
 from ..spawn.profiles import LABEL_PREFIX, gpu_request
 from ..spawn.stopping import exit_words
 from .availability import PoolAvailability
@@ -168,32 +169,14 @@ class GPUDockerSpawner(
         self._start_timeout = self.start_timeout  # configured; a wait in line adds to it
         self._container_may_live = False  # a failed stop left the container behind
         self._labels_read = False  # poll() looked at the container's labels
-        self.stop_reason = self.stop_detail = None  # why the server ended (poll)
-        self._job_end_seen = False  # a job's end was seen by poll (_job_ended)
+        self._job_end_seen = False  # a job's end was seen by poll (why_ended)
+        self._launched = False  # this start made a container (abandon removes it)
+        self._container = None  # what container_settings checked for this start
         ensure_reconciler(self.pool, lambda: self.client, self.hub_id)
         if self.db_session() is not None:
             self.line()  # the places kept from before a restart count from the start
 
-    # -- progress ----------------------------------------------------------------------
-
-    # -- start / stop ------------------------------------------------------------------
-
-    async def start(self):
-        """Start the server (the steps in the module doc); returns ``(ip, port)``.
-
-        Raises ``tornado.web.HTTPError`` with a sentence for the member; its
-        ``jupyterhub_message`` is that sentence, which the progress page shows when the
-        refusal comes after the spawn page moved on (JupyterHub ``format_exception``).
-        """
-        try:
-            return await self._start()
-        except web.HTTPError as e:
-            self.tell_member(e)
-            raise
-        finally:
-            # check_spawn's claim is spent: the GPUs are held (or the place in line
-            # taken), or the start failed and holds nothing
-            self.gpu_claim = None
+    # -- a start (hub_ext.spawn.backend.SpawnBackend) ---------------------------------
 
     @contextlib.asynccontextmanager
     async def checked_spawn(self, options: dict | None):
@@ -246,69 +229,82 @@ class GPUDockerSpawner(
         unit = f"{mig} GPU slice" if mig else "GPU"
         return f"{count} {unit}{'s' if count > 1 else ''}"
 
-    async def _start(self):
-        self._events = []
+    def new_start(self) -> None:
         self._job_end_seen = False
         self._labels_read = True  # this start writes state and labels alike
-        await self.load_profile()
-        container = await self.container_settings()
-        await self.check_hooks()
-        self.check_start_limits()
-        count, mig = gpu_request(self.gpus)
+        self._launched = False
         self.allocation = None
-        self.line_wait = None
-        waited = False
-        try:  # a granted place is forgotten however the start ends (cancelled included)
-            if count:
-                what = self._units_text(count, mig)
-                waited = await self.reserve_gpus(count, mig, what)
-                self.log.info(
-                    "%s holds GPU(s) %s%s",
-                    self._log_name,
-                    ",".join(self.allocation.uuids),
-                    " after a wait in line" * waited,
-                )
-                if not waited:
-                    self.emit(
-                        20, f"Reserved {what} for you alone: {', '.join(self.allocation.uuids)}"
-                    )
-                self.tell_next_window(mig)
-            async with self.timed_rest(waited):
-                return await self._start_container(container)
-        finally:
-            if count:
-                self.line().forget(self.server_key)  # only a granted place; idempotent
+        self._container = None
 
-    async def _start_container(self, container):
-        """Steps 3 to 5, with the GPUs reserved; undone on failure."""
-        done_hooks = []
+    async def check_start(self) -> None:
+        """What the container will mount and run as (a missing dataset, a uid mapping, a
+        workspace outside its root: :meth:`container_settings`), then the hub's server
+        limits (HTTP 429)."""
+        self._container = await self.container_settings()
+        self.check_start_limits()
+
+    async def reserve(self) -> None:
+        """The profile's GPUs from the pool, at once or after a wait in line
+        (:meth:`reserve_gpus`); nothing for a CPU profile."""
+        count, mig = gpu_request(self.gpus)
+        if not count:
+            return
+        what = self._units_text(count, mig)
+        waited = await self.reserve_gpus(count, mig, what)
+        self.log.info(
+            "%s holds GPU(s) %s%s",
+            self._log_name,
+            ",".join(self.allocation.uuids),
+            " after a wait in line" * waited,
+        )
+        if not waited:
+            self.emit(20, f"Reserved {what} for you alone: {', '.join(self.allocation.uuids)}")
+        self.tell_next_window(mig)
+
+    def rest_of_start(self):
+        return self.timed_rest(self.line_wait is not None)
+
+    async def launch(self) -> tuple[str, int]:
+        """The workspace, then the container (DockerSpawner's ``start``) with the GPUs'
+        ``DeviceRequest``, labels, mounts and limits (:meth:`_prepare_container`)."""
+        await self._prepare_workspace(self._container)
+        if self.host_network:
+            self.port = random_port()
+        self.emit(50, f"Starting container {self.object_name} from {self.image}")
+        self._launched = True
         try:
-            done_hooks = await self.run_start_hooks()
-            await self._prepare_workspace(container)
-            self._prepare_container(container)
-            self.emit(50, f"Starting container {self.object_name} from {self.image}")
-            try:
-                ip, port = await super().start()
-            except ImageNotFound as e:
-                raise web.HTTPError(
-                    500,
-                    f"The image {self.image} of this profile is not on this node. "
-                    "Ask an admin to build it.",
-                ) from e
-            self.emit(80, "Waiting for JupyterLab to answer")
-            if await self._wait_until_ready(ip, port):
-                self.emit(95, "Server is up")
-            else:
-                self.emit(90, "JupyterLab is slow to answer; still waiting")
-            if self.allocation is not None:
-                self.allocation.starting = False
-            return ip, port
-        except BaseException:
-            await asyncio.shield(self._abandon_start(done_hooks))
-            raise
+            return await DockerSpawner.start(self)
+        except ImageNotFound as e:
+            raise web.HTTPError(
+                500,
+                f"The image {self.image} of this profile is not on this node. "
+                "Ask an admin to build it.",
+            ) from e
 
-    async def _abandon_start(self, done_hooks) -> None:
-        """Undo a failed or cancelled start: container, hooks, GPUs.  Never raises."""
+    async def wait_ready(self, ip: str, port: int) -> tuple[str, int]:
+        """Until JupyterLab answers (:meth:`_wait_until_ready`); the GPUs are then no
+        longer a start's."""
+        self.emit(80, "Waiting for JupyterLab to answer")
+        if await self._wait_until_ready(ip, port):
+            self.emit(95, "Server is up")
+        else:
+            self.emit(90, "JupyterLab is slow to answer; still waiting")
+        if self.allocation is not None:
+            self.allocation.starting = False
+        return ip, port
+
+    def start_ended(self) -> None:
+        if gpu_request(self.gpus)[0]:
+            self.line().forget(self.server_key)  # only a granted place; idempotent
+        # check_spawn's claim is spent: the GPUs are held (or the place in line taken),
+        # or the start failed and holds nothing
+        self.gpu_claim = None
+
+    async def abandon(self) -> None:
+        """Remove the container of a failed start (its last log lines logged first).
+        Never raises."""
+        if not self._launched:
+            return
         try:
             obj = await self.get_object()
             if obj is not None:
@@ -322,8 +318,6 @@ class GPUDockerSpawner(
             self.object_id = ""
         except Exception:
             self.log.exception("Could not remove the container of failed %s", self._log_name)
-        await self.undo_start_hooks(done_hooks)
-        self.release_gpus("start failed")
 
     async def get_ip_and_port(self):
         if self.host_network:
@@ -410,7 +404,9 @@ class GPUDockerSpawner(
         except Exception:
             return "(no logs)"
 
-    async def poll(self):
+    # -- a running server --------------------------------------------------------------
+
+    async def poll_server(self):
         """DockerSpawner's poll, and re-adoption of a running container's devices and
         hook state (the credits meter).
 
@@ -418,147 +414,112 @@ class GPUDockerSpawner(
         container running and nothing of ours in state: the container's labels say which
         devices it holds and what the hooks had recorded (the paid interval), so this
         server owns its devices again and stays metered.
-
-        A container the kernel's OOM killer ended (:meth:`_ended_out_of_memory`) is
-        stopped here for the hooks, with stop reason ``out_of_memory``.
         """
-        status = await super().poll()
-        if status is not None:
-            await self._ended_out_of_memory()
-            await self._job_ended(status)
+        status = await DockerSpawner.poll(self)
         if (
             status is None
             and not self._labels_read
             and (self.allocation is None or not self.hook_state or self.start_unfinished())
         ):
             self._labels_read = True  # once per container, not at every poll
-            obj = await self.get_object()
-            labels = (obj or {}).get("Config", {}).get("Labels") or {}
-            uuids = [u for u in labels.get(LABEL_PREFIX + "devices", "").split(",") if u]
-            if uuids and self.allocation is None:
-                self.profile_slug = labels.get(LABEL_PREFIX + "profile", "")
-                self.allocation = self.pool.restore(
-                    self.server_key,
-                    uuids,
-                    float(labels.get(LABEL_PREFIX + "since") or time.time()),
-                    profile=self.profile_slug,
-                )
-                self.log.info(
-                    "%s re-adopted GPU(s) %s from its container's labels",
-                    self._log_name,
-                    ",".join(uuids),
-                )
-            hook_state = labels.get(LABEL_PREFIX + "hook-state")
-            if hook_state and (not self.hook_state or self.start_unfinished()):
-                try:
-                    self.hook_state = dict(json.loads(hook_state))
-                except (TypeError, ValueError):
-                    self.log.error("%s: unreadable hook state label %r", self._log_name, hook_state)
-                else:
-                    self.log.info(
-                        "%s re-adopted its hook state (%s) from its container's labels",
-                        self._log_name,
-                        ", ".join(self.hook_state),
-                    )
-                    self.restore_hooks()
+            await self._adopt_labels()
         return status
 
-    async def _ended_out_of_memory(self) -> None:
-        """The container ended without the hub: if the kernel's OOM killer ended it past
-        its ``mem_limit`` (Docker ``State.OOMKilled``), run the hooks' ``after_stop`` now
-        with stop reason ``out_of_memory``, so the run record says so and the member is
-        told (:class:`hub_ext.culling.culler.Culler`); the credits settle and refund as after a
-        stop.  JupyterHub's ``User.stop`` calls no ``stop()`` for a server whose poll says
-        it ended; a dead container ended otherwise is left to the hooks' own passes
-        (``gone``).  Only for a running server (not during its start, whose failure undoes
-        the hooks); idempotent (the hook state is emptied).  Never raises."""
-        if self._spawn_pending or not self.hook_state:
-            return
+    async def _adopt_labels(self) -> None:
+        obj = await self.get_object()
+        labels = (obj or {}).get("Config", {}).get("Labels") or {}
+        uuids = [u for u in labels.get(LABEL_PREFIX + "devices", "").split(",") if u]
+        if uuids and self.allocation is None:
+            self.profile_slug = labels.get(LABEL_PREFIX + "profile", "")
+            self.allocation = self.pool.restore(
+                self.server_key,
+                uuids,
+                float(labels.get(LABEL_PREFIX + "since") or time.time()),
+                profile=self.profile_slug,
+            )
+            self.log.info(
+                "%s re-adopted GPU(s) %s from its container's labels",
+                self._log_name,
+                ",".join(uuids),
+            )
+        hook_state = labels.get(LABEL_PREFIX + "hook-state")
+        if hook_state and (not self.hook_state or self.start_unfinished()):
+            try:
+                self.hook_state = dict(json.loads(hook_state))
+            except (TypeError, ValueError):
+                self.log.error("%s: unreadable hook state label %r", self._log_name, hook_state)
+            else:
+                self.log.info(
+                    "%s re-adopted its hook state (%s) from its container's labels",
+                    self._log_name,
+                    ", ".join(self.hook_state),
+                )
+                self.restore_hooks()
+
+    async def why_ended(self, status) -> Ended | None:
+        """A container that ended without the hub: past its ``mem_limit``, killed by the
+        kernel's OOM killer (Docker ``State.OOMKilled``; a running server's, stop reason
+        ``out_of_memory``), or a notebook job's, whose runner exited or was killed (once,
+        ``job_ended`` with its exit code in words; its container removed: nobody restarts
+        it, its log is in the workspace).  A dead container ended otherwise is left to the
+        hooks' own passes (``gone``).  Never raises."""
+        oom = await self._out_of_memory() if self.hook_state else None
+        if not self.workload.ends_by_itself or self._job_end_seen:
+            return oom
+        try:
+            obj = await self.get_object()
+        except Exception as e:  # noqa: BLE001 - unknown: JupyterHub's poll asks again
+            self.log.warning("%s: cannot read its container: %s", self._log_name, e)
+            return oom
+        if obj is None:  # never made (a start the hub forgot in a restart), or removed
+            return oom
+        self._job_end_seen = True
+        code = (obj.get("State") or {}).get("ExitCode")
+        try:
+            await self.docker("remove_container", self.object_name, force=True)
+        except Exception as e:  # noqa: BLE001 - reconciliation meets it again
+            self.log.info("Container of %s not removed: %s", self._log_name, e)
+        return oom or Ended(self.workload.ended_reason, exit_words(code))
+
+    async def _out_of_memory(self) -> Ended | None:
+        """``out_of_memory`` when the container was OOM-killed, else None."""
         try:
             obj = await self.get_object()
         except Exception as e:  # noqa: BLE001 - unknown: the hooks' passes settle it
             self.log.warning("%s: cannot read why its container ended: %s", self._log_name, e)
-            return
+            return None
         state = (obj or {}).get("State") or {}
         if not state.get("OOMKilled"):
-            return
+            return None
         limit = f"{self.mem_limit // 2**20}M" if self.mem_limit else "memory limit"
-        self.stop_reason = "out_of_memory"
-        self.stop_detail = (
-            f"out of memory: the server used more than its {limit} "
-            f"(Docker: OOMKilled, exit code {state.get('ExitCode')})"
-        )
         self.log.warning(
             "%s stopped: its container %s was killed out of memory",
             self._log_name,
             self.object_name,
         )
-        await self._stop_hooks_now()
+        return Ended(
+            "out_of_memory",
+            f"out of memory: the server used more than its {limit} "
+            f"(Docker: OOMKilled, exit code {state.get('ExitCode')})",
+        )
 
-    async def _stop_hooks_now(self) -> None:
-        """The hooks' ``after_stop`` for a container that ended by itself (JupyterHub calls
-        no ``stop()`` for it), then the hook state and the stop reason cleared.  Never
-        raises an Exception."""
+    async def end(self, now: bool = False) -> None:
+        """Stop and remove the container (DockerSpawner's ``stop``; one already gone is
+        stopped).  When Docker fails otherwise, the error is raised and the GPUs are *not*
+        freed while the container may still run (:meth:`stop_failed`)."""
+        notices().withdraw(self.user.name, self.name or "", LINE_TOPIC)
         try:
-            await self.run_stop_hooks()
-        except Exception:
-            self.log.exception("The stop hooks of %s failed", self._log_name)
-        finally:
-            self.hook_state = {}
-            self.stop_reason = self.stop_detail = None
+            await DockerSpawner.stop(self, now=now)
+        except (NotFound, APIError) as e:
+            if getattr(e, "status_code", None) not in (404, 409):
+                raise
+            self.log.info("Container of %s already gone: %s", self._log_name, e)
 
-    async def _job_ended(self, status) -> None:
-        """A notebook job's container ended by itself (its runner exited, or it was
-        killed): run the hooks' ``after_stop`` now, once, with stop reason ``job_ended``,
-        so the job is finalised (hub_ext.jobs.hook), the credits settle and the GPUs go
-        back; JupyterHub calls no ``stop()`` for a server whose poll says it ended.
-        Never raises."""
-        if self._spawn_pending or not self.job or self._job_end_seen:
-            return
-        try:
-            obj = await self.get_object()
-        except Exception as e:  # noqa: BLE001 - unknown: JupyterHub's poll asks again
-            self.log.warning("%s: cannot read its container: %s", self._log_name, e)
-            return
-        if obj is None:  # never made (a start the hub forgot in a restart), or removed
-            return
-        self._job_end_seen = True
-        self.stop_reason = "job_ended"
-        self.stop_detail = exit_words((obj.get("State") or {}).get("ExitCode"))
-        try:
-            await self._stop_hooks_now()
-        finally:
-            self.release_gpus("job ended")
-        try:  # its log is in the workspace (the runner's); nobody restarts a job's container
-            await self.docker("remove_container", self.object_name, force=True)
-        except Exception as e:  # noqa: BLE001 - reconciliation meets it again
-            self.log.info("Container of %s not removed: %s", self._log_name, e)
-
-    async def stop(self, now=False):
-        """Stop and remove the container, run the hooks' ``after_stop``, free the GPUs.
-
-        When Docker fails to stop or remove the container (other than "already gone"),
-        the error is raised and the GPUs are *not* freed while the container may still
-        run: the pool keeps them as held by a container the hub no longer runs, and
-        reconciliation frees them once Docker says the container is gone.
-        """
-        hook_state = copy.deepcopy(self.hook_state)  # DockerSpawner.stop() clears state
-        try:
-            try:
-                await super().stop(now=now)
-            except (NotFound, APIError) as e:
-                if getattr(e, "status_code", None) not in (404, 409):
-                    raise
-                self.log.info("Container of %s already gone: %s", self._log_name, e)
-            self.hook_state = hook_state
-            await self.run_stop_hooks()
-        except Exception:
-            self._container_may_live = await self._container_exists()
-            raise
-        finally:
-            self.hook_state = {}
-            self.release_gpus("stopped")
-            notices().withdraw(self.user.name, self.name or "", LINE_TOPIC)
+    async def stop_failed(self) -> bool:
+        """The pool keeps the GPUs of a container that may still run as held by one the
+        hub no longer runs; reconciliation frees them once Docker says it is gone."""
+        self._container_may_live = await self._container_exists()
+        return False
 
     async def _container_exists(self) -> bool:
         """Whether Docker still has this server's container (True when it cannot tell)."""
@@ -567,7 +528,7 @@ class GPUDockerSpawner(
         except Exception:  # noqa: BLE001 - unsure: keep the devices busy
             return True
 
-    def release_gpus(self, why: str) -> None:
+    def release(self, why: str) -> None:
         """Give this server's GPUs back to the pool.  Idempotent.
 
         After a stop that left the container behind, the devices stay busy, handed to
@@ -590,26 +551,22 @@ class GPUDockerSpawner(
                 )
         self.allocation = None
 
-    # -- state -------------------------------------------------------------------------
+    # -- a hub restart -----------------------------------------------------------------
 
-    def get_state(self):
-        state = super().get_state()  # DockerSpawner's and the hooks' (SpawnerCore)
-        if self.allocation is not None:
-            state["gpuhub"] = {**self.allocation.to_state(), "version": STATE_VERSION}
-        return state
+    def saved_state(self) -> dict:
+        """The allocation (its devices, since when, the profile)."""
+        return self.allocation.to_state() if self.allocation is not None else {}
 
-    def load_state(self, state):
-        saved = state.get("gpuhub") if state else None
-        if saved and saved.get("version") == STATE_VERSION and saved.get("uuids"):
-            self.profile_slug = saved.get("profile", "")
+    def adopt(self, saved: dict) -> None:
+        """The devices of the allocation kept in spawner state, held again."""
+        if saved.get("uuids"):
             self.allocation = self.pool.restore(
                 self.server_key,
                 saved["uuids"],
                 saved.get("since", time.time()),
                 profile=self.profile_slug,
             )
-        super().load_state(state)  # DockerSpawner's, then the hooks' (SpawnerCore)
 
     def clear_state(self):
         super().clear_state()  # the hooks' state too (SpawnerCore)
-        self.release_gpus("state cleared")
+        self.release("state cleared")

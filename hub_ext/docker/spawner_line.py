@@ -81,7 +81,7 @@ class LineSpawner(LoggingConfigurable):
         options = self.user_options if isinstance(self.user_options, dict) else {}
         if (
             wants_wait(options.get("wait"))
-            or "job" in options  # a notebook job waits in line (hub_ext.spawn.choice)
+            or self.workload_asked(options)  # a notebook job waits in line
             or self.server_key in self.line().places
         ):
             self.start_timeout = int(self._start_timeout + self.line().max_wait + 60)

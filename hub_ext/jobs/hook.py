@@ -26,6 +26,7 @@ from ..spawn.hooks import Hook
 from . import store
 from .checks import read_small
 from .lifecycle import job_options, jobs_of
+from .workload import job_of
 
 __all__ = ["JOB_PREFIX", "JobsHook", "finalise"]
 
@@ -48,7 +49,7 @@ class JobsHook(Hook, SingletonConfigurable):
         server.  Raises ``tornado.web.HTTPError``."""
         jobs_of(getattr(spawner.user, "settings", None) or {})
         name = spawner.name or ""
-        job = getattr(spawner, "job", None)
+        job = job_of(spawner)
         if not name.startswith(JOB_PREFIX):
             if job is not None:
                 self.log.warning("%s: a job option on a server that is no job", spawner._log_name)
@@ -79,7 +80,7 @@ class JobsHook(Hook, SingletonConfigurable):
         """The job's server stopped (or its container ended): end the job, once.  A start
         that failed before the container ran is ended by :mod:`.lifecycle` instead.
         Never raises."""
-        if not getattr(spawner, "job", None):
+        if job_of(spawner) is None:
             return
         try:
             db = self._db(spawner)

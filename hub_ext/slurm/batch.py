@@ -230,9 +230,11 @@ class SlurmBatchJob(LoggingConfigurable):
         """batchspawner's command in the batch script: its wrapper (it reports the port to
         the hub, then runs the command with ``runpy``) around JupyterLab, or around
         ``gpuhub-notebook-job`` for a notebook job."""
-        if not self.job:
+        if not self.workload.command:
             return super().cmd_formatted_for_batch()
-        return " ".join([self.batchspawner_singleuser_cmd, *self.job_command, *self.get_args()])
+        return " ".join(
+            [self.batchspawner_singleuser_cmd, *self.workload.command, *self.get_args()]
+        )
 
     async def job_workspace(self) -> tuple[str, int, int]:
         """The member's workspace on the shared storage (the hub's host sees it, as for
@@ -291,7 +293,7 @@ class SlurmBatchJob(LoggingConfigurable):
         cannot see (another ``container_command``) is left to the job.  Raises
         HTTPError(500) with a sentence for the member."""
         rootfs = Path(self.rootfs())
-        command = self.job_command[0]
+        command = self.workload.command[0]
         if not rootfs.is_dir() or "/" in command:
             return
         folders = [rootfs / d.lstrip("/") for d in self.container_path.split(":") if d]
@@ -306,7 +308,7 @@ class SlurmBatchJob(LoggingConfigurable):
         )
         raise web.HTTPError(
             500,
-            f"The image {self.image} on the cluster cannot run notebook jobs (it has no "
+            f"The image {self.image} on the cluster cannot run {self.workload.noun} (it has no "
             f"{command}). Ask an admin to rebuild it and unpack it again.",
         )
 

@@ -42,7 +42,7 @@ from traitlets import Dict, Float, Int, Unicode, Union, default
 
 from ..common import metrics
 from ..common.clock import now
-from ..common.periodic import shutting_down
+from ..spawn.backend import Ended
 from ..spawn.core import SpawnerCore
 from .availability import SlurmAvailability
 from .batch import BATCH_SCRIPT, SlurmBatchJob, job_time_limit, slurm_request
@@ -172,11 +172,10 @@ class GPUSlurmSpawner(
         self.cluster = SlurmCluster.shared(
             self.slurm_env, self.submit, self.exec_prefix
         )  # one cached node list
-        self._hooks_done: list | None = None
         self.gpu_devices: list[str] = []  # the running job's GPUs (the run record)
         self.profile_name = ""
-        self.line_wait: float | None = None  # seconds in line before the job ran
-        self.stop_reason = self.stop_detail = None  # why the server ended (poll)
+        self._submitting = False  # a job may exist from here on (cancelled by name)
+        self._last_status = ""  # the job's status before the latest query (poll)
         if self.db_session() is not None:
             self.line()  # the places kept from before a restart count from the start
             self.enforce_reservations()
@@ -189,87 +188,110 @@ class GPUSlurmSpawner(
         env.update(self.core_environment())
         return env
 
-    # -- start -------------------------------------------------------------------------
+    # -- a start (hub_ext.spawn.backend.SpawnBackend) ---------------------------------
 
-    async def start(self):
-        """Start the server (the steps in the module doc); returns ``(ip, port)``.
+    #: a start cut off by the hub's shutdown keeps its job: the next hub takes it back
+    #: by its id (take_back_job), with its place in Slurm's queue
+    keeps_start_at_shutdown = True
 
-        Raises ``tornado.web.HTTPError`` with a sentence for the member.
-        """
-        self._events = []
-        self._hooks_done = None
+    def new_start(self) -> None:
         self._submitting = False  # a job may exist only from here on
-        self.line_wait = self.stop_reason = self.stop_detail = None
         self.job_reported = False
         self.gpu_devices = []  # none until the job runs
+
+    async def check_start(self) -> None:
+        """The job's request from the profile (a profile sets it through batchspawner's
+        ``req_*`` traits; its ``gpus``, ``mem_limit`` and ``cpu_limit`` become GRES,
+        ``--mem`` and ``--cpus-per-task``, enforced by the cluster's cgroups), the
+        member's workspace (made when missing) and the image's mount points, then
+        slurmctld: refused at once in plain words when it does not answer (503), or when
+        no GPU of the profile is free and no wait was asked (409)."""
+        if self.gpus and not self.req_gres:
+            self.req_gres = f"gpu:{self.gpus}"
+        self.req_memory, self.req_nprocs = slurm_request(
+            self.req_memory, self.req_nprocs, self.mem_limit, self.cpu_limit
+        )
+        if self.workload.option:
+            self._job_time_limit()
+        self._workspace = self.prepare_workspace()
+        self.check_mount_points(self.checked_datasets())
+        if self.workload.command:
+            self.check_job_runner()
         try:
-            await self.load_profile()
-            if self.gpus and not self.req_gres:
-                self.req_gres = f"gpu:{self.gpus}"
-            # the profile's limits are the job's request, which the cluster's cgroups
-            # enforce (cgroup.conf ConstrainRAMSpace, ConstrainCores)
-            self.req_memory, self.req_nprocs = slurm_request(
-                self.req_memory, self.req_nprocs, self.mem_limit, self.cpu_limit
-            )
-            if self.job:
-                self._job_time_limit()
-            await self.check_hooks()  # a member who cannot pay is not queued at all
-            workspace = self.prepare_workspace()
-            self.check_mount_points(self.checked_datasets())
-            if self.job:
-                self.check_job_runner()
-            try:
-                nodes = await self.cluster.nodes(fresh=True, timeout=self.scheduler_timeout)
-            except SlurmUnavailable as e:
-                metrics.SPAWNS_REFUSED.labels(reason="scheduler_down").inc()
-                self.log.error("Refusing spawn of %s: %s: %s", self._log_name, e.what, e)
-                raise web.HTTPError(503, e.member_message) from None
-            self.check_free_gpus(nodes, await self.slurm_reservations())
-            await self.choose_reservation()
-            self.emit(
-                10,
-                f"Asking the cluster for {self.req_gres or 'a CPU-only'} server "
-                f"(partition {self.req_partition or 'default'})",
-            )
-            self.log.info(
-                "%s submits a job (gres %s) with workspace %s",
-                self._log_name,
-                self.req_gres,
-                workspace,
-            )
-            self._submitting = True
-            ip, port = await super().start()
-            if self._hooks_done is None:  # running before the first status query
-                self._hooks_done = await self.run_start_hooks()
-            self.tell_next_window()
-            address = await self.node_address(ip)
-            self.emit(95, f"Server is up on {ip}")
-            return address, port
-        except web.HTTPError as e:
-            self.tell_member(e)
-            await asyncio.shield(self._abandon_start())
-            raise
-        except BaseException:
-            if shutting_down():
-                # JupyterHub cancels the starts under way at the end of its clean-up: as
-                # after a kill -9, the job and its place in line are left to the next hub,
-                # which takes the job back by its id (take_back_job; re-adoption)
-                self.log.info(
-                    "%s: the hub shuts down during the start; job %s is kept",
-                    self._log_name,
-                    self.job_id or "(being submitted)",
+            nodes = await self.cluster.nodes(fresh=True, timeout=self.scheduler_timeout)
+        except SlurmUnavailable as e:
+            metrics.SPAWNS_REFUSED.labels(reason="scheduler_down").inc()
+            self.log.error("Refusing spawn of %s: %s: %s", self._log_name, e.what, e)
+            raise web.HTTPError(503, e.member_message) from None
+        self.check_free_gpus(nodes, await self.slurm_reservations())
+        await self.choose_reservation()
+
+    async def reserve(self) -> None:
+        """Submit the batch job (or take back the one a stopped hub left pending) and wait
+        until Slurm runs it; while Slurm keeps it pending it is a place in the hub's line
+        (:meth:`_report_place`).  The GPUs are the running job's (``gpu_devices``)."""
+        self.emit(
+            10,
+            f"Asking the cluster for {self.req_gres or 'a CPU-only'} server "
+            f"(partition {self.req_partition or 'default'})",
+        )
+        self.log.info(
+            "%s submits a job (gres %s) with workspace %s",
+            self._log_name,
+            self.req_gres,
+            self._workspace,
+        )
+        # where the server listens is reported by the job (batchspawner's wrapper)
+        self.ip = self.traits()["ip"].default_value
+        self.port = self.traits()["port"].default_value
+        if self.server:
+            self.server.port = self.port
+        self._submitting = True
+        await self.submit_batch_script()
+        if not self.job_id:
+            raise RuntimeError("Jupyter batch job submission failure (no jobid in output)")
+        while (status := await self.query_job_status()) != JobStatus.RUNNING:
+            if status == JobStatus.PENDING:
+                await self._report_place()
+            elif status != JobStatus.UNKNOWN:
+                self.log.warning(
+                    "Job %s neither pending nor running: %s", self.job_id, self.job_status
                 )
-                raise
-            await asyncio.shield(self._abandon_start())
-            raise
+                self.clear_state()
+                raise RuntimeError(
+                    "The Jupyter batch job has disappeared while pending in the queue or "
+                    "died immediately after starting."
+                )
+            await asyncio.sleep(self.startup_poll_interval)
+        place = self.line().started(self.server_key)
+        if place is not None:
+            self.line_wait = max(0.0, now() - place.queued_at)
+        self.emit(30, f"Job {self.job_id} runs on {self.state_gethost()}")
+        self.gpu_devices = await self.job_devices()
+
+    async def launch(self) -> tuple[str, int]:
+        """The job runs (and is paid for): wait until its server reports its port."""
+        self.persist_state()
+        self.emit(50, "Waiting for JupyterLab to answer")
+        self.ip = self.state_gethost()
+        while self.port == 0:
+            await asyncio.sleep(self.startup_poll_interval)
+        self.log.info("Notebook server job %s started at %s:%s", self.job_id, self.ip, self.port)
+        return self.ip, self.port
+
+    async def wait_ready(self, ip: str, port: int) -> tuple[str, int]:
+        """The node's address for the hub; a job on a node another group's reservation
+        takes later is told until when it may run."""
+        self.tell_next_window()
+        address = await self.node_address(ip)
+        self.emit(95, f"Server is up on {ip}")
+        return address, port
 
     def _job_time_limit(self) -> None:
         """A notebook job's maximum run time as its ``--time`` (:func:`.batch.job_time_limit`);
         a site's limit Slurm would not read is left for sbatch to refuse."""
         try:
-            self.req_runtime = job_time_limit(
-                self.req_runtime, int(self.job.get("max_seconds") or 0)
-            )
+            self.req_runtime = job_time_limit(self.req_runtime, self.workload.max_seconds())
         except (TypeError, ValueError) as e:
             self.log.warning("%s: time limit left as it is: %s", self._log_name, e)
 
@@ -285,26 +307,6 @@ class GPUSlurmSpawner(
         self.persist_state()
         self.emit(15, f"Submitted job {job_id}")
         return job_id
-
-    async def query_job_status(self):
-        """batchspawner's status query; during a start, a pending job reports its place
-        in line, and the first time the job runs the pre-start hooks run (the debit)."""
-        status = await super().query_job_status()
-        if not self._spawn_pending:
-            return status
-        if status == JobStatus.PENDING:
-            await self._report_place()
-        elif status == JobStatus.RUNNING and self._hooks_done is None:
-            self._hooks_done = []
-            place = self.line().started(self.server_key)
-            if place is not None:
-                self.line_wait = max(0.0, now() - place.queued_at)
-            self.emit(30, f"Job {self.job_id} runs on {self.state_gethost()}")
-            self.gpu_devices = await self.job_devices()
-            self._hooks_done = await self.run_start_hooks()
-            self.persist_state()
-            self.emit(50, "Waiting for JupyterLab to answer")
-        return status
 
     async def job_devices(self) -> list[str]:
         """The GPUs Slurm gave the running job, as the board names them
@@ -323,7 +325,7 @@ class GPUSlurmSpawner(
         """The Slurm job name (``--job-name``, what squeue and sacct show) of this server,
         one per member and server name: ``gpuhub-<member>-<server>``, and for a notebook
         job ``gpuhub-notebook-<member>-job-<12 hex of the job id>``."""
-        kind = "gpuhub-notebook" if self.job else "gpuhub"
+        kind = "-".join(filter(None, ["gpuhub", self.workload.kind]))
         return f"{kind}-{self.user.name}-{self.name or 'default'}"
 
     async def _cancel_job(self) -> None:
@@ -337,21 +339,19 @@ class GPUSlurmSpawner(
         except Exception:
             self.log.exception("Could not cancel the job of %s", self._log_name)
 
-    async def _abandon_start(self) -> None:
-        """Undo a failed or cancelled start: cancel the job, undo the hooks.  Never
-        raises."""
+    async def abandon(self) -> None:
+        """Cancel the job of a failed or cancelled start.  Never raises."""
         await self._cancel_job()
-        await self.undo_start_hooks(self._hooks_done or [])
-        self._hooks_done = None
-        try:
-            line = self.line()
-            place = line.places.get(self.server_key)
-            if place is not None and place.waiter is not None:
-                place.waiter.cancel()  # this start was its only reader
-            line.remove(self.server_key, "stopped", "The pending server was stopped.")
-            line.backend.untrack(self.server_key)
-        except Exception:
-            self.log.exception("Could not end the place in line of %s", self._log_name)
+
+    def release(self, why: str) -> None:
+        """End this server's place in line, if it has one (its job is Slurm's to hand
+        GPUs to)."""
+        line = self.line()
+        place = line.places.get(self.server_key)
+        if place is not None and place.waiter is not None:
+            place.waiter.cancel()  # the start was its only reader
+        line.remove(self.server_key, "stopped", "The pending server was stopped.")
+        line.backend.untrack(self.server_key)
 
     async def node_address(self, node: str) -> str:
         """The address the hub reaches ``node`` at (its NodeAddr in Slurm)."""
@@ -360,38 +360,25 @@ class GPUSlurmSpawner(
                 return n.address
         return node
 
-    # -- stop / poll / state -----------------------------------------------------------
+    # -- a running server --------------------------------------------------------------
 
-    async def stop(self, now=False):
-        """Cancel the job, then the hooks' ``after_stop`` (credits settle and refund).  A
-        notebook job that has reported its end is not cancelled while it ends by itself
-        (:meth:`_ends_by_itself`): Slurm keeps its COMPLETED or FAILED."""
-        try:
-            if self.job_id and await self._ends_by_itself(0 if now else self.job_exit_timeout):
-                self.log.info(
-                    "%s: job %s ended by itself after its report", self._log_name, self.job_id
-                )
-                self.stop_reason = "job_ended"
-            elif self.job_id:
-                await super().stop(now=now)
-            else:  # a start stopped before sbatch answered
-                await self._cancel_job()
-        finally:
-            await self.run_stop_hooks()
-            self.hook_state = {}
-            self.stop_reason = self.stop_detail = None
+    async def end(self, now: bool = False) -> None:
+        """Cancel the job (batchspawner's ``stop``).  A notebook job that has reported its
+        end is not cancelled while it ends by itself (:meth:`_ends_by_itself`): Slurm keeps
+        its COMPLETED or FAILED."""
+        if self.job_id and await self._ends_by_itself(0 if now else self.job_exit_timeout):
+            self.log.info(
+                "%s: job %s ended by itself after its report", self._log_name, self.job_id
+            )
+            self.stop_reason = "job_ended"
+        elif self.job_id:
+            await SlurmSpawner.stop(self, now=now)
+        else:  # a start stopped before sbatch answered
+            await self._cancel_job()
 
-    async def poll(self):
-        """batchspawner's poll.  A server whose job ended without the hub stopping it is
-        stopped here for the hooks (``after_stop``): its run record says ``gone``
-        (``job_ended`` for a notebook job, ``stop_detail`` what Slurm says: "Slurm job 12
-        was cancelled outside the hub"),
-        ``out_of_memory`` when the job's cgroup killed it past its memory (Slurm's
-        OUT_OF_MEMORY), or ``node_down`` with ``stop_detail`` ("node node2 down: <Slurm's
-        reason>") when its node went down or failed (:class:`hub_ext.culling.culler.Culler`).
-        A notebook job that ended by itself after its report (:attr:`job_reported`) is a
-        normal end: ``job_ended`` without a detail."""
-        last = self.job_status  # "RUNNING node1": where the job ran at the last look
+    async def poll_server(self):
+        """batchspawner's status query: None while the job is pending or runs."""
+        self._last_status = self.job_status  # "RUNNING node1": where it ran at the last look
         status = await self.query_job_status()
         if status == JobStatus.PENDING and not self._spawn_pending:
             # the hub restarted while this start waited: not a server yet.  JupyterHub
@@ -404,27 +391,26 @@ class GPUSlurmSpawner(
             return 1
         if status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.UNKNOWN):
             return None
-        if not self._spawn_pending and self.job_id and (self.hook_state or self.job):
-            # ended behind the hub's back: JupyterHub's User.stop calls no stop() for a
-            # server whose poll says it ended, so the stop hooks run here (idempotent:
-            # credits settled and the unused part refunded, the run record closed, a
-            # notebook job ended with why: hub_ext.jobs.hook)
-            self.stop_reason = "job_ended" if self.job else "gone"
-            if not self.job_reported:  # after its report: the job's normal end
-                await self._why_ended(last)
-            try:
-                await self.run_stop_hooks()
-            finally:
-                self.stop_reason = self.stop_detail = None
-        self.clear_state()
         return 1
 
-    def get_state(self):
-        state = super().get_state()  # batchspawner's and the hooks' (SpawnerCore)
-        if self.profile_slug:  # the board names it after a hub restart too
-            state["gpuhub_profile"] = self.profile_slug
-        return state
+    async def why_ended(self, status) -> Ended | None:
+        """A job that ended without the hub stopping it: its run record says ``gone``
+        (``job_ended`` for a notebook job, ``stop_detail`` what Slurm says: "Slurm job 12
+        was cancelled outside the hub"), ``out_of_memory`` when the job's cgroup killed it
+        past its memory (Slurm's OUT_OF_MEMORY), or ``node_down`` ("node node2 down:
+        <Slurm's reason>") when its node went down or failed.  A notebook job that ended
+        by itself after its report (:attr:`job_reported`) is a normal end: ``job_ended``
+        without a detail."""
+        if not (self.job_id and (self.hook_state or self.workload.ends_by_itself)):
+            return None
+        if self.job_reported:  # after its report: the job's normal end
+            return Ended(self.workload.ended_reason)
+        return await self._why_ended(self._last_status, self.workload.ended_reason)
 
-    def load_state(self, state):
-        self.profile_slug = (state or {}).get("gpuhub_profile", "")
-        super().load_state(state)  # batchspawner's, then the hooks' (SpawnerCore)
+    async def poll(self):
+        """The core's poll (a job ended without the hub is settled there), then an ended
+        job forgotten, as batchspawner's poll does."""
+        status = await super().poll()
+        if status is not None:
+            self.clear_state()
+        return status

@@ -18,6 +18,7 @@ import asyncio
 
 from batchspawner import JobStatus
 
+from ..spawn.backend import Ended
 from .cluster import SlurmUnavailable
 
 __all__ = ["SlurmEndSpawner"]
@@ -32,7 +33,7 @@ class SlurmEndSpawner:
         seconds (no longer RUNNING in squeue: COMPLETING, or gone).  False when it is
         still running then (an image whose runner predates ``GPUHUB_JOB_EXIT_AFTER_REPORT``
         lingers until stopped): the caller cancels it."""
-        if not (self.job and self.job_reported):
+        if not (self.workload.ends_by_itself and self.job_reported):
             return False
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
@@ -52,10 +53,11 @@ class SlurmEndSpawner:
                 return False
             await asyncio.sleep(self.startup_poll_interval)
 
-    async def _why_ended(self, last: str) -> None:
-        """``stop_reason``/``stop_detail`` from the ended job's state (``squeue -t all``
-        keeps it ``MinJobAge`` seconds: NODE_FAIL, OUT_OF_MEMORY) and its node's state and reason in
-        Slurm; ``last`` is the job's last status ("RUNNING node1").  Never raises."""
+    async def _why_ended(self, last: str, reason: str) -> Ended:
+        """Why the job ended, from its state (``squeue -t all`` keeps it ``MinJobAge``
+        seconds: NODE_FAIL, OUT_OF_MEMORY) and its node's state and reason in Slurm;
+        ``last`` is the job's last status ("RUNNING node1"), ``reason`` the workload's
+        (``gone``, ``job_ended``) when nothing else explains it.  Never raises."""
         node = last.partition(" ")[2].strip()
         state, found = "", []
         try:
@@ -67,41 +69,39 @@ class SlurmEndSpawner:
             self.log.warning(
                 "Cannot read why job %s of %s ended: %s", self.job_id, self._log_name, e
             )
-        if self.job and state in ("COMPLETED", "FAILED"):
+        if self.workload.ends_by_itself and state in ("COMPLETED", "FAILED"):
             # its runner exited by itself: after its report to a hub that restarted since
             # (the normal end of a job), or without one (the report's absence says so)
-            self.stop_detail = f"Slurm job {self.job_id} ended by itself ({state})"
-            self.log.info("%s: %s", self._log_name, self.stop_detail)
-            return
+            detail = f"Slurm job {self.job_id} ended by itself ({state})"
+            self.log.info("%s: %s", self._log_name, detail)
+            return Ended(reason, detail)
         if state == "OUT_OF_MEMORY":
-            self.stop_reason = "out_of_memory"
-            self.stop_detail = (
-                f"out of memory: the server used more than its "
-                f"{self.req_memory or 'memory'} (Slurm: {state})"
-            )
             self.log.warning("%s stopped: job %s ended as %s", self._log_name, self.job_id, state)
-            return
+            return Ended(
+                "out_of_memory",
+                f"out of memory: the server used more than its "
+                f"{self.req_memory or 'memory'} (Slurm: {state})",
+            )
         if found and not found[0].available:
-            self.stop_detail = f"node {node} {found[0].state}: {found[0].reason or state}"
+            detail = f"node {node} {found[0].state}: {found[0].reason or state}"
         elif state == "NODE_FAIL":
-            self.stop_detail = f"node {node or '?'} failed (Slurm: {state})"
+            detail = f"node {node or '?'} failed (Slurm: {state})"
         else:
-            self.stop_detail = self._ended_detail(state)
             self.log.warning(
                 "%s stopped: job %s ended (%s) without the hub",
                 self._log_name,
                 self.job_id,
                 state or "gone from Slurm",
             )
-            return
-        self.stop_reason = "node_down"
+            return Ended(reason, self._ended_detail(state))
         self.log.warning(
             "%s stopped: job %s ended as %s; %s",
             self._log_name,
             self.job_id,
             state or "gone",
-            self.stop_detail,
+            detail,
         )
+        return Ended("node_down", detail)
 
     def _ended_detail(self, state: str) -> str:
         """What Slurm says of a job that ended without the hub (squeue's state, "" when

@@ -40,6 +40,7 @@ from .profiles import (
     select_profile,
     visible_profiles,
 )
+from .workload import Server, workload_classes
 
 __all__ = ["ProfileChoice", "guard_stored_options", "json_size", "wants_wait"]
 
@@ -111,9 +112,6 @@ class ProfileChoice(LoggingConfigurable):
 
     #: ``user_options["pay"] == "self"``: pay personally when the course cannot (this start)
     pay_self = False
-    #: ``user_options["job"]``: the notebook job this server runs (built by the hub only,
-    #: checked by hub_ext.jobs.hook), or None for an interactive server
-    job = None
 
     profile_list = Union(
         [List(), Callable()],
@@ -216,13 +214,16 @@ class ProfileChoice(LoggingConfigurable):
         if isinstance(options, dict) and "wait" in options:  # hub_ext.docker.spawner_line
             options = dict(options)
             self.wait_requested = wants_wait(options.pop("wait"))
-        self.job = None
-        if isinstance(options, dict) and "job" in options:  # a notebook job: hub_ext.jobs
+        self.workload = Server()
+        kinds = workload_classes(self.workloads)
+        asked = [key for key in kinds if isinstance(options, dict) and key in options]
+        if asked:  # a notebook job (hub_ext.jobs), ...: built by the hub only
             options = dict(options)
-            self.job = options.pop("job")
-            if not isinstance(self.job, dict) or not self.job.get("id"):
-                self._refuse(400, "A notebook job's options are made by the hub only.")
-            self.wait_requested = True  # a job waits in line for its GPUs
+            try:
+                self.workload = kinds[asked[0]].parse(options.pop(asked[0]))
+            except ValueError as e:
+                self._refuse(400, str(e))
+            self.wait_requested = self.wait_requested or self.workload.waits
         if isinstance(options, dict) and "pay" in options:  # hub_ext.credits.hook
             options = dict(options)
             pay = options.pop("pay")
@@ -239,19 +240,39 @@ class ProfileChoice(LoggingConfigurable):
         except ProfileError as e:
             self._refuse(400, str(e))
         apply_overrides(self, profile_overrides(selection))
-        if self.job:
+        if not self.workload.culled:
             # a notebook job is never idle (nobody browses it) and has its own maximum run
             # time, enforced by hub_ext.jobs: no culling of SpawnerCore's kinds
             self.gpu_idle_timeout = self.cull_idle_timeout = self.cull_max_age = 0
         self.profile_slug = selection.slug
         self.profile_name = selection.profile.get("display_name") or selection.slug
         self._accepted_choice = {"profile": selection.slug, **selection.choices}
-        if self.job:  # kept: a restarted hub knows the server runs this job
-            self._accepted_choice["job"] = self.job
+        if self.workload.option:  # kept: a restarted hub knows what the server runs
+            self._accepted_choice[self.workload.option] = self.workload.value
         self._keep_choice(self._accepted_choice)
         self.log.info(
             "%s uses profile %s %s", self._log_name, selection.slug, selection.choices or ""
         )
+
+    def workload_asked(self, options) -> bool:
+        """Whether ``options`` (untrusted ``user_options``) ask for a workload that waits
+        in line by itself (a notebook job)."""
+        kinds = workload_classes(self.workloads)
+        return isinstance(options, dict) and any(
+            key in options and cls.waits for key, cls in kinds.items()
+        )
+
+    def stored_workload(self):
+        """What the stored ``user_options`` say this server runs (a hub restart), or
+        :class:`hub_ext.spawn.workload.Server`."""
+        options = self.user_options if isinstance(self.user_options, dict) else {}
+        for key, cls in workload_classes(self.workloads).items():
+            if key in options:
+                try:
+                    return cls.parse(options[key])
+                except ValueError:
+                    break
+        return Server()
 
     def _refuse(self, status: int, message: str) -> NoReturn:
         """Refuse this start's ``user_options``: the last accepted choice is stored back

@@ -1,25 +1,11 @@
-"""What every backend's spawner shares: profiles, mounts, pre-start hooks, progress, hook
-state.
+"""The spawner core: one lifecycle for every backend and workload.
 
-A backend's spawner (:mod:`hub_ext.docker.spawner`, :mod:`hub_ext.slurm.spawner`) mixes
-:class:`SpawnerCore` in before its JupyterHub spawner base and calls, in its ``start()``:
-
-1. :meth:`SpawnerCore.load_profile` (``user_options`` are untrusted: HTTP 400 naming the
-   valid choices);
-2. :meth:`SpawnerCore.check_hooks` before anything is reserved or queued, then its own
-   reservation (the Docker pool; on Slurm, the job being scheduled);
-3. :meth:`SpawnerCore.run_start_hooks` just before the server's resources are in use
-   (the credits debit), and :meth:`SpawnerCore.undo_start_hooks` when a later step fails;
-4. in ``stop()``, :meth:`SpawnerCore.run_stop_hooks` (credits settle and refund, culling,
-   run records).
-
-Hook state (``hook_state``: the credits meter's interval, the culler's watch) lives in
-spawner state under ``gpuhub_hooks``, versioned, so a hub restart hands each hook its part
-again (:meth:`SpawnerCore.get_state`, :meth:`SpawnerCore.load_state`).
-
-Also shared: the server's key (:attr:`SpawnerCore.server_key`), the hub database session
-(:meth:`SpawnerCore.db_session`) and how a refusal reaches the member
-(:meth:`SpawnerCore.tell_member`).
+:class:`SpawnerCore` is mixed in before a backend's JupyterHub spawner base and owns
+``start()``, ``stop()`` and ``poll()``: the profile, the checks, a place in line or the
+capacity, the debit, the launch, the wait until ready; on stop the settle, the release and
+the record.  The backend answers the questions of :class:`hub_ext.spawn.backend.SpawnBackend`;
+what a server runs is a :class:`hub_ext.spawn.workload.Workload`.  The story, step by step,
+is docs/explanation/spawn.md.
 """
 
 from __future__ import annotations
@@ -27,27 +13,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import json
 
 from sqlalchemy.orm import object_session
 from sqlalchemy.orm.attributes import flag_modified
 from tornado import web
-from traitlets import Any, CaselessStrEnum, Float, List, validate
+from traitlets import Any, CaselessStrEnum, Float, List, Unicode, validate
 
+from ..common.periodic import shutting_down
 from ..common.server_key import ServerKey
+from .backend import Ended, SpawnBackend
 from .choice import ProfileChoice
 from .hooks import PENDING, Hook, check_before_reserve, resolve_hooks
 from .mounts import MemberMounts
+from .workload import Server
 
 __all__ = ["PENDING", "STATE_VERSION", "SpawnerCore"]
 
 STATE_VERSION = 1
 
 
-class SpawnerCore(ProfileChoice, MemberMounts):
-    """Profiles (:class:`hub_ext.spawn.choice.ProfileChoice`), the workspace's mount point and the
+class SpawnerCore(SpawnBackend, ProfileChoice, MemberMounts):
+    """The lifecycle (:meth:`start`, :meth:`stop`, :meth:`poll`), profiles
+    (:class:`hub_ext.spawn.choice.ProfileChoice`), the workspace's mount point and the
     datasets (:class:`hub_ext.spawn.mounts.MemberMounts`), hooks, progress events and hook
-    state, for any JupyterHub spawner.
+    state, for any JupyterHub spawner whose backend answers
+    :class:`hub_ext.spawn.backend.SpawnBackend`.
 
     Subclasses list the traits a profile may override in ``_overridable`` and call
     :meth:`init_core` from ``__init__``.
@@ -158,6 +148,18 @@ class SpawnerCore(ProfileChoice, MemberMounts):
                 )
         return proposal["value"]
 
+    workloads = List(
+        Unicode(),
+        ["hub_ext.jobs.workload.NotebookJob"],
+        config=True,
+        help="""What a server may run besides JupyterLab: import strings of
+        :class:`hub_ext.spawn.workload.Workload` subclasses, each asked for by its own
+        ``user_options`` key (a notebook job: ``job``).
+
+            c.SpawnerCore.workloads = ["hub_ext.jobs.workload.NotebookJob"]
+        """,
+    )
+
     _overridable: tuple[str, ...] = ()
 
     def get_args(self) -> list[str]:
@@ -168,19 +170,17 @@ class SpawnerCore(ProfileChoice, MemberMounts):
             args.append(f"--KernelManager.transport={self.kernel_transport}")
         return args
 
-    #: Whether a notebook job's runner ends its server by itself once the hub has
-    #: acknowledged its report (``GPUHUB_JOB_EXIT_AFTER_REPORT=1`` in its environment;
-    #: images/base/gpuhub-notebook-job).  A backend whose scheduler keeps an account of how
-    #: each job ended (Slurm: COMPLETED, FAILED, CANCELLED) sets it, and its ``stop()``
-    #: waits for that end once :attr:`job_reported` is set instead of cancelling the job.
-    job_exits_after_report = False
-
     def init_core(self) -> None:
         self.profile_slug = ""
+        #: what this server runs (:mod:`hub_ext.spawn.workload`), from its ``user_options``
+        self.workload = Server()
         #: set by :mod:`hub_ext.jobs` when this notebook job's runner has reported its end
-        #: (and been told so); read by a backend with job_exits_after_report, which clears it
-        #: at each start (Slurm)
+        #: (and been told so); read by a backend with job_exits_after_report
         self.job_reported = False
+        #: seconds this start waited in line (None: it did not): the run record says so
+        self.line_wait: float | None = None
+        #: why the server ended, while its stop hooks run (hub_ext.spawn.stopping, poll)
+        self.stop_reason = self.stop_detail = None
         self._configured = {name: copy.deepcopy(getattr(self, name)) for name in self._overridable}
         self._events: list[dict] = []
         self._events_changed = asyncio.Event()
@@ -229,22 +229,14 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         raise NotImplementedError
 
     def core_environment(self) -> dict:
-        """The core's part of a container's environment: ``GPUHUB_WORKSPACE_MOUNT`` (where
-        the workspace is mounted: the image's Jupyter Scheduler plugin sends paths under it
-        to the jobs API) and, for a notebook job, ``GPUHUB_JOB`` (its
-        ``user_options["job"]`` as JSON) and ``GPUHUB_JOB_ROOT`` (the same folder, read by
-        ``gpuhub-notebook-job``), and ``GPUHUB_JOB_EXIT_AFTER_REPORT=1`` where the backend
-        has :attr:`job_exits_after_report`; images/base."""
-        env = {"GPUHUB_WORKSPACE_MOUNT": self.workspace_mount}
-        if self.job:
-            env["GPUHUB_JOB"] = json.dumps(self.job, sort_keys=True)
-            env["GPUHUB_JOB_ROOT"] = self.workspace_mount
-            if self.job_exits_after_report:
-                env["GPUHUB_JOB_EXIT_AFTER_REPORT"] = "1"
-        return env
-
-    #: the command of a notebook job's container (on the image's PATH)
-    job_command = ["gpuhub-notebook-job"]
+        """The core's part of a server's environment: ``GPUHUB_WORKSPACE_MOUNT`` (where the
+        workspace is mounted: the image's Jupyter Scheduler plugin sends paths under it to
+        the jobs API), and the workload's own (a notebook job's ``GPUHUB_JOB``:
+        :class:`hub_ext.jobs.workload.NotebookJob`); images/base."""
+        return {
+            "GPUHUB_WORKSPACE_MOUNT": self.workspace_mount,
+            **self.workload.environment(self.workspace_mount, self.job_exits_after_report),
+        }
 
     @property
     def hooks(self) -> list:
@@ -257,6 +249,114 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         Raises the first hook's ``HTTPError`` (402: the balance cannot pay the first
         interval)."""
         await check_before_reserve(self.hooks, self)
+
+    # -- the lifecycle -----------------------------------------------------------------
+
+    async def start(self):
+        """Start the server (docs/explanation/spawn.md); returns ``(ip, port)``.
+
+        1. the profile (:meth:`load_profile`; ``user_options`` are untrusted: HTTP 400
+           naming the valid choices, 413 when oversized);
+        2. the checks: the hooks' ``before_reserve`` (402: the balance), then the
+           backend's (:meth:`check_start`: what the launch needs, the hub's limits, the
+           capacity), before anything is taken;
+        3. a place in line or the capacity (:meth:`reserve`);
+        4. the debit: the hooks' ``before_container`` (:meth:`run_start_hooks`);
+        5. the launch (:meth:`launch`) and 6. the wait until the server answers
+           (:meth:`wait_ready`).
+
+        A start that fails or is cancelled gives back what it took (:meth:`abandon`, the
+        hooks' undo, :meth:`release`); a refusal is a ``tornado.web.HTTPError`` whose
+        sentence the progress page shows (:meth:`tell_member`).
+        """
+        self._events = []
+        self.line_wait = self.stop_reason = self.stop_detail = None
+        self.new_start()
+        done: list = []
+        try:
+            await self.load_profile()
+            await self.check_hooks()  # a member who cannot pay takes nothing
+            await self.check_start()
+            await self.reserve()
+            async with self.rest_of_start():
+                done = await self.run_start_hooks()
+                ip, port = await self.launch()
+                return await self.wait_ready(ip, port)
+        except web.HTTPError as e:
+            self.tell_member(e)
+            await asyncio.shield(self._give_back(done))
+            raise
+        except BaseException:
+            if self.keeps_start_at_shutdown and shutting_down():
+                # JupyterHub cancels the starts under way at the end of its clean-up: as
+                # after a kill -9, what they hold is left to the next hub, which takes it
+                # back (the backend's adopt)
+                self.log.info("%s: the hub shuts down during the start; kept", self._log_name)
+                raise
+            await asyncio.shield(self._give_back(done))
+            raise
+        finally:
+            self.start_ended()
+
+    async def _give_back(self, done: list) -> None:
+        """Undo a failed or cancelled start: the launch, the hooks, the reservation.
+        Never raises."""
+        await self.abandon()
+        await self.undo_start_hooks(done)
+        try:
+            self.release("start failed")
+        except Exception:
+            self.log.exception("Could not release what the start of %s took", self._log_name)
+
+    async def stop(self, now=False):
+        """Stop the server (:meth:`end`), then settle: the hooks' ``after_stop`` (credits
+        settled and the unused part refunded, the run record closed, a notebook job ended)
+        and :meth:`release`.  Idempotent.  When :meth:`end` raises, the stop is settled
+        only if the backend says so (:meth:`stop_failed`), and the error is raised."""
+        hook_state = copy.deepcopy(self.hook_state)  # a backend's own stop may clear state
+        settle = True
+        try:
+            await self.end(now)
+        except Exception:
+            settle = await self.stop_failed()
+            raise
+        finally:
+            try:
+                if settle:
+                    self.hook_state = hook_state
+                    await self.run_stop_hooks()
+            finally:
+                self.hook_state = {}
+                self.stop_reason = self.stop_detail = None
+                self.release("stopped")
+
+    async def poll(self):
+        """The backend's :meth:`poll_server`; a server found ended by itself, not during
+        its start, is settled here when the backend says why (:meth:`why_ended`): JupyterHub
+        calls no ``stop()`` for a server whose poll says it ended."""
+        status = await self.poll_server()
+        if status is not None and not self._spawn_pending:
+            ended = await self.why_ended(status)
+            if ended is not None:
+                await self.settle_end(ended)
+        return status
+
+    async def settle_end(self, ended: Ended) -> None:
+        """The stop hooks of a server that ended without the hub (``ended``: why), then
+        the hook state and the reason cleared and its resources released.  Idempotent:
+        the hooks are.  Never raises an Exception."""
+        self.stop_reason, self.stop_detail = ended.reason, ended.detail
+        try:
+            await self.run_stop_hooks()
+        except Exception:
+            self.log.exception("The stop hooks of %s failed", self._log_name)
+        finally:
+            self.hook_state = {}
+            self.stop_reason = self.stop_detail = None
+        try:
+            self.release(ended.reason)
+        except Exception:
+            self.log.exception("Could not release what %s held", self._log_name)
 
     # -- progress ----------------------------------------------------------------------
 
@@ -316,9 +416,16 @@ class SpawnerCore(ProfileChoice, MemberMounts):
     # -- state -------------------------------------------------------------------------
 
     def get_state(self):
-        """The JupyterHub spawner's state, with the hooks' parts under ``gpuhub_hooks``
-        (versioned) when they have any."""
+        """The JupyterHub spawner's state, with the profile's slug (``gpuhub_profile``: the
+        board names it after a restart), the backend's part (``gpuhub``, versioned:
+        :meth:`saved_state`) and the hooks' parts (``gpuhub_hooks``, versioned) when they
+        have any."""
         state = super().get_state()
+        if self.profile_slug:
+            state["gpuhub_profile"] = self.profile_slug
+        saved = self.saved_state()
+        if saved:
+            state["gpuhub"] = {**saved, "version": STATE_VERSION}
         if self.hook_state:
             state["gpuhub_hooks"] = {
                 "version": STATE_VERSION,
@@ -327,14 +434,18 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         return state
 
     def load_state(self, state):
-        """The JupyterHub spawner's ``load_state``, then ``gpuhub_hooks`` read back and
-        each hook handed its part (a hub restart).  A backend sets what the hooks read of
-        the spawner (``profile_slug``, its GPUs) before calling this."""
+        """A hub restart: the profile's slug, the backend's part (:meth:`adopt`), the
+        JupyterHub spawner's ``load_state``, the workload from the stored ``user_options``,
+        then ``gpuhub_hooks`` read back and each hook handed its part."""
+        state = state or {}
+        saved = state.get("gpuhub") or {}
+        self.profile_slug = state.get("gpuhub_profile") or saved.get("profile", "")
+        self.adopt(saved if saved.get("version") == STATE_VERSION else {})
         super().load_state(state)
-        options = self.user_options if isinstance(self.user_options, dict) else {}
-        if self.job is None and isinstance(options.get("job"), dict):
-            self.job = options["job"]  # a notebook job's server, found after a restart
-        hooks = (state or {}).get("gpuhub_hooks")
+        if isinstance(self.workload, Server):
+            # a notebook job's server, found after a restart
+            self.workload = self.stored_workload()
+        hooks = state.get("gpuhub_hooks")
         if hooks and hooks.get("version") == STATE_VERSION:
             self.hook_state = dict(hooks.get("hooks") or {})
             self.restore_hooks()

@@ -1,0 +1,129 @@
+"""What a backend provides to the spawn lifecycle: :class:`SpawnBackend`, the declared seam.
+
+The lifecycle (:class:`hub_ext.spawn.core.SpawnerCore`: ``start()``, ``stop()``, ``poll()``)
+is written once; a backend's spawner fills in the methods below, as batchspawner's
+``SlurmSpawner`` fills in ``BatchSpawnerBase`` and dockerspawner's ``SwarmSpawner`` its
+object hooks.  The story of a spawn, step by step, is docs/explanation/spawn.md; how to
+write a backend is docs/howto/write-a-backend.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+__all__ = ["Ended", "SpawnBackend"]
+
+
+@dataclass(frozen=True)
+class Ended:
+    """Why a server ended without the hub stopping it, for its stop hooks (the run record,
+    the credits settle, a notebook job's end): ``reason`` is one of
+    :data:`hub_ext.common.runs.STOP_REASONS`, ``detail`` the backend's words or None."""
+
+    reason: str
+    detail: str | None = None
+
+
+class SpawnBackend:
+    """The questions the lifecycle asks a backend.  Methods that raise NotImplementedError
+    are required; the others are optional, their defaults documented on each.
+
+    A start (:meth:`hub_ext.spawn.core.SpawnerCore.start`) asks, in this order:
+    :meth:`new_start`, :meth:`check_start`, :meth:`reserve`, then (the debit between)
+    :meth:`launch` and :meth:`wait_ready`, and :meth:`start_ended` however it ends; a
+    failed start is undone by :meth:`abandon` and :meth:`release`.  A stop asks
+    :meth:`end`, then :meth:`release`; a poll asks :meth:`poll_server` and, for a server
+    that ended by itself, :meth:`why_ended`.  A restart hands back :meth:`saved_state`
+    through :meth:`adopt`.  The spawn page and the gate ask what is free now
+    (:meth:`gpu_snapshot`, :meth:`gpus_now`; :class:`hub_ext.spawn.page.SpawnPage`).
+    Each method raises ``tornado.web.HTTPError`` with a sentence for the member to refuse.
+    """
+
+    #: Optional: a start cut off by the hub's own shutdown is left for the next hub, which
+    #: takes it back (Slurm: the job keeps its place in the queue); default: undone.
+    keeps_start_at_shutdown = False
+
+    #: Optional: a notebook job's runner ends its server by itself once the hub has
+    #: acknowledged its report (``GPUHUB_JOB_EXIT_AFTER_REPORT=1``), for a backend whose
+    #: scheduler keeps an account of how each job ended (Slurm); default: the hub stops it.
+    job_exits_after_report = False
+
+    # -- a start -------------------------------------------------------------------------
+
+    def new_start(self) -> None:
+        """Optional: forget what the last start left behind; asked first.  Default:
+        nothing."""
+
+    async def check_start(self) -> None:
+        """Everything the backend refuses before anything is taken, the profile loaded and
+        the hooks asked: what the launch will need (the member's uid, workspace, datasets),
+        the hub's limits, whether capacity can be had or waited for."""
+        raise NotImplementedError
+
+    async def reserve(self) -> None:
+        """Take the capacity of the profile, at once or after a wait in the hub's line
+        (then set ``line_wait``, seconds); the debit follows."""
+        raise NotImplementedError
+
+    def rest_of_start(self):
+        """Optional: a context manager around the debit, the launch and the wait (a start
+        that waited in line gets its own time limit for the rest).  Default: none."""
+        return contextlib.nullcontext()
+
+    async def launch(self) -> tuple[str, int]:
+        """Start the server from its spec; returns ``(ip, port)`` where it will serve."""
+        raise NotImplementedError
+
+    async def wait_ready(self, ip: str, port: int) -> tuple[str, int]:
+        """Optional: wait until the server answers; returns where the hub reaches it.
+        Default: ``(ip, port)`` at once (JupyterHub's own wait follows)."""
+        return ip, port
+
+    async def abandon(self) -> None:
+        """A start failed or was cancelled after :meth:`reserve`: undo the launch
+        (container, batch job) if there was one.  Idempotent; never raises."""
+        raise NotImplementedError
+
+    def release(self, why: str) -> None:
+        """Give back what :meth:`reserve` took (GPUs, a place in line); ``why`` for the
+        log.  Idempotent: JupyterHub calls ``stop()`` after a failed start, and may twice."""
+        raise NotImplementedError
+
+    def start_ended(self) -> None:
+        """Optional: the start ended, whichever way (its claims are spent).  Default:
+        nothing."""
+
+    # -- a running server ----------------------------------------------------------------
+
+    async def poll_server(self) -> int | None:
+        """None while the server runs (or starts), else its exit status (JupyterHub
+        ``Spawner.poll``)."""
+        raise NotImplementedError
+
+    async def why_ended(self, status: int) -> Ended | None:
+        """Optional: a server found ended by :meth:`poll_server` (``status``), not
+        during its start: why, when its stop must be settled now (JupyterHub calls no
+        ``stop()`` for a server whose poll says it ended); None leaves it to the hooks'
+        own passes.  Default: None."""
+        return None
+
+    async def end(self, now: bool = False) -> None:
+        """Stop the server.  Raises when it may still run."""
+        raise NotImplementedError
+
+    async def stop_failed(self) -> bool:
+        """Optional: :meth:`end` raised: whether the stop is settled all the same (the stop
+        hooks run; GPUs the backend cannot see are not at stake).  Default: True."""
+        return True
+
+    # -- a hub restart -------------------------------------------------------------------
+
+    def saved_state(self) -> dict:
+        """Optional: the backend's part of spawner state (kept under ``gpuhub``).
+        Default: nothing."""
+        return {}
+
+    def adopt(self, saved: dict) -> None:
+        """Optional: the hub restarted; take back what :meth:`saved_state` named (``{}``
+        when nothing).  Default: nothing."""
