@@ -414,7 +414,7 @@ def test_a_memory_limit_slurm_cannot_be_asked_for_is_refused_naming_it():
         slurm_request("", "", "lots", 1)
 
 
-async def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exported():
+def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exported():
     """The same container as a server's, behind batchspawner's wrapper (it reports the port
     and runs the command with runpy), with gpuhub-notebook-job in place of JupyterLab and
     GPUHUB_JOB among the variables sbatch exports into the job, with
@@ -424,13 +424,9 @@ async def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exporte
     from tests.fixtures.members import fake_user
 
     spawner = GPUSlurmSpawner(user=fake_user(), req_homedir="/tmp", req_keepvars="PATH")
-    server = await spawner._get_batch_script(
-        **spawner.get_req_subvars(), cmd=spawner.cmd_formatted_for_batch()
-    )
+    server = spawner.batch_job(spawner.cmd_formatted_for_batch()).script
     spawner.workload = NotebookJob({"id": "0123", "input": "a.ipynb", "max_seconds": 600})
-    job = await spawner._get_batch_script(
-        **spawner.get_req_subvars(), cmd=spawner.cmd_formatted_for_batch()
-    )
+    job = spawner.batch_job(spawner.cmd_formatted_for_batch()).script
     assert "#SBATCH --export=PATH,GPUHUB_WORKSPACE_MOUNT\n" in server
     assert (
         "#SBATCH --export=PATH,GPUHUB_WORKSPACE_MOUNT,GPUHUB_JOB,GPUHUB_JOB_ROOT,"
@@ -446,6 +442,70 @@ async def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exporte
         spawner.workload.value, sort_keys=True
     )
     assert spawner.core_environment()["GPUHUB_JOB_EXIT_AFTER_REPORT"] == "1"
+
+
+def batch_job(**given):
+    from hub_ext.slurm.batch import BATCH_SCRIPT, BWRAP, make_batch_job
+
+    base = dict(
+        template=BATCH_SCRIPT,
+        username="ann",
+        job_name="gpuhub-ann-default",
+        workspace="/shared/home/ann",
+        workspace_mount="/home/jovyan/work",
+        token_file="/shared/home/ann/.gpuhub/token-default",
+        gpu_device="/dev/nvidia$i",
+        container_command=BWRAP,
+        rootfs="/images/gpuhub_base_latest/rootfs",
+        image="gpuhub/base:latest",
+        datasets={},
+        batchspawner_dir="/venv/batchspawner",
+        container_path="/opt/venv/bin:/usr/bin",
+        environment=["GPUHUB_WORKSPACE_MOUNT"],
+        command="python3 -m batchspawner.singleuser jupyterhub-singleuser",
+    )
+    request = {"partition": "gpu", "gres": "gpu:1", "memory": "2048M", "keepvars": "PATH"}
+    return make_batch_job({**request, **given.pop("request", {})}, **{**base, **given})
+
+
+def test_a_servers_batch_job_asks_slurm_for_the_profiles_request():
+    job = batch_job(request={"runtime": "8:00:00", "nprocs": "2"})
+    for line in (
+        "#SBATCH --partition=gpu",
+        "#SBATCH --gres=gpu:1",
+        "#SBATCH --mem=2048M",
+        "#SBATCH --time=8:00:00",
+        "#SBATCH --cpus-per-task=2",
+        "#SBATCH --job-name=gpuhub-ann-default",
+        "#SBATCH --export=PATH,GPUHUB_WORKSPACE_MOUNT",
+        "#SBATCH --output=/shared/home/ann/.gpuhub/slurm-%j.log",
+        "#SBATCH --no-requeue",
+    ):
+        assert line + "\n" in job.script
+    assert "--account" not in job.script and "--reservation" not in job.script
+    assert job.script.rstrip().endswith(
+        "--chdir /home/jovyan python3 -m batchspawner.singleuser jupyterhub-singleuser"
+    )
+
+
+def test_a_groups_reservation_and_the_datasets_reach_the_batch_job():
+    job = batch_job(
+        reservation="gpuhub-7",
+        request={"options": "--qos=short"},
+        datasets={"mnist": "/data/mnist", "in": "/data/image net"},
+    )
+    assert "#SBATCH --qos=short --reservation=gpuhub-7\n" in job.script
+    assert job.options["options"] == "--qos=short --reservation=gpuhub-7"
+    assert (
+        "--tmpfs /datasets --ro-bind '/data/image net' /datasets/in "
+        "--ro-bind /data/mnist /datasets/mnist --remount-ro /datasets"
+    ) in job.script
+
+
+def test_every_value_a_member_gives_is_one_word_of_the_commands():
+    job = batch_job(username="a b;rm -rf /", workspace="/shared/home/a b")
+    assert job.options["username"] == "'a b;rm -rf /'"
+    assert "--bind '/shared/home/a b' /home/jovyan/work" in job.options["container"]
 
 
 @pytest.mark.parametrize(

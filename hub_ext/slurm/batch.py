@@ -23,8 +23,11 @@ import math
 import os
 import pwd
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
+from batchspawner import SlurmSpawner
+from batchspawner.batchspawner import format_template
 from jupyterhub.traitlets import ByteSpecification
 from tornado import web
 from traitlets import TraitError, Unicode
@@ -35,9 +38,11 @@ from ..spawn.member_dirs import MemberDirRefused, member_dir
 
 __all__ = [
     "BATCH_SCRIPT",
+    "BatchJob",
     "BWRAP",
     "SlurmBatchJob",
     "job_time_limit",
+    "make_batch_job",
     "slurm_minutes",
     "slurm_request",
 ]
@@ -334,48 +339,123 @@ class SlurmBatchJob(LoggingConfigurable):
             ) from None
         return path
 
-    def get_req_subvars(self):
-        subvars = super().get_req_subvars()
-        workspace = self.workspace.format(username=self.user.name)
+    def batch_job(self, command: str = "") -> BatchJob:
+        """This start's batch job as a value (:func:`make_batch_job`): batchspawner's
+        request (its ``req_*`` traits), the member, the workspace, the datasets, the
+        container; ``command`` the one the job runs (batchspawner's
+        ``cmd_formatted_for_batch``), "" for the commands' fields alone."""
         import batchspawner
 
-        # a tmpfs at the image's /datasets holds their mount points (the root is
-        # read-only), made read-only again once they are bound
-        datasets = self.member_datasets()
-        dataset_binds = (
-            " ".join(
-                [
-                    "--tmpfs /datasets",
-                    *(
-                        f"--ro-bind {shlex.quote(p)} /datasets/{shlex.quote(n)}"
-                        for n, p in sorted(datasets.items())
-                    ),
-                    "--remount-ro /datasets",
-                ]
-            )
-            if datasets
-            else ""
-        )
-        keepvars = subvars.get("keepvars", "").split(",")
-        # the core's variables (a job's GPUHUB_JOB) go into the job (sbatch --export names all)
-        keepvars += [name for name in self.core_environment() if name not in keepvars]
-        subvars.update(
-            keepvars=",".join(filter(None, keepvars)),
-            # a word of the commands' shell line (exec_prefix), whatever the name holds
-            username=shlex.quote(self.user.name),
-            log=f"{workspace}/.gpuhub/slurm-%j.log",
-            token_file=shlex.quote(self.token_file()),
+        return make_batch_job(
+            SlurmSpawner.get_req_subvars(self),
+            template=self.batch_script,
+            username=self.user.name,
             job_name=self.job_name,
+            workspace=self.workspace.format(username=self.user.name),
+            workspace_mount=self.workspace_mount,
+            token_file=self.token_file(),
             gpu_device=self.gpu_device,
-            container=self.container_command.format(
-                rootfs=shlex.quote(self.rootfs()),
-                image=shlex.quote(self.image),
-                workspace=shlex.quote(workspace),
-                workspace_mount=shlex.quote(self.workspace_mount),
-                dataset_binds=dataset_binds,
-                gpu_binds='"${gpu_binds[@]}"',
-                batchspawner=shlex.quote(str(Path(batchspawner.__file__).parent)),
-                path=shlex.quote(self.container_path),
-            ),
+            container_command=self.container_command,
+            rootfs=self.rootfs(),
+            image=self.image,
+            datasets=self.member_datasets(),
+            batchspawner_dir=str(Path(batchspawner.__file__).parent),
+            container_path=self.container_path,
+            environment=list(self.core_environment()),
+            reservation=self._reservation,
+            command=command,
+            user_options=self.user_options if isinstance(self.user_options, dict) else {},
         )
-        return subvars
+
+    def get_req_subvars(self):
+        """batchspawner's fields of its commands (``exec_prefix``, ``squeue``,
+        ``scancel``): this start's batch job's options."""
+        return self.batch_job().options
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """A server's Slurm batch job as a value: ``options``, the fields of the
+    ``#SBATCH`` request and of the commands (batchspawner's ``subvars``), and ``script``,
+    the batch script sbatch reads."""
+
+    options: dict
+    script: str
+
+
+def make_batch_job(
+    request: dict,
+    *,
+    template: str,
+    username: str,
+    job_name: str,
+    workspace: str,
+    workspace_mount: str,
+    token_file: str,
+    gpu_device: str,
+    container_command: str,
+    rootfs: str,
+    image: str,
+    datasets: dict[str, str],
+    batchspawner_dir: str,
+    container_path: str,
+    environment: list[str],
+    reservation: str = "",
+    command: str = "",
+    user_options: dict | None = None,
+) -> BatchJob:
+    """The batch job of one start, from the profile's request (``request``: batchspawner's
+    ``req_*`` values by name without the prefix: partition, gres, memory, runtime, ...),
+    the member (``username``; ``workspace`` mounted at ``workspace_mount``; ``datasets``:
+    name -> path on the nodes, read-only at ``/datasets/<name>``), the image unpacked at
+    ``rootfs`` and the container runtime's command line (``container_command``, its
+    fields filled), ``environment``: the names of the variables sbatch exports into the job
+    besides the request's ``keepvars``, and ``reservation``: Slurm's reservation of the
+    member's group, if any.  Every value a member or profile gives is shell-quoted.  A
+    pure function (batchspawner fills ``template`` the same way), tested without Slurm."""
+    # a tmpfs at the image's /datasets holds their mount points (the root is read-only),
+    # made read-only again once they are bound
+    dataset_binds = (
+        " ".join(
+            [
+                "--tmpfs /datasets",
+                *(
+                    f"--ro-bind {shlex.quote(p)} /datasets/{shlex.quote(n)}"
+                    for n, p in sorted(datasets.items())
+                ),
+                "--remount-ro /datasets",
+            ]
+        )
+        if datasets
+        else ""
+    )
+    options = dict(request)
+    keepvars = options.get("keepvars", "").split(",")
+    # the core's variables (a job's GPUHUB_JOB) go into the job (sbatch --export names all)
+    keepvars += [name for name in environment if name not in keepvars]
+    if reservation:
+        options["options"] = " ".join(
+            filter(None, [options.get("options", ""), f"--reservation={reservation}"])
+        )
+    options.update(
+        keepvars=",".join(filter(None, keepvars)),
+        # a word of the commands' shell line (exec_prefix), whatever the name holds
+        username=shlex.quote(username),
+        log=f"{workspace}/.gpuhub/slurm-%j.log",
+        token_file=shlex.quote(token_file),
+        job_name=job_name,
+        gpu_device=gpu_device,
+        container=container_command.format(
+            rootfs=shlex.quote(rootfs),
+            image=shlex.quote(image),
+            workspace=shlex.quote(workspace),
+            workspace_mount=shlex.quote(workspace_mount),
+            dataset_binds=dataset_binds,
+            gpu_binds='"${gpu_binds[@]}"',
+            batchspawner=shlex.quote(batchspawner_dir),
+            path=shlex.quote(container_path),
+        ),
+    )
+    # batchspawner's order: the request, the command, then the member's choices
+    script = format_template(template, **{**options, "cmd": command, **(user_options or {})})
+    return BatchJob(options=options, script=script)

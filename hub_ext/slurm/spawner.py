@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 
 from batchspawner import JobStatus, SlurmSpawner
+from batchspawner.batchspawner import format_template
 from tornado import web
 from traitlets import Dict, Float, Int, Unicode, Union, default
 
@@ -301,7 +302,21 @@ class GPUSlurmSpawner(
         id: its place in Slurm's queue stays; :meth:`take_back_job`)."""
         if await self.take_back_job():
             return self.job_id
-        job_id = await super().submit_batch_script()
+        job = self.batch_job(self.cmd_formatted_for_batch())  # hub_ext.slurm.batch
+        cmd = " ".join(
+            (
+                format_template(self.exec_prefix, **job.options),
+                format_template(self.batch_submit_cmd, **job.options),
+            )
+        )
+        self.log.info("%s submits: %s", self._log_name, cmd)
+        self.log.debug("%s's batch script:\n%s", self._log_name, job.script)
+        out = await self.run_command(cmd, input=job.script, env=self.get_env())
+        try:
+            self.job_id = job_id = self.parse_job_id(out)
+        except Exception:
+            self.log.error("Job submission of %s failed: %s", self._log_name, out)
+            self.job_id = job_id = ""
         # the line reads Slurm's queue for this job only once it has waited a moment
         self._line_from = asyncio.get_running_loop().time() + self.line_poll_interval
         self.persist_state()

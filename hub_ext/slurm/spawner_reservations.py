@@ -158,14 +158,6 @@ class SlurmReservationSpawner(LoggingConfigurable):
             self.emit(12, f"Using the GPUs reserved for {group}")
             return
 
-    def get_req_subvars(self):
-        subvars = super().get_req_subvars()
-        if self._reservation:
-            subvars["options"] = " ".join(
-                filter(None, [subvars.get("options", ""), f"--reservation={self._reservation}"])
-            )
-        return subvars
-
 
 def start_reservation_pass(app, spawner_class) -> None:
     """Make the JupyterHub application ``app`` run the reservations' pass (Slurm's
