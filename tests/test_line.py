@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from traitlets import TraitError
 
 from hub_ext.line import Line, LineBackend, LineLeft, LineRefused
 from hub_ext.line.order import (
@@ -214,7 +215,7 @@ def test_line_config_gives_its_service_a_private_token_and_only_server_scopes(tm
     "trait, value", [("max_wait", 0), ("backfill_age", -1), ("fair_share_days", -2)]
 )
 def test_line_settings_are_checked(trait, value):
-    with pytest.raises(ValueError, match=f"c.Line.{trait}"):
+    with pytest.raises(TraitError, match=f"'{trait}' trait of a Line instance"):
         Line(**{trait: value})
 
 

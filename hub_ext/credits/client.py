@@ -116,6 +116,7 @@ class CreditsClient(LoggingConfigurable):
 
     max_attempts = Integer(
         4,
+        min=1,
         help="""Tries per call, counting the first; connection errors, timeouts and 5xx are
         retried with the same Idempotency-Key.
 
@@ -167,12 +168,6 @@ class CreditsClient(LoggingConfigurable):
                 f"e.g. 'http://127.0.0.1:8123', not {value!r}"
             )
         return value.rstrip("/") + "/" if value else value
-
-    @validate("max_attempts")
-    def _validate_max_attempts(self, proposal: dict) -> int:
-        if proposal["value"] < 1:
-            raise ValueError("c.CreditsClient.max_attempts must be at least 1 (the first try)")
-        return proposal["value"]
 
     def __init__(self, **kwargs: Any):
         super().__init__(**kwargs)

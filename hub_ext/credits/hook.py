@@ -47,12 +47,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tornado import web
-from traitlets import Bool, Callable, Float, Instance, default, validate
+from traitlets import Bool, Callable, Float, Instance, default
 from traitlets.config import SingletonConfigurable
 
 from ..common import metrics
 from ..common.clock import utcnow
 from ..common.notices import notices
+from ..common.traits import Positive
 from ..spawn.hooks import PENDING, Hook
 from .account import remember_balance
 from .affordability import UNREACHABLE, Affordability, _money, too_little
@@ -90,6 +91,7 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
 
     interval = Float(
         900.0,
+        min=1.0,
         config=True,
         help="""Seconds of one metering interval; each is paid when it begins, the first
         at spawn.  Changing it affects servers started afterwards.
@@ -100,6 +102,7 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
 
     grace_period = Float(
         300.0,
+        min=0.0,
         config=True,
         help="""Seconds a running server keeps going after a metering debit was refused
         for lack of credits; then it is stopped and the member told why.
@@ -108,7 +111,7 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         """,
     )
 
-    meter_period = Float(
+    meter_period = Positive(
         30.0,
         config=True,
         help="""Seconds between the meter's passes over running servers (due debits,
@@ -120,6 +123,7 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
 
     spawn_timeout = Float(
         8.0,
+        min=0.0,
         config=True,
         help="""Seconds the spawn-time debit may take, retries included, before the spawn
         is refused (or, with fail_open, started without it).  Keep it below JupyterHub's
@@ -176,32 +180,6 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
     @default("client")
     def _default_client(self):
         return CreditsClient(parent=self)
-
-    @validate("interval")
-    def _validate_interval(self, proposal):
-        if proposal["value"] < 1:
-            raise ValueError(
-                f"c.CreditsHook.interval must be at least 1 second, got {proposal['value']!r}"
-            )
-        return proposal["value"]
-
-    @validate("grace_period", "spawn_timeout")
-    def _validate_not_negative(self, proposal):
-        if proposal["value"] < 0:
-            raise ValueError(
-                f"c.CreditsHook.{proposal['trait'].name} must not be negative, "
-                f"got {proposal['value']!r}"
-            )
-        return proposal["value"]
-
-    @validate("meter_period")
-    def _validate_meter_period(self, proposal):
-        if proposal["value"] <= 0:
-            raise ValueError(
-                f"c.CreditsHook.meter_period must be a positive number of seconds, "
-                f"got {proposal['value']!r}"
-            )
-        return proposal["value"]
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from ..common.services import token_file
+from ..spawn.hooks import register_hook
 
 HOOK = "hub_ext.credits.hook.CreditsHook"
 SERVICE_NAME = "credits"
@@ -101,11 +102,7 @@ def apply_credits_config(c, settings) -> None:
         c.CreditsClient.url = api_url(settings)
         c.CreditsClient.token = service["environment"]["GPUHUB_CREDITS_HUB_TOKEN"]
 
-    core = c.SpawnerCore  # both backends' spawners read it
-    hooks = list(core.before_container_hooks) if "before_container_hooks" in core else []
-    if HOOK not in hooks:
-        hooks.append(HOOK)
-    core.before_container_hooks = hooks
+    register_hook(c, HOOK)  # both backends' spawners read c.SpawnerCore
     c.CreditsHook.interval = settings.credits_interval
     c.CreditsHook.fail_open = settings.credits_fail_open
     from jupyterhub.app import JupyterHub

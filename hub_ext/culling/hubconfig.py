@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from ..common.services import add_service
+from ..spawn.hooks import register_hook
 from .arbiter import CONFIG_TEXT, ENV, ProfileIdleLimits
 
 SERVICE_NAME = "idle-culler"
@@ -101,10 +102,7 @@ def apply_culling_config(c, settings, profiles: list[dict]) -> None:
     c.Culler.service_name = SERVICE_NAME
     # the GPU readings (c.Culler.gpu_units) are the backend's: hub_ext.docker.hubconfig
 
-    hooks = list(core.before_container_hooks) if "before_container_hooks" in core else []
-    if HOOK not in hooks:
-        hooks.append(HOOK)
-    core.before_container_hooks = hooks
+    register_hook(c, HOOK)
 
     from .culler import log_request
 

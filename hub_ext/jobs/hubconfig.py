@@ -13,6 +13,7 @@ admins and ``gpuhub-cli`` hold it unfiltered (every job).
 from __future__ import annotations
 
 from ..common.services import CLI_SERVICE, ROLE_NAME, define_scope, grant_scope
+from ..spawn.hooks import register_hook
 from . import store
 from .handlers import JOBS_SCOPE, handlers
 
@@ -48,9 +49,7 @@ def apply_jobs_config(c, settings) -> None:
     c.Spawner.server_token_scopes = list(SERVER_SCOPES)
     extra = list(c.JupyterHub.extra_handlers) if "extra_handlers" in c.JupyterHub else []
     c.JupyterHub.extra_handlers = extra + [h for h in handlers if h not in extra]
-    core = c.SpawnerCore
-    hooks = list(core.before_container_hooks) if "before_container_hooks" in core else []
-    core.before_container_hooks = [HOOK] + [h for h in hooks if h != HOOK]
+    register_hook(c, HOOK, first=True)
     limit = c.JupyterHub.get("named_server_limit_per_user", 0)
     if isinstance(limit, int) and limit > 0:  # a site's own callable is left alone
         c.JupyterHub.named_server_limit_per_user = NamedServerLimit(limit)

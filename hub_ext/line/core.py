@@ -3,7 +3,7 @@
 One :class:`Line` per hub process (``Line.instance()``), shared by every spawner and the
 line's endpoints.  It is backend-neutral: what "free units" and "a grant" mean is asked of
 a *backend* (:class:`LineBackend`): the Docker backend's pool hands a freed GPU to the
-head of the line (:mod:`hub_ext.docker.pool_line`); a Slurm backend, where a pending job is the
+head of the line (:mod:`hub_ext.docker.line`); a Slurm backend, where a pending job is the
 place in line, needs none of the granting and uses the order and the sentences.
 
 A place is a pending spawn: the spawner's ``start()`` joins the line and awaits its turn
@@ -20,10 +20,11 @@ import asyncio
 from datetime import UTC, datetime
 
 from sqlalchemy.exc import IntegrityError
-from traitlets import Float, Unicode, default, validate
+from traitlets import Float, Unicode, default
 from traitlets.config import SingletonConfigurable
 
 from ..common import clock, metrics
+from ..common.traits import Positive
 from . import store
 from .place import LineBackend, LineLeft, LineRefused, Place
 from .turn import Turns
@@ -35,7 +36,7 @@ __all__ = ["Line", "LineBackend", "LineLeft", "LineRefused", "Place"]
 class Line(Turns, LineView, SingletonConfigurable):
     """The waiting places of every member, by kind of unit, in order."""
 
-    max_wait = Float(
+    max_wait = Positive(
         3600.0,
         config=True,
         help="""Seconds a place is kept at most; then it expires and the member is told.
@@ -46,6 +47,7 @@ class Line(Turns, LineView, SingletonConfigurable):
 
     fair_share_days = Float(
         0.0,
+        min=0.0,
         config=True,
         help="""Fair share: a member who used fewer GPU-hours in this many past days goes
         ahead of those who used more (from the run records); 0 is first come, first served.
@@ -56,6 +58,7 @@ class Line(Turns, LineView, SingletonConfigurable):
 
     backfill_age = Float(
         900.0,
+        min=0.0,
         config=True,
         help="""Seconds a request that does not fit in the free units (2 GPUs asked, 1
         free) lets smaller requests behind it start first; after that nobody passes it.
@@ -65,7 +68,7 @@ class Line(Turns, LineView, SingletonConfigurable):
         """,
     )
 
-    update_interval = Float(
+    update_interval = Positive(
         5.0,
         config=True,
         help="""Seconds between updates of a waiting member's place and estimate on the
@@ -75,7 +78,7 @@ class Line(Turns, LineView, SingletonConfigurable):
         """,
     )
 
-    typical_run = Float(
+    typical_run = Positive(
         3600.0,
         config=True,
         help="""Seconds a server is taken to run when its profile has no maximum age and
@@ -94,24 +97,6 @@ class Line(Turns, LineView, SingletonConfigurable):
             c.Line.api_token = open("/srv/gpuhub/line-token").read().strip()
         """,
     )
-
-    @validate("max_wait", "update_interval", "typical_run")
-    def _positive(self, proposal):
-        if proposal["value"] <= 0:
-            raise ValueError(
-                f"c.Line.{proposal['trait'].name} must be a positive number of "
-                f"seconds, got {proposal['value']!r}"
-            )
-        return proposal["value"]
-
-    @validate("fair_share_days", "backfill_age")
-    def _not_negative(self, proposal):
-        if proposal["value"] < 0:
-            raise ValueError(
-                f"c.Line.{proposal['trait'].name} must be 0 (off) or positive, "
-                f"got {proposal['value']!r}"
-            )
-        return proposal["value"]
 
     @default("log")
     def _default_log(self):

@@ -35,12 +35,13 @@ from collections import abc
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from traitlets import Callable, Dict, Float, default, validate
+from traitlets import Callable, Dict, Float, default
 from traitlets.config import SingletonConfigurable
 
 from ..common.clock import utcnow
 from ..common.notices import notices
 from ..common.periodic import ensure_task, every
+from ..common.traits import Positive
 from ..culling.rules import duration
 from ..spawn.stopping import stop_server
 from . import store
@@ -100,6 +101,7 @@ class Reservations(SingletonConfigurable):
 
     warning = Float(
         900.0,
+        min=0.0,
         config=True,
         help="""Seconds before a reservation's window from which a member whose server
         holds a GPU the window needs is warned on the home page (it is stopped at the
@@ -109,7 +111,7 @@ class Reservations(SingletonConfigurable):
         """,
     )
 
-    check_interval = Float(
+    check_interval = Positive(
         15.0,
         config=True,
         help="""Seconds between the reservations' passes (besides one at each window's
@@ -141,15 +143,6 @@ class Reservations(SingletonConfigurable):
     @default("utcnow")
     def _default_utcnow(self):
         return utcnow
-
-    @validate("warning", "check_interval")
-    def _check_seconds(self, proposal):
-        value, name = proposal["value"], proposal["trait"].name
-        if value < 0 or (name == "check_interval" and value == 0):
-            raise ValueError(
-                f"c.Reservations.{name} must be a positive number of seconds, got {value!r}"
-            )
-        return value
 
     @default("log")
     def _default_log(self):

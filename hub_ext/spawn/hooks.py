@@ -6,6 +6,7 @@ are two): a :class:`Hook`, whose methods are the seam.  This module holds the st
 backend runs the same way, so that the Docker spawner, the waiting line and a Slurm
 backend ask the hooks alike:
 
+- :func:`register_hook`: the one way a part of the hub adds its hook to the configuration;
 - :func:`resolve_hooks`: import strings to their (singleton) instances;
 - :func:`check_before_reserve`: each hook's optional ``before_reserve(spawner)``, the
   cheap question "may this start go on at all?" asked before anything is reserved, so a
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from traitlets.utils.importstring import import_item
 
-__all__ = ["PENDING", "Hook", "check_before_reserve", "resolve_hooks"]
+__all__ = ["PENDING", "Hook", "check_before_reserve", "register_hook", "resolve_hooks"]
 
 #: In a hook's part of the state (a dict), marks a write-ahead record: written to the hub
 #: database before the hook's side effect (the credits debit) and replaced once it is
@@ -76,6 +77,20 @@ class Hook:
         say) and whether the member may choose to pay personally instead.  Default:
         ``("", False)``."""
         return "", False
+
+
+def register_hook(c, hook: str, first: bool = False) -> None:
+    """Add ``hook`` (the import string of a :class:`Hook` class) to the hooks both
+    backends run, ``c.SpawnerCore.before_container_hooks`` of the JupyterHub config ``c``,
+    once: last (the order the parts of the hub register in), or ``first``.  The hooks a
+    site configured stay."""
+    core = c.SpawnerCore
+    hooks = list(core.before_container_hooks) if "before_container_hooks" in core else []
+    if first:
+        hooks = [hook] + [h for h in hooks if h != hook]
+    elif hook not in hooks:
+        hooks.append(hook)
+    core.before_container_hooks = hooks
 
 
 def resolve_hooks(hooks, config) -> list:

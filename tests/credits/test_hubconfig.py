@@ -6,6 +6,7 @@ import os
 import stat
 
 import pytest
+from traitlets import TraitError
 from traitlets.config import Config
 
 from hub_ext.common.notices import home_notices
@@ -131,7 +132,7 @@ def test_settings_that_cannot_work_name_the_variable(tmp_path, monkeypatch, env,
 
 
 def test_hook_traits_validate_at_assignment():
-    with pytest.raises(Exception, match="c.CreditsHook.interval must be at least 1 second"):
+    with pytest.raises(TraitError, match="'interval' trait of a CreditsHook .* less than 1.0"):
         CreditsHook(interval=0.5)
-    with pytest.raises(Exception, match="c.CreditsHook.grace_period must not be negative"):
+    with pytest.raises(TraitError, match="'grace_period' trait of a CreditsHook .* less than 0"):
         CreditsHook(grace_period=-1)
