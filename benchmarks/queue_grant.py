@@ -4,7 +4,7 @@
 
 Runs the hub's own parts on one event loop, as the hub runs them: the GPU pool
 (``GPUPool``, simulated inventory of ``--gpus`` GPUs), the line (``Line``, its places kept
-in a real SQLite hub database) with the pool granting to it (``hub_ext.docker.pool_line``), and
+in a real SQLite hub database) with the pool granting to it (``hub_ext.docker.line``), and
 ``--waiting`` waiting starts, each awaiting its turn as a spawner's ``start()`` does, with
 a progress callback per place.  When a start's turn comes it creates its container through
 docker-py in a worker thread (as DockerSpawner does), then holds its GPU like a running
@@ -66,8 +66,8 @@ async def run(waiting: int, gpus: int, releases: int, db_path: Path) -> dict:
     from sqlalchemy.orm import Session
 
     from hub_ext.docker.inventory import SimulatedInventory
+    from hub_ext.docker.line import attach_line
     from hub_ext.docker.pool import GPUPool, ServerKey
-    from hub_ext.docker.pool_line import attach_line
     from hub_ext.line import Line
 
     client = docker.APIClient(timeout=60)

@@ -29,10 +29,10 @@ class Backend:
 
     def profile_keys(self) -> tuple[str, ...]:
         """The keys a profile's ``spawner_override`` may set on this backend: its spawner's
-        ``_overridable`` (the Slurm spawner's ``req_partition`` is not Docker's)."""
+        ``profile_keys()`` (the Slurm spawner's ``req_partition`` is not Docker's)."""
         from traitlets.utils.importstring import import_item
 
-        return import_item(self.spawner_class)._overridable
+        return import_item(self.spawner_class).profile_keys()
 
     def apply_config(self, c, settings) -> None:
         """Set the backend's own settings on the JupyterHub config ``c``: its spawner class

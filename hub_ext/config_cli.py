@@ -145,11 +145,11 @@ def check_files(settings) -> list[str]:
         except (OSError, ValueError, KeyError, TypeError) as e:
             problems.append(f"GPUHUB_PROFILES={settings.profiles_file}: {reason(e)}")
     if settings.datasets_file:
-        from .spawn.mounts import MemberMounts
+        from .spawn.mounts import Datasets
 
         try:
             with open(settings.datasets_file) as f:
-                MemberMounts(datasets=json.load(f))
+                Datasets().validate(None, json.load(f))
         except (OSError, ValueError, TraitError) as e:
             problems.append(f"GPUHUB_DATASETS={settings.datasets_file}: {reason(e)}")
     if settings.courses_file:

@@ -19,6 +19,7 @@ from jupyterhub.utils import utcnow as hub_utcnow
 from prometheus_client import REGISTRY
 from sqlalchemy import select
 from sqlalchemy.orm import Session
+from traitlets import TraitError
 
 from hub_ext.common.notices import notices
 from hub_ext.common.runs import ServerRun
@@ -175,11 +176,13 @@ def test_out_of_memory_message_names_the_limit_in_sizes_people_read():
 
 
 def test_culler_traits_validate_at_assignment():
-    with pytest.raises(Exception, match="c.Culler.check_interval must be a positive"):
+    with pytest.raises(TraitError, match="'check_interval' trait of a Culler .* above 0"):
         Culler(check_interval=0)
-    with pytest.raises(Exception, match="c.Culler.busy_utilization is a percentage"):
+    with pytest.raises(TraitError, match="'busy_utilization' trait of a Culler .* less than 1"):
         Culler(busy_utilization=0)
-    with pytest.raises(Exception, match="c.Culler.max_age_warning must not be negative"):
+    with pytest.raises(TraitError, match="'busy_utilization' trait .* greater than 100"):
+        Culler(busy_utilization=101)
+    with pytest.raises(TraitError, match="'max_age_warning' trait of a Culler .* less than 0"):
         Culler(max_age_warning=-1)
 
 

@@ -178,15 +178,11 @@ async def test_removal_and_expiry_end_the_wait_with_a_sentence(line):
 
 
 def test_the_wait_button_picks_its_profile_and_asks_to_wait():
-    from hub_ext.spawn.choice import ProfileChoice
+    from hub_ext.spawn.choice import options_from_form
 
     form = {"profile": ["cpu"], "gpuhub_wait": ["pytorch"], "pytorch--gpus": ["2"]}
-    assert ProfileChoice().options_from_form(form) == {
-        "profile": "pytorch",
-        "wait": True,
-        "gpus": "2",
-    }
-    assert ProfileChoice().options_from_form({"profile": ["cpu"]}) == {"profile": "cpu"}
+    assert options_from_form(form, 8192) == {"profile": "pytorch", "wait": True, "gpus": "2"}
+    assert options_from_form({"profile": ["cpu"]}, 8192) == {"profile": "cpu"}
 
 
 def test_line_config_gives_its_service_a_private_token_and_only_server_scopes(tmp_path):

@@ -1,4 +1,4 @@
-"""The datasets setting both backends read (hub_ext.spawn.mounts.MemberMounts)."""
+"""The datasets setting both backends read (hub_ext.spawn.mounts)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,23 @@ from types import SimpleNamespace
 import pytest
 from traitlets import TraitError
 
-from hub_ext.spawn.mounts import MemberMounts
+from hub_ext.spawn.mounts import Datasets, member_datasets
 
 
-def mounts(datasets: dict, groups=(), admin=False) -> MemberMounts:
-    m = MemberMounts(datasets=datasets)
-    m.user = SimpleNamespace(groups=[SimpleNamespace(name=g) for g in groups], admin=admin)
-    return m
+def member(groups=(), admin=False):
+    return SimpleNamespace(groups=[SimpleNamespace(name=g) for g in groups], admin=admin)
 
 
 def test_a_plain_path_is_a_dataset_for_everyone():
-    m = mounts({"mnist": "/data/mnist", "imagenet": {"path": "/data/in", "groups": ["vision"]}})
-    assert m.member_datasets() == {"mnist": "/data/mnist"}
-    assert mounts(m.datasets, groups=["vision"]).member_datasets() == {
+    datasets = Datasets().validate(
+        None, {"mnist": "/data/mnist", "imagenet": {"path": "/data/in", "groups": ["vision"]}}
+    )
+    assert member_datasets(datasets, member()) == {"mnist": "/data/mnist"}
+    assert member_datasets(datasets, member(groups=["vision"])) == {
         "mnist": "/data/mnist",
         "imagenet": "/data/in",
     }
-    assert mounts(m.datasets, admin=True).member_datasets() == {
+    assert member_datasets(datasets, member(admin=True)) == {
         "mnist": "/data/mnist",
         "imagenet": "/data/in",
     }
@@ -41,4 +41,4 @@ def test_a_plain_path_is_a_dataset_for_everyone():
 )
 def test_a_dataset_that_cannot_be_mounted_is_a_configuration_error(datasets):
     with pytest.raises(TraitError, match="dataset"):
-        MemberMounts(datasets=datasets)
+        Datasets().validate(None, datasets)

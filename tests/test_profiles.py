@@ -192,10 +192,10 @@ def test_a_slurm_profile_sets_its_partition_and_run_time():
     from hub_ext.docker.spawner import GPUDockerSpawner
     from hub_ext.slurm.spawner import GPUSlurmSpawner
 
-    [profile] = init_profiles([SLURM_PROFILE], GPUSlurmSpawner._overridable)
+    [profile] = init_profiles([SLURM_PROFILE], GPUSlurmSpawner.profile_keys())
     assert profile["spawner_override"] == {"req_partition": "a100", "req_runtime": "8:00:00"}
     with pytest.raises(ProfileError, match="not supported here: req_partition, req_runtime"):
-        init_profiles([SLURM_PROFILE], GPUDockerSpawner._overridable)
+        init_profiles([SLURM_PROFILE], GPUDockerSpawner.profile_keys())
 
 
 def test_the_idle_cullers_arbiter_reads_any_backends_profiles():

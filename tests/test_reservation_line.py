@@ -16,8 +16,8 @@ import pytest
 
 from hub_ext.common.server_key import ServerKey
 from hub_ext.docker.inventory import SimulatedInventory
+from hub_ext.docker.line import PoolGrants
 from hub_ext.docker.pool import AllocationRefused, GPUPool
-from hub_ext.docker.pool_line import PoolGrants
 from hub_ext.docker.pool_reservations import PoolReservations
 from hub_ext.line import Line
 from hub_ext.reservations.enforce import Reservations

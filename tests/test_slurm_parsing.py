@@ -363,15 +363,11 @@ async def test_an_images_labels_are_read_off_the_event_loop(tmp_path):
     import os
     import threading
 
-    from hub_ext.slurm.availability import SlurmAvailability
+    from hub_ext.slurm.availability import image_facts
 
     folder = tmp_path / "gpuhub_base_latest"
     (folder / "rootfs").mkdir(parents=True)
     os.mkfifo(folder / "labels.json")
-
-    class Images(SlurmAvailability):
-        def rootfs_of(self, image):
-            return str(folder / "rootfs")
 
     ticked = threading.Event()
 
@@ -382,7 +378,7 @@ async def test_an_images_labels_are_read_off_the_event_loop(tmp_path):
 
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
-    reading = asyncio.ensure_future(Images().image_facts("gpuhub/base:latest"))
+    reading = asyncio.ensure_future(image_facts(str(folder / "rootfs")))
     await asyncio.sleep(0.01)  # the loop runs on while the read waits
     loop_was_free = not reading.done()
     ticked.set()
@@ -551,6 +547,20 @@ def test_a_time_limit_slurm_would_not_read_is_refused(text):
         slurm_minutes(text)
 
 
+def check(spawner):
+    """What the Slurm spawner's checks ask of a notebook job's image."""
+    from hub_ext.slurm.batch import check_runner, rootfs_of
+
+    check_runner(
+        rootfs_of(spawner.image_dir, spawner.image),
+        spawner.image,
+        spawner.workload.command[0],
+        spawner.container_path,
+        spawner.workload.noun,
+        spawner.log,
+    )
+
+
 def test_a_job_on_an_image_without_the_runner_is_refused_before_it_is_submitted(tmp_path):
     """The unpacked image the nodes run must hold gpuhub-notebook-job on the container's
     PATH; one built before notebook jobs existed is refused with a sentence to act on."""
@@ -565,11 +575,11 @@ def test_a_job_on_an_image_without_the_runner_is_refused_before_it_is_submitted(
     runner = tmp_path / "site_old_1" / "rootfs" / "usr" / "local" / "bin" / "gpuhub-notebook-job"
     runner.parent.mkdir(parents=True)
     with pytest.raises(web.HTTPError) as refused:
-        spawner.check_job_runner()
+        check(spawner)
     assert (refused.value.status_code, refused.value.log_message) == (
         500,
         "The image site/old:1 on the cluster cannot run notebook jobs (it has no "
         "gpuhub-notebook-job). Ask an admin to rebuild it and unpack it again.",
     )
     runner.write_text("#!/opt/venv/bin/python\n")
-    spawner.check_job_runner()  # found on the container's PATH
+    check(spawner)  # found on the container's PATH

@@ -1,9 +1,10 @@
 """The member's workspace the hub prepares as root before each Slurm job
-(``SlurmBatchJob.prepare_workspace``): hers, private, and made without following a link she
+(``hub_ext.slurm.batch.prepare_workspace``): hers, private, and made without following a link she
 controls, even while she swaps its folders for links from another process."""
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
 import stat
@@ -14,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from tornado import web
 
-from hub_ext.slurm.batch import SlurmBatchJob
+from hub_ext.slurm.batch import member_ids, prepare_workspace
 
 pytestmark = pytest.mark.slurm
 
@@ -42,12 +43,15 @@ while True:
 """
 
 
-def job(name: str, workspace: str) -> SlurmBatchJob:
-    """The spawner's workspace part for member ``name`` (the method the hub runs)."""
-    j = SlurmBatchJob(workspace=workspace)
-    j.user = SimpleNamespace(name=name)
-    j._log_name = f"{name}:default"
-    return j
+def job(name: str, workspace: str):
+    """What the spawner's checks run for member ``name`` (``workspace``: the setting)."""
+
+    def prepare():
+        return prepare_workspace(
+            workspace.format(username=name), *member_ids(name), logging.getLogger(), name
+        )
+
+    return SimpleNamespace(prepare_workspace=prepare)
 
 
 def remove(path: str) -> None:

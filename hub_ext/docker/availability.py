@@ -1,9 +1,8 @@
-"""The Docker backend's answers to the spawn page (:mod:`hub_ext.spawn.page`): free GPUs
-from the node's GPU pool (:class:`hub_ext.docker.pool.GPUPool`), and what an image holds
-from its labels (Docker ``inspect``); and to the GPU board (:mod:`hub_ext.ops.board`).
-
-A mixin of :class:`hub_ext.docker.spawner.GPUDockerSpawner`: it reads ``self.pool``,
-``self.line()`` and ``self.docker()``.
+"""The Docker backend's answers to the spawn page (:mod:`hub_ext.spawn.page`) and the GPU
+board (:mod:`hub_ext.ops.board`): free GPUs from the node's GPU pool
+(:class:`hub_ext.docker.pool.GPUPool`) less those reserved for a group the member is not
+in, the line's length, and what an image holds from its labels (Docker ``inspect``, read
+at most once a minute per image).
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 
 from docker.errors import APIError, NotFound
 
-from ..spawn.page import GPUsNow, SpawnPage, facts_from_labels
+from ..spawn.page import GPUsNow, facts_from_labels
 from ..spawn.profiles import gpu_request
 from .inventory import Device
 from .pool import GPUPool
@@ -28,100 +27,86 @@ class PoolSnapshot:
     readable: bool = True
 
 
-class PoolAvailability(SpawnPage):
-    """The spawn page of the Docker backend: free GPUs from the pool, image facts from
-    Docker's labels."""
+async def pool_snapshot(pool: GPUPool, log) -> PoolSnapshot:
+    """The pool's devices now; never raises (the page still renders, spawns say why)."""
+    try:
+        return PoolSnapshot(await pool.devices())
+    except Exception as e:  # noqa: BLE001
+        log.warning("GPU inventory unavailable for the spawn page: %s", e)
+        return PoolSnapshot([], readable=False)
 
-    async def gpu_snapshot(self) -> PoolSnapshot:
-        """The pool's devices now; never raises (the page still renders, spawns say why)."""
-        try:
-            return PoolSnapshot(await self.pool.devices())
-        except Exception as e:  # noqa: BLE001
-            self.log.warning("GPU inventory unavailable for the spawn page: %s", e)
-            return PoolSnapshot([], readable=False)
 
-    def gpus_now(self, snapshot: PoolSnapshot, overrides: dict) -> GPUsNow:
-        """The profile's whole GPUs or MIG slices (``gpus``), free (less those reserved for
-        a group this member is not in) and in all on this node, the pool's refusal
-        sentence when too few are free, and the line's length."""
-        count, mig = gpu_request(overrides.get("gpus", self._configured["gpus"]))
-        summary = self.pool.summary(snapshot.devices, mig_profile=mig)
-        refusal = (
-            self.pool.refusal_message(snapshot.devices, count, mig)
-            if count and summary.free < count
-            else ""
-        )
-        # units reserved for a group this member is not in count as taken, with the reason
-        closed, why = self.pool.closed_to(self.user.name, mig) if count else (0, "")
-        free = max(0, summary.free - closed)
-        if count and not refusal and free < count:
-            refusal = self.pool.reserved_message(count, mig, free, why)
-        return GPUsNow(
-            count=count,
-            kind=mig or "",
-            mig=bool(mig),
-            free=free,
-            total=summary.total,
-            simulated=summary.kind == "simulated",
-            refusal=refusal,
-            can_wait=bool(summary.total),
-            waiting=self.line().waiting(mig or "gpu") if count else 0,
-        )
+def pool_gpus_now(pool: GPUPool, line, user: str, snapshot: PoolSnapshot, gpus) -> GPUsNow:
+    """A profile's whole GPUs or MIG slices (``gpus``: its ``gpus`` value), free (less
+    those reserved for a group ``user`` is not in) and in all on this node, the pool's
+    refusal sentence when too few are free, and the line's length."""
+    count, mig = gpu_request(gpus)
+    summary = pool.summary(snapshot.devices, mig_profile=mig)
+    refusal = (
+        pool.refusal_message(snapshot.devices, count, mig) if count and summary.free < count else ""
+    )
+    # units reserved for a group this member is not in count as taken, with the reason
+    closed, why = pool.closed_to(user, mig) if count else (0, "")
+    free = max(0, summary.free - closed)
+    if count and not refusal and free < count:
+        refusal = pool.reserved_message(count, mig, free, why)
+    return GPUsNow(
+        count=count,
+        kind=mig or "",
+        mig=bool(mig),
+        free=free,
+        total=summary.total,
+        simulated=summary.kind == "simulated",
+        refusal=refusal,
+        can_wait=bool(summary.total),
+        waiting=line.waiting(mig or "gpu") if count else 0,
+    )
 
-    def limits_of(self, overrides: dict) -> tuple:
-        """The profile's JupyterHub ``mem_limit`` and ``cpu_limit``, which the container
-        gets (DockerSpawner)."""
-        return overrides.get("mem_limit"), overrides.get("cpu_limit")
 
-    @classmethod
-    async def availability(cls, config, log) -> dict:
-        """Counts over every unit of the hub's pool, for ``/hub/api/gpuhub/availability``
-        (a class method: a service asks too, with no spawner of its own)."""
-        # the hub's own config: whichever of the endpoint and the spawners makes the pool
-        # first, it is made the same way
-        pool = GPUPool.instance(config=config)
-        try:
-            await pool.devices()
-        except Exception:  # noqa: BLE001 - answer with what is known; spawns say why
-            log.warning("GPU inventory unavailable for the availability endpoint")
-        summary = pool.summary()
-        return {
-            "inventory": summary.kind,
-            "total": summary.total,
-            "free": summary.free,
-            "allocated": summary.allocated,
-            "outside": summary.outside,
-            "unhealthy": summary.unhealthy,
-            "error": pool.last_error,
-        }
+async def pool_availability(config, log) -> dict:
+    """Counts over every unit of the hub's pool, for ``/hub/api/gpuhub/availability`` (a
+    service asks too, with no spawner of its own)."""
+    # the hub's own config: whichever of the endpoint and the spawners makes the pool
+    # first, it is made the same way
+    pool = GPUPool.instance(config=config)
+    try:
+        await pool.devices()
+    except Exception:  # noqa: BLE001 - answer with what is known; spawns say why
+        log.warning("GPU inventory unavailable for the availability endpoint")
+    summary = pool.summary()
+    return {
+        "inventory": summary.kind,
+        "total": summary.total,
+        "free": summary.free,
+        "allocated": summary.allocated,
+        "outside": summary.outside,
+        "unhealthy": summary.unhealthy,
+        "error": pool.last_error,
+    }
 
-    @classmethod
-    async def gpu_board(cls, handler) -> dict:
-        """The GPU board's rows for this node (:mod:`hub_ext.docker.board`)."""
-        from .board import board_model
 
-        return await board_model(handler)
+#: image name -> (time.monotonic() of the read, facts); shared by every spawner
+_image_facts: dict[str, tuple[float, dict]] = {}
+#: seconds an image's facts are reused before Docker is asked again (a rebuilt tag)
+IMAGE_FACTS_MAX_AGE = 60.0
 
-    #: image name -> (time.monotonic() of the read, facts); shared by every spawner
-    _image_facts: dict[str, tuple[float, dict]] = {}
-    #: seconds an image's facts are reused before Docker is asked again (a rebuilt tag)
-    image_facts_max_age = 60.0
 
-    async def image_facts(self, image: str) -> dict:
-        """What an image contains, from its labels, read at most once a minute per image
-        (the spawn page polls; Docker is not asked for every card of every poll).
+async def image_facts(docker, image: str) -> dict:
+    """What an image contains, from its labels, read at most once a minute per image (the
+    spawn page polls; Docker is not asked for every card of every poll); ``docker``:
+    DockerSpawner's ``docker(method, ...)``.
 
-        Returns {"python", "framework", "framework_version", "cuda", "description"};
-        ``{}`` when the image is not on this node.
-        """
-        cached = self._image_facts.get(image)
-        if cached is not None and time.monotonic() - cached[0] < self.image_facts_max_age:
-            return cached[1]
-        try:
-            info = await self.docker("inspect_image", image)
-        except (NotFound, APIError):
-            facts = {}
-        else:
-            facts = facts_from_labels((info.get("Config") or {}).get("Labels") or {})
-        self._image_facts[image] = (time.monotonic(), facts)
-        return facts
+    Returns {"python", "framework", "framework_version", "cuda", "description"}; ``{}``
+    when the image is not on this node.
+    """
+    cached = _image_facts.get(image)
+    if cached is not None and time.monotonic() - cached[0] < IMAGE_FACTS_MAX_AGE:
+        return cached[1]
+    try:
+        info = await docker("inspect_image", image)
+    except (NotFound, APIError):
+        facts = {}
+    else:
+        facts = facts_from_labels((info.get("Config") or {}).get("Labels") or {})
+    _image_facts[image] = (time.monotonic(), facts)
+    return facts

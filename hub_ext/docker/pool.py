@@ -22,9 +22,9 @@ Allocations are not persisted here: spawners keep theirs in spawner state and in
 on their containers, and give them back with :meth:`GPUPool.restore` after a hub restart
 (see :mod:`hub_ext.docker.reconcile`).
 
-This module holds the allocations; the inventory reads and each unit's state (free, held,
-outside, unhealthy) are in :mod:`hub_ext.docker.pool_devices`, the refusals and their
-sentences in :mod:`hub_ext.docker.pool_refusal`.
+This module holds the allocations and the refusals, in sentences a member reads; the
+inventory reads and each unit's state (free, held, outside, unhealthy) are in
+:mod:`hub_ext.docker.pool_devices`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from ..common.clock import now
 from ..common.server_key import ServerKey
 from .inventory import Device, Inventory, InventoryError, allocatable_units
 from .pool_devices import PoolDevices, PoolSummary, unit_state
-from .pool_refusal import AllocationRefused, PoolRefusals
 
 __all__ = [
     "Allocation",
@@ -52,6 +51,20 @@ __all__ = [
     "gpu_units_of",
     "unit_state",
 ]
+
+
+class AllocationRefused(Exception):
+    """A spawn cannot have the GPUs it asks for.
+
+    ``reason`` is a short machine label (``no_gpu_free``, ``user_limit``,
+    ``no_such_slice``, ``inventory_error``, ``reserved``) used for metrics; ``message``
+    is a sentence for the member, never a traceback.
+    """
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
 
 
 @dataclass
@@ -81,7 +94,7 @@ class Allocation:
         }
 
 
-class GPUPool(PoolDevices, PoolRefusals, SingletonConfigurable):
+class GPUPool(PoolDevices, SingletonConfigurable):
     """Exclusive, concurrency-safe allocation of GPUs to servers."""
 
     inventory_class = Unicode(
@@ -162,7 +175,7 @@ class GPUPool(PoolDevices, PoolRefusals, SingletonConfigurable):
         #: called with each released Allocation (see :meth:`release`)
         self.on_release: list = []
         #: starts admitted by the hub's early refusal that have not reserved yet: owner ->
-        #: its spawner, whose ``gpu_claim`` says what it claims (hub_ext.docker.spawner_line)
+        #: its spawner, whose ``gpu_claim`` says what it claims (hub_ext.docker.spawner)
         self.claims: dict[ServerKey, object] = {}
         #: units closed to a member by the reservations' open windows: a function of
         #: (user, units) returning (count, the sentence why), or None
@@ -213,7 +226,7 @@ class GPUPool(PoolDevices, PoolRefusals, SingletonConfigurable):
     ) -> Allocation:
         """:meth:`allocate` on an inventory read already made, without yielding to the
         event loop (so the check and the record are atomic).  The line's grants use it
-        (:mod:`hub_ext.docker.pool_line`).  Raises :class:`AllocationRefused`."""
+        (:mod:`hub_ext.docker.line`).  Raises :class:`AllocationRefused`."""
         existing = self.allocations.get(owner)
         if existing is not None:
             if len(existing.uuids) == count:
@@ -311,6 +324,90 @@ class GPUPool(PoolDevices, PoolRefusals, SingletonConfigurable):
             if uuid in allocation.uuids:
                 return allocation
         return None
+
+    # -- refusals ------------------------------------------------------------------
+
+    def refusal(
+        self,
+        devices: list[Device],
+        owner: ServerKey,
+        count: int = 1,
+        *,
+        mig_profile: str | None = None,
+        claimed: int = 0,
+    ) -> AllocationRefused | None:
+        """The refusal :meth:`take` would raise for this request now, or None; records
+        nothing and never yields.  ``claimed``: units of this kind promised to starts that
+        have not reserved yet (:mod:`hub_ext.spawn.gate`), counted as held.
+
+        The hub's early refusal (``GPUDockerSpawner.check_spawn``) asks it before JupyterHub
+        creates anything for a start; the reservation itself (:meth:`allocate`) stays the
+        authority.
+        """
+        existing = self.allocations.get(owner)
+        if existing is not None and len(existing.uuids) == count:
+            return None  # take() hands the same devices back
+        if self.max_gpus_per_user:
+            held_by_user = self.held_by(owner.user) - len(existing.uuids if existing else ())
+            if held_by_user + count > self.max_gpus_per_user:
+                return AllocationRefused(
+                    "user_limit",
+                    f"You already hold {held_by_user} GPU(s) and each member may hold "
+                    f"{self.max_gpus_per_user}. Stop one of your other servers first.",
+                )
+        free = len(self._free_units(devices, mig_profile)) - claimed
+        if free < count:
+            return AllocationRefused(
+                "no_gpu_free", self.refusal_message(devices, count, mig_profile, claimed)
+            )
+        closed, why = self.closed_to(owner.user, mig_profile)
+        if free - closed < count:
+            return AllocationRefused(
+                "reserved", self.reserved_message(count, mig_profile, max(0, free - closed), why)
+            )
+        return None
+
+    def closed_to(self, user: str, mig_profile: str | None = None) -> tuple[int, str]:
+        """Units of this kind closed to ``user`` by the reservations (see ``closure``)
+        and the sentence why; (0, "") when none."""
+        if self.closure is None:
+            return 0, ""
+        return self.closure(user, mig_profile or "gpu")
+
+    @staticmethod
+    def reserved_message(count: int, mig_profile: str | None, left: int, why: str) -> str:
+        """The sentence a member reads when the free units are reserved for a group
+        they are not in (``why``: "1 GPU reserved for ML101 until 16:00 UTC")."""
+        what = f"{mig_profile} GPU slices" if mig_profile else "GPUs"
+        return (
+            f"No GPU free for you: {why}. This profile needs {count} {what} and "
+            f"{left} {'is' if left == 1 else 'are'} open to you. Try the CPU profile "
+            "or come back after the reservation."
+        )
+
+    def refusal_message(
+        self, devices: list[Device], count: int, mig_profile: str | None = None, claimed: int = 0
+    ) -> str:
+        """The sentence a member reads when ``count`` units cannot be had (``claimed``
+        units promised to other starts counted as in use)."""
+        units = [
+            u
+            for u in allocatable_units(devices)
+            if (u.mig_profile == mig_profile if mig_profile else not u.is_mig)
+        ]
+        what = f"{mig_profile} GPU slices" if mig_profile else "GPUs"
+        if not units:
+            return f"No GPU free: this node has no {what}. Try the CPU profile or ask an admin."
+        free = max(0, len(self._free_units(devices, mig_profile)) - claimed)
+        if free == 0:
+            return (
+                f"No GPU free: all {len(units)} {what} are in use. "
+                "Try the CPU profile or come back later."
+            )
+        return (
+            f"No GPU free for this profile: it needs {count} {what} and only {free} "
+            f"of {len(units)} are free. Try a smaller profile or come back later."
+        )
 
 
 def gpu_units_of(pool: GPUPool | None = None):

@@ -1,6 +1,6 @@
-"""Whether a starting server's port takes connections yet: the cheap first half of the
-Docker spawner's readiness wait (:meth:`hub_ext.docker.spawner.GPUDockerSpawner.
-_wait_until_ready`), which asks HTTP only once the port is open.
+"""Whether a starting server answers yet: the Docker backend's wait until ready
+(:func:`wait_until_ready`), which checks the port with a cheap TCP connect
+(:func:`port_open`) and asks HTTP only once the port is open.
 """
 
 from __future__ import annotations
@@ -10,8 +10,11 @@ import errno
 import ipaddress
 import select
 import socket
+import time
 
-__all__ = ["port_open"]
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+
+__all__ = ["ServerExited", "port_open", "wait_until_ready"]
 
 
 async def port_open(ip: str, port: int, timeout: float = 0.5) -> bool:
@@ -66,3 +69,58 @@ async def port_open(ip: str, port: int, timeout: float = 0.5) -> bool:
         except (OSError, TimeoutError):
             return False
         return True
+
+
+class ServerExited(Exception):
+    """The server's process ended while the hub waited for it; ``status`` is what its poll
+    said."""
+
+    def __init__(self, status):
+        super().__init__(f"exited ({status})")
+        self.status = status
+
+
+async def wait_until_ready(
+    ip: str,
+    port: int,
+    url: str,
+    timeout: float,
+    interval: float,
+    exited,
+    exit_check_interval: float = 0.5,
+) -> bool:
+    """Wait until the server answers HTTP at ``url`` at all, for at most ``timeout``
+    seconds; False when it has not answered by then (JupyterHub's own wait,
+    ``Spawner.http_timeout``, then decides).
+
+    First the port, with a TCP connect every ``interval`` seconds: while nothing listens the
+    kernel refuses at once, so the checks can be frequent without taking CPU from the
+    starting server.  Once the port takes connections (Jupyter Server binds it at the first
+    turn of its event loop, ``ServerApp.init_httpserver``), one HTTP request; a failed one
+    (reset, time-out) goes back to the port checks.  So the server is found up within about
+    ``interval`` of binding, and JupyterHub's own first check (``Server.wait_up``) then
+    succeeds at once.
+
+    ``exited`` (async, no arguments; the spawner's ``poll``) is asked every
+    ``exit_check_interval`` seconds; :class:`ServerExited` is raised when it says the
+    server ended.
+    """
+    client = AsyncHTTPClient()
+    deadline = time.monotonic() + timeout
+    next_exit_check = time.monotonic() + exit_check_interval
+    while time.monotonic() < deadline:
+        if await port_open(ip, port):
+            try:
+                await client.fetch(
+                    url, request_timeout=2, follow_redirects=False, raise_error=False
+                )
+                return True
+            except (ConnectionError, OSError, HTTPClientError):
+                pass
+        if time.monotonic() >= next_exit_check:
+            next_exit_check = time.monotonic() + exit_check_interval
+            status = await exited()
+            if status is not None:
+                raise ServerExited(status)
+        await asyncio.sleep(interval)
+    return False

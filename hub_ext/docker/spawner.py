@@ -1,45 +1,20 @@
-"""GPUDockerSpawner: DockerSpawner with profiles and exclusive GPUs from the pool.
+"""GPUDockerSpawner: the Docker backend, DockerSpawner answering the spawn lifecycle.
 
-A start runs in this order (each step yields a ``progress()`` event):
+The lifecycle of a start and a stop (the profile, the checks, the line or the capacity, the
+debit, the launch, the wait; the settle and the release) is the core's
+(:class:`hub_ext.spawn.core.SpawnerCore`; docs/explanation/spawn.md); this spawner answers
+its questions (:class:`hub_ext.spawn.backend.SpawnBackend`) with the collaborators it holds:
+the node's GPU pool (:class:`hub_ext.docker.pool.GPUPool`), the pool and the line together
+(:class:`hub_ext.docker.line.PoolLine`), the hub's server limits
+(:class:`hub_ext.docker.server_limits.ServerLimits`), and the container built as a value
+(:func:`hub_ext.docker.container.make_container`, handed to Docker by DockerSpawner's
+``create_object`` hook, as dockerspawner's ``SwarmSpawner`` changes behaviour by its object
+hooks).  The allocation lives in spawner state and in container labels, so a hub restart
+rebuilds it (:mod:`hub_ext.docker.reconcile`).
 
-1. load the profile from ``user_options`` (untrusted: a bad one is HTTP 400 naming the
-   valid choices, an oversized one HTTP 413; :mod:`hub_ext.spawn.choice`) and apply its
-   overrides;
-2. ask the hooks whether the start may go on at all (:meth:`GPUDockerSpawner.check_hooks`:
-   the credits hook refuses a balance below the first interval with HTTP 402), before
-   anything is reserved or any place in the line taken;
-3. reserve the profile's GPUs from :class:`hub_ext.docker.pool.GPUPool`: refused at once with
-   HTTP 409 and a sentence a member understands when none is free, or, when the member
-   asked to wait (``user_options["wait"]``), a wait in line for them
-   (:mod:`hub_ext.docker.spawner_line`, :mod:`hub_ext.line`);
-4. run the pre-start hooks (:attr:`GPUDockerSpawner.before_container_hooks`, e.g. the
-   credits debit), each with an undo for a failed start;
-5. create and start the container with a Docker ``DeviceRequest`` for exactly the
-   reserved device UUIDs and labels that name the owner and the devices;
-6. wait for the server to answer, polling briskly so that the hub's own exponential
-   back-off (JupyterHub ``wait_for_http_server``) finds it up at its first try.
-
-If any step after 3 fails or the start is cancelled, everything taken is given back:
-the container is removed, the undo hooks run, the GPUs return to the pool.  ``stop()``
-and ``clear_state()`` release too, idempotently: JupyterHub calls ``stop()`` after a
-failed start and may call it twice (JupyterHub docs, "Spawners").
-
-The allocation lives in spawner state (versioned) and in container labels, so a hub
-restart rebuilds it (:mod:`hub_ext.docker.reconcile`).
-
-What every backend shares (the member's choice of profile, the pre-start hooks and their
-undo, progress events, hook state, and their traits: ``credits_per_hour``, the culling
-timeouts, ``before_container_hooks``) is :class:`hub_ext.spawn.core.SpawnerCore`, mixed
-in; ``c.SpawnerCore.<trait>`` sets them for both backends, ``c.GPUDockerSpawner.<trait>``
-for this one alone (the hub's own settings: :mod:`hub_ext.docker.hubconfig`).
-
-Four parts live in modules of their own, mixed into the class (their traits are set as
-``c.GPUDockerSpawner.<trait>`` all the same): the member's choice (:mod:`hub_ext.spawn.choice`:
-the profile list, ``user_options`` validated and kept small, the form's fields), the
-container a member lives in (:mod:`hub_ext.docker.container`: workspace, datasets, uid, limits,
-labels, the device request), the spawn page (:mod:`hub_ext.spawn.page`: the profile
-cards, fed from the pool by :mod:`hub_ext.docker.availability`) and the reservation of the
-GPUs, at once or after a wait in line (:mod:`hub_ext.docker.spawner_line`).
+Its own settings are ``c.GPUDockerSpawner.<trait>`` (the container's:
+:class:`hub_ext.docker.container.ContainerSettings`); what both backends read is set on
+``c.SpawnerCore`` (:mod:`hub_ext.docker.hubconfig`).
 """
 
 from __future__ import annotations
@@ -48,108 +23,53 @@ import asyncio
 import contextlib
 import json
 import time
+from datetime import UTC, datetime, timedelta
 
 from docker.errors import APIError, ImageNotFound, NotFound
 from dockerspawner import DockerSpawner
 from jupyterhub.utils import random_port
 from tornado import web
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError
-from traitlets import (
-    Bool,
-    Float,
-    Int,
-    Unicode,
-    Union,
-    default,
-)
+from traitlets import default
 
 from ..common.notices import notices
+from ..culling.rules import duration
+from ..reservations.enforce import Reservations
+from ..reservations.policy import starts_text
 from ..spawn.backend import Ended
+from ..spawn.choice import wants_wait
 from ..spawn.core import SpawnerCore
 from ..spawn.profiles import LABEL_PREFIX, gpu_request
 from ..spawn.stopping import exit_words
-from .availability import PoolAvailability
-from .container import MemberContainer
+from . import availability
+from .container import (
+    make_container,
+    member_ids,
+    member_workspace,
+    prepare_workspace,
+    workspace_folder,
+)
 from .inventory import InventoryError
+from .line import TOPIC as LINE_TOPIC
+from .line import GPUAsk, PoolLine, the_line
 from .pool import GPUPool
-from .readiness import port_open
+from .readiness import ServerExited, wait_until_ready
 from .reconcile import ensure_reconciler
 from .server_limits import ServerLimits
-from .spawner_line import TOPIC as LINE_TOPIC
-from .spawner_line import LineSpawner
+from .settings import DockerSettings
 
 
-class GPUDockerSpawner(
-    LineSpawner, ServerLimits, PoolAvailability, MemberContainer, SpawnerCore, DockerSpawner
-):
+class GPUDockerSpawner(SpawnerCore, DockerSettings, DockerSpawner):
     """A DockerSpawner that gives each server exclusive GPUs and a chosen profile."""
-
-    gpus = Union(
-        [Int(), Unicode()],
-        default_value=0,
-        config=True,
-        help="""GPUs per server: a count of whole GPUs, or a MIG slice profile such as
-        "1g.5gb" for one MIG device.  Usually set per profile.
-
-            c.GPUDockerSpawner.gpus = 1
-        """,
-    )
-
-    host_network = Bool(
-        False,
-        config=True,
-        help="""Run servers on the host's network, on 127.0.0.1 and a free port each.
-        The default is a Docker bridge network (network_name).
-
-            c.GPUDockerSpawner.host_network = True
-        """,
-    )
-
-    hub_id = Unicode(
-        "gpuhub",
-        config=True,
-        help="""Names this hub in container labels, so that reconciliation only looks at
-        its own containers when several hubs share one Docker engine.
-
-            c.GPUDockerSpawner.hub_id = "lab-hub"
-        """,
-    )
-
-    ready_poll_interval = Float(
-        0.01,
-        config=True,
-        help="""Seconds between checks whether a starting server's port takes connections
-        (a TCP connect, refused at once while nothing listens: cheap for the hub, so it
-        can be short); once it does, one HTTP request, which the server answers as soon as
-        its event loop runs.
-
-            c.GPUDockerSpawner.ready_poll_interval = 0.01
-        """,
-    )
 
     #: Seconds between asking Docker whether a starting server's container still runs.
     _exit_check_interval = 0.5
 
-    # Traits a profile may override; restored to their configured values at each start,
-    # so one start's profile never leaks into the next.
-    _overridable = (
-        "image",
-        "mem_limit",
-        "cpu_limit",
-        "environment",
-        "volumes",
-        "extra_host_config",
-        "extra_create_kwargs",
-        "gpus",
-        "credits_per_hour",
-        "cmd",
-        "default_url",
-        "pids_limit",
-        "shm_size",
-        "gpu_idle_timeout",
-        "cull_idle_timeout",
-        "cull_max_age",
-    )
+    #: ``(count, unit kind)`` this start was admitted with by the spawn gate
+    #: (:meth:`check_spawn`), until its reservation is made or refused (None: no claim)
+    gpu_claim = None
+    #: True while the spawn gate hands this admitted start to JupyterHub, which may yield
+    #: (``refresh_pre_spawn``) before it marks the spawn pending (hub_ext.spawn.gate)
+    handing_over = False
 
     @default("name_template")
     def _default_name_template(self):
@@ -164,19 +84,61 @@ class GPUDockerSpawner(
         # one pool per hub process, configured by c.GPUPool.*
         self.pool = GPUPool.instance(config=self.config)
         self.allocation = None
-        self.init_core()
-        self.profile_name = ""
         self._start_timeout = self.start_timeout  # configured; a wait in line adds to it
         self._container_may_live = False  # a failed stop left the container behind
         self._labels_read = False  # poll() looked at the container's labels
         self._job_end_seen = False  # a job's end was seen by poll (why_ended)
         self._launched = False  # this start made a container (abandon removes it)
-        self._container = None  # what container_settings checked for this start
+        self._container: dict = {}  # what check_start found: ids, datasets, workspace
         ensure_reconciler(self.pool, lambda: self.client, self.hub_id)
         if self.db_session() is not None:
             self.line()  # the places kept from before a restart count from the start
 
-    # -- a start (hub_ext.spawn.backend.SpawnBackend) ---------------------------------
+    def line(self):
+        """The hub's line, attached to the hub database and the pool
+        (:func:`hub_ext.docker.line.the_line`)."""
+        api_url = self.hub.api_url if self.hub is not None else ""
+        users = (getattr(self.user, "settings", None) or {}).get("users")
+        return the_line(self.pool, self.db_session(), api_url, users)
+
+    def pool_line(self) -> PoolLine:
+        return PoolLine(self.pool, self.line(), self.log)
+
+    def gpu_ask(self) -> GPUAsk:
+        """This start's GPU request, from its profile (``gpus``) and choice."""
+        count, mig = gpu_request(self.gpus)
+        return GPUAsk(
+            key=self.server_key,
+            count=count,
+            mig=mig,
+            profile=self.profile_slug,
+            profile_name=self.profile_name,
+            user_options=dict(self.user_options or {}),
+            wait=self.wait_requested,
+            who=self._log_name,
+        )
+
+    # -- the spawn gate ----------------------------------------------------------------
+
+    def run_pre_spawn_hook(self):
+        """Give a start that may wait in line the time to wait.
+
+        JupyterHub wraps ``Spawner.start()`` in ``asyncio.wait_for(..., start_timeout)``,
+        reading ``start_timeout`` before ``start()`` runs (JupyterHub ``User.spawn``):
+        this is the last step before.  A start that may wait gets the line's ``max_wait``
+        added; the line ends the wait at ``max_wait`` itself, and the rest of the start
+        runs under the configured ``start_timeout``, counted from the grant
+        (:meth:`rest_of_start`).  The readiness wait (``http_timeout``) starts after
+        ``start()`` returns, so the wait in line never counts against it."""
+        self.start_timeout = self._start_timeout
+        options = self.user_options if isinstance(self.user_options, dict) else {}
+        if (
+            wants_wait(options.get("wait"))
+            or self.workload_asked(options)  # a notebook job waits in line
+            or self.server_key in self.line().places
+        ):
+            self.start_timeout = int(self._start_timeout + self.line().max_wait + 60)
+        return super().run_pre_spawn_hook()
 
     @contextlib.asynccontextmanager
     async def checked_spawn(self, options: dict | None):
@@ -199,8 +161,11 @@ class GPUDockerSpawner(
         server's API token, OAuth client and database rows, which a refused start would
         only delete again.  ``options``: the request's ``user_options`` (None: the stored
         ones, as ``User.spawn`` reads them).  Advisory: :meth:`start` checks all of it
-        again and the pool's reservation stays the authority.  Raises
-        ``tornado.web.HTTPError`` with the same words and status as :meth:`start`.
+        again and the pool's reservation stays the authority.  An admitted start's units
+        count as claimed (``gpu_claim``, ``pool.claims``) until its reservation is made
+        or refused, so a rush of starts is refused here once the free units are spoken
+        for.  Raises ``tornado.web.HTTPError`` with the same words and status as
+        :meth:`start`.
         """
         self.gpu_claim = None
         if options is None:
@@ -209,9 +174,9 @@ class GPUDockerSpawner(
         try:
             await self.load_profile()
             await self.check_hooks()
-            count, mig = gpu_request(self.gpus)
+            ask = self.gpu_ask()
             devices = None
-            if count:
+            if ask.count:
                 try:
                     devices = await self.pool.devices()
                 except InventoryError:
@@ -219,38 +184,67 @@ class GPUDockerSpawner(
             # from here on nothing yields: the claim below counts before the next check
             self.check_start_limits()
             if devices is not None:
-                self.check_gpus_now(devices, count, mig, self._units_text(count, mig))
+                line = self.pool_line()
+                if line.refusal_now(ask, devices, self._claimed_units(ask.units)):
+                    self.gpu_claim = (ask.count, ask.units)
+                    self.pool.claims[self.server_key] = self
         except web.HTTPError as e:
             self.tell_member(e)
             raise
 
-    @staticmethod
-    def _units_text(count: int, mig: str | None) -> str:
-        unit = f"{mig} GPU slice" if mig else "GPU"
-        return f"{count} {unit}{'s' if count > 1 else ''}"
+    def _claimed_units(self, units: str) -> int:
+        """Units of kind ``units`` claimed by other starts the gate admitted that are still
+        being handed to JupyterHub or pending, and hold no GPU and no place in line;
+        claims that are spent (the start reserved, waits in line or ended) are dropped."""
+        places = self.line().places
+        claimed = 0
+        for key, spawner in list(self.pool.claims.items()):
+            claim = spawner.gpu_claim
+            starting = spawner.handing_over or spawner.pending == "spawn"
+            if not claim or not starting or spawner.allocation is not None or key in places:
+                del self.pool.claims[key]
+            elif key != self.server_key and claim[1] == units:
+                claimed += claim[0]
+        return claimed
+
+    def check_start_limits(self) -> None:
+        """The hub's server limits (:class:`hub_ext.docker.server_limits.ServerLimits`),
+        places in line left out of the count; a place started again after a hub restart
+        was admitted before."""
+        places = self.line().places
+        if self.server_key not in places:
+            limits = ServerLimits(self.concurrent_spawn_limit, self.active_server_limit)
+            limits.check(self, list(places))
+
+    # -- a start (hub_ext.spawn.backend.SpawnBackend) ---------------------------------
 
     def new_start(self) -> None:
         self._job_end_seen = False
         self._labels_read = True  # this start writes state and labels alike
         self._launched = False
         self.allocation = None
-        self._container = None
+        self._container = {}
 
     async def check_start(self) -> None:
         """What the container will mount and run as (a missing dataset, a uid mapping, a
-        workspace outside its root: :meth:`container_settings`), then the hub's server
-        limits (HTTP 429)."""
-        self._container = await self.container_settings()
+        workspace outside its root), then the hub's server limits (HTTP 429)."""
+        self._container = {
+            "datasets": self.checked_datasets(),
+            "ids": await self.member_ids(),
+            "workspace": self.member_workspace(),
+        }
         self.check_start_limits()
 
     async def reserve(self) -> None:
         """The profile's GPUs from the pool, at once or after a wait in line
-        (:meth:`reserve_gpus`); nothing for a CPU profile."""
-        count, mig = gpu_request(self.gpus)
-        if not count:
+        (:meth:`hub_ext.docker.line.PoolLine.take`); nothing for a CPU profile."""
+        ask = self.gpu_ask()
+        if not ask.count:
             return
-        what = self._units_text(count, mig)
-        waited = await self.reserve_gpus(count, mig, what)
+        self.allocation, self.line_wait = await self.pool_line().take(
+            ask, self.emit, self._share_hours()
+        )
+        waited = self.line_wait is not None
         self.log.info(
             "%s holds GPU(s) %s%s",
             self._log_name,
@@ -258,16 +252,30 @@ class GPUDockerSpawner(
             " after a wait in line" * waited,
         )
         if not waited:
-            self.emit(20, f"Reserved {what} for you alone: {', '.join(self.allocation.uuids)}")
-        self.tell_next_window(mig)
+            self.emit(20, f"Reserved {ask.what} for you alone: {', '.join(self.allocation.uuids)}")
+        self.tell_next_window(ask.mig)
 
     def rest_of_start(self):
-        return self.timed_rest(self.line_wait is not None)
+        """The configured ``start_timeout`` for the rest of a start that waited in line
+        (see :meth:`run_pre_spawn_hook`)."""
+        if self.line_wait is None:
+            return contextlib.nullcontext()
+        return asyncio.timeout(self._start_timeout)
 
     async def launch(self) -> tuple[str, int]:
-        """The workspace, then the container (DockerSpawner's ``start``) with the GPUs'
-        ``DeviceRequest``, labels, mounts and limits (:meth:`_prepare_container`)."""
-        await self._prepare_workspace(self._container)
+        """The workspace, then the container (DockerSpawner's ``start``, which creates it
+        through :meth:`create_object`)."""
+        await prepare_workspace(
+            self.docker,
+            self.client,
+            image=self.image,
+            workspace=self._container["workspace"],
+            workspace_mount=self.workspace_mount,
+            ids=self._container["ids"],
+            username=self.user.name,
+            log=self.log,
+            who=self._log_name,
+        )
         if self.host_network:
             self.port = random_port()
         self.emit(50, f"Starting container {self.object_name} from {self.image}")
@@ -281,13 +289,104 @@ class GPUDockerSpawner(
                 "Ask an admin to build it.",
             ) from e
 
-    async def wait_ready(self, ip: str, port: int) -> tuple[str, int]:
-        """Until JupyterLab answers (:meth:`_wait_until_ready`); the GPUs are then no
-        longer a start's."""
-        self.emit(80, "Waiting for JupyterLab to answer")
-        if await self._wait_until_ready(ip, port):
-            self.emit(95, "Server is up")
+    async def create_object(self):
+        """DockerSpawner's object hook: the container of this start, built as a value
+        (:func:`hub_ext.docker.container.make_container`) from the profile, the member and
+        the allocation."""
+        if self.workload.command:  # a notebook job's runner in place of the server
+            command = [*self.workload.command, *self.get_args()]
         else:
+            command = await self.get_command()
+        extra_create, extra_host = self.extra_create_kwargs, self.extra_host_config
+        spec = make_container(
+            name=self.container_name,
+            image=self.image,
+            command=command,
+            environment={**self.get_env(), **self.core_environment()},
+            binds=self.volume_binds,
+            port=self.port,
+            labels=self.container_labels(),
+            workspace=self._container["workspace"],
+            workspace_mount=self.workspace_mount,
+            ids=self._container["ids"],
+            datasets=self._container["datasets"],
+            devices=self.allocation.uuids if self.allocation else (),
+            mem_limit=self.mem_limit,
+            cpu_limit=self.cpu_limit,
+            shm_size=self.shm_size,
+            pids_limit=self.pids_limit,
+            log_max_size=self.log_max_size,
+            umask=self.umask,
+            network_name=self.network_name,
+            use_internal_ip=self.use_internal_ip,
+            host_ip=self.host_ip,
+            links=self.links,
+            extra_create_kwargs=(
+                self._render_templates(extra_create) if isinstance(extra_create, dict) else {}
+            ),
+            extra_host_config=(
+                self._render_templates(extra_host) if isinstance(extra_host, dict) else {}
+            ),
+        )
+        create = dict(spec.create)
+        create["host_config"] = {
+            **create.get("host_config", {}),
+            **self.client.create_host_config(**spec.host),
+        }
+        return await self.docker("create_container", **create)
+
+    def container_labels(self) -> dict:
+        """The hub's labels on this start's container: who, which server and profile, its
+        devices since when, where it serves, what the workload and the hooks recorded."""
+        labels = {
+            "hub": self.hub_id,
+            "user": self.user.name,
+            "server": self.name or "",
+            "profile": self.profile_slug,
+            "devices": ",".join(self.allocation.uuids) if self.allocation else "",
+            "since": str(self.allocation.since if self.allocation else time.time()),
+            # where the server listens (on the host with host networking): a hub that
+            # restarts during the start finds it there (get_url)
+            "port": str(self.port),
+            **self.workload.labels(),  # a notebook job's id (hub_ext.jobs)
+        }
+        if self.hook_state:
+            # what the hooks recorded (the credits paid), for a hub killed before it saved
+            # spawner state (see poll_server)
+            labels["hook-state"] = json.dumps(self.hook_state, sort_keys=True)
+        return {LABEL_PREFIX + k: v for k, v in labels.items()}
+
+    async def wait_ready(self, ip: str, port: int) -> tuple[str, int]:
+        """Until JupyterLab answers HTTP at all, polling briskly
+        (:func:`hub_ext.docker.readiness.wait_until_ready`) so that the hub's own
+        exponential back-off (JupyterHub ``wait_for_http_server``) finds it up at its first
+        try; fails fast with HTTP 500 and the container's last log lines when it exits.
+        The GPUs are then no longer a start's."""
+        self.emit(80, "Waiting for JupyterLab to answer")
+        url = f"http://{ip}:{port}{self.server.base_url if self.server else '/'}api"
+        try:
+            ready = await wait_until_ready(
+                ip,
+                port,
+                url,
+                self.http_timeout,
+                self.ready_poll_interval,
+                self.poll,
+                self._exit_check_interval,
+            )
+        except ServerExited as e:
+            logs = await self._container_logs()
+            self.log.error(
+                "Container of %s exited during start (%s): %s", self._log_name, e.status, logs
+            )
+            raise web.HTTPError(
+                500,
+                "The server's container stopped while starting. "
+                "Ask an admin to look at the hub log.",
+            ) from None
+        if ready:
+            self.emit(95, "Server is up")
+        else:  # the hub's own wait reports the time-out as usual
             self.emit(90, "JupyterLab is slow to answer; still waiting")
         if self.allocation is not None:
             self.allocation.starting = False
@@ -296,8 +395,8 @@ class GPUDockerSpawner(
     def start_ended(self) -> None:
         if gpu_request(self.gpus)[0]:
             self.line().forget(self.server_key)  # only a granted place; idempotent
-        # check_spawn's claim is spent: the GPUs are held (or the place in line taken),
-        # or the start failed and holds nothing
+        # the gate's claim is spent: the GPUs are held (or the place in line taken), or
+        # the start failed and holds nothing
         self.gpu_claim = None
 
     async def abandon(self) -> None:
@@ -318,6 +417,13 @@ class GPUDockerSpawner(
             self.object_id = ""
         except Exception:
             self.log.exception("Could not remove the container of failed %s", self._log_name)
+
+    async def _container_logs(self) -> str:
+        try:
+            out = await self.docker("logs", self.object_name, tail=20)
+            return out.decode("utf-8", "replace")
+        except Exception:
+            return "(no logs)"
 
     async def get_ip_and_port(self):
         if self.host_network:
@@ -351,58 +457,33 @@ class GPUDockerSpawner(
             return self.server.url
         return f"{self.server.proto}://{ip}:{port}{self.server.base_url}"
 
-    async def _wait_until_ready(self, ip, port) -> bool:
-        """Wait until the server answers HTTP at all, or its container dies, for at most
-        ``http_timeout`` seconds.  Returns False when it has not answered by then
-        (JupyterHub's own wait, ``Spawner.http_timeout``, then decides).
+    # -- the member's uid and workspace --------------------------------------------------
 
-        First the port, with a TCP connect every ``ready_poll_interval`` seconds: while
-        nothing listens the kernel refuses at once, so the checks can be frequent without
-        taking CPU from the starting server.  Once the port takes connections (Jupyter
-        Server binds it at the first turn of its event loop, ``ServerApp.init_httpserver``),
-        one HTTP request to ``/api``; a failed one (reset, time-out) goes back to the port
-        checks.  So the server is found up within about ``ready_poll_interval`` of
-        binding, and JupyterHub's own first check (``Server.wait_up``) then succeeds at
-        once.
+    async def member_ids(self) -> tuple[int, int] | None:
+        """(uid, gid) the member's server runs as, or None for the image's jovyan
+        (:func:`hub_ext.docker.container.member_ids`)."""
+        return await member_ids(
+            self.user, self.uid_map_file, self.require_uid_mapping, self.log, self._log_name
+        )
 
-        Fails fast with HTTP 500 and the container's last log lines when it exits (asked of
-        Docker every ``_exit_check_interval`` seconds).
-        """
-        url = f"http://{ip}:{port}{self.server.base_url if self.server else '/'}api"
-        client = AsyncHTTPClient()
-        deadline = time.monotonic() + self.http_timeout
-        next_exit_check = time.monotonic() + self._exit_check_interval
-        while time.monotonic() < deadline:
-            if await port_open(ip, port):
-                try:
-                    await client.fetch(
-                        url, request_timeout=2, follow_redirects=False, raise_error=False
-                    )
-                    return True
-                except (ConnectionError, OSError, HTTPClientError):
-                    pass
-            if time.monotonic() >= next_exit_check:
-                next_exit_check = time.monotonic() + self._exit_check_interval
-                status = await self.poll()
-                if status is not None:
-                    logs = await self._container_logs()
-                    self.log.error(
-                        "Container of %s exited during start (%s): %s", self._log_name, status, logs
-                    )
-                    raise web.HTTPError(
-                        500,
-                        "The server's container stopped while starting. "
-                        "Ask an admin to look at the hub log.",
-                    )
-            await asyncio.sleep(self.ready_poll_interval)
-        return False  # the hub's own wait reports the time-out as usual
+    def member_workspace(self) -> str:
+        """The member's workspace: a volume name, or a host path under
+        ``workspace_root`` (:func:`hub_ext.docker.container.member_workspace`)."""
+        return member_workspace(
+            self._render_templates(self.workspace), self.workspace_root, self.log, self._log_name
+        )
 
-    async def _container_logs(self) -> str:
-        try:
-            out = await self.docker("logs", self.object_name, tail=20)
-            return out.decode("utf-8", "replace")
-        except Exception:
-            return "(no logs)"
+    async def job_workspace(self) -> tuple[str, int, int]:
+        """The member's workspace on this machine, and its owner (uid, gid), for a notebook
+        job: a host path as it is, a named volume by its mount point.  Raises
+        ``HTTPError(404)`` when the member has no workspace yet."""
+        ids = await self.member_ids() or (1000, 100)
+        folder = await workspace_folder(self.docker, self.member_workspace())
+        if not folder:
+            raise web.HTTPError(
+                404, "You have no workspace yet: start a server once and save your notebook."
+            )
+        return folder, *ids
 
     # -- a running server --------------------------------------------------------------
 
@@ -570,3 +651,82 @@ class GPUDockerSpawner(
     def clear_state(self):
         super().clear_state()  # the hooks' state too (SpawnerCore)
         self.release("state cleared")
+
+    # -- what is free now (the spawn page, the board) ------------------------------------
+
+    async def gpu_snapshot(self):
+        return await availability.pool_snapshot(self.pool, self.log)
+
+    def gpus_now(self, snapshot, overrides: dict):
+        gpus = overrides.get("gpus", self._configured["gpus"])
+        return availability.pool_gpus_now(self.pool, self.line(), self.user.name, snapshot, gpus)
+
+    def limits_of(self, overrides: dict) -> tuple:
+        """The profile's JupyterHub ``mem_limit`` and ``cpu_limit``, which the container
+        gets."""
+        return overrides.get("mem_limit"), overrides.get("cpu_limit")
+
+    async def image_facts(self, image: str) -> dict:
+        return await availability.image_facts(self.docker, image)
+
+    @classmethod
+    async def availability(cls, config, log) -> dict:
+        return await availability.pool_availability(config, log)
+
+    @classmethod
+    async def gpu_board(cls, handler) -> dict:
+        """The GPU board's rows for this node (:mod:`hub_ext.docker.board`)."""
+        from .board import board_model
+
+        return await board_model(handler)
+
+    def goes_first(self, gpus) -> bool:
+        """A member of an open window's group passes the line
+        (:meth:`Reservations.member_first`), so the card is not held back by it."""
+        return Reservations.initialized() and Reservations.instance().member_first(
+            self.user.name, gpus.kind if gpus.mig else "gpu"
+        )
+
+    def runs_until(self, gpus) -> str:
+        """How long a start may run before another group's window
+        (:meth:`Reservations.next_stop`), or ``""``."""
+        if not Reservations.initialized():
+            return ""
+        rules = Reservations.instance()
+        window = rules.next_stop(self.user.name, gpus.kind if gpus.mig else "gpu")
+        if window is None:
+            return ""
+        left = (window.start - rules.now()).total_seconds()
+        return (
+            f"{starts_text(window)}: a server started now may run until then (about "
+            f"{duration(left)})."
+        )
+
+    def tell_next_window(self, mig: str | None) -> None:
+        """Tell the member, on the progress page, how long the server may run before a
+        reservation of a group they are not in may stop it (within 12 h)."""
+        if not Reservations.initialized():
+            return
+        rules = Reservations.instance()
+        window = rules.next_stop(self.user.name, mig or "gpu")
+        if window is not None:
+            self.emit(25, rules.start_notice(window))
+
+    def _share_hours(self) -> float:
+        """GPU-hours of this member in the last ``c.Line.fair_share_days`` (0 when off)."""
+        line = self.line()
+        if not line.fair_share_days or self.db_session() is None:
+            return 0.0
+        from ..common import runs
+        from ..ops.usage import gpu_seconds
+
+        now = datetime.now(UTC)
+        since = now - timedelta(days=line.fair_share_days)
+        return (
+            sum(
+                gpu_seconds(r, since, now)
+                for r in runs.runs_overlapping(self.db_session(), since)
+                if r.username == self.user.name
+            )
+            / 3600
+        )

@@ -4,6 +4,8 @@
 - :mod:`.checks`: what a new job must pass (the body, the profile, the notebook);
 - :mod:`.lifecycle`: create, launch (a named server ``job-…`` started by the hub), stop,
   and the keeper (maximum run time, restarts);
+- :mod:`.workload`: what a job's server runs, for the spawn lifecycle
+  (:class:`hub_ext.spawn.workload.Workload`);
 - :mod:`.hook`: the spawner hook: forged job starts refused, a job ended exactly once;
 - :mod:`.handlers`: the REST endpoints (``/hub/api/gpuhub/jobs``), scope
   ``custom:gpuhub:jobs``;

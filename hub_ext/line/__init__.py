@@ -8,10 +8,11 @@
 - :mod:`hub_ext.line.resume`: after a hub restart, the waiting spawns started again;
 - :mod:`hub_ext.line.handlers`: the member's and the admins' endpoints.
 
-A backend grants freed units to the line (Docker: :mod:`hub_ext.docker.pool_line`;
+A backend grants freed units to the line (Docker: :mod:`hub_ext.docker.line`;
 Slurm: :mod:`hub_ext.slurm.line`).
 """
 
 from .core import Line, LineBackend, LineLeft, LineRefused, Place
+from .place import show_changes
 
-__all__ = ["Line", "LineBackend", "LineLeft", "LineRefused", "Place"]
+__all__ = ["Line", "LineBackend", "LineLeft", "LineRefused", "Place", "show_changes"]

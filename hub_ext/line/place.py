@@ -15,7 +15,7 @@ from ..common.server_key import ServerKey
 from . import store
 from .order import NO_ESTIMATE
 
-__all__ = ["LineBackend", "LineLeft", "LineRefused", "Place"]
+__all__ = ["LineBackend", "LineLeft", "LineRefused", "Place", "show_changes"]
 
 
 class LineRefused(Exception):
@@ -38,7 +38,7 @@ class LineLeft(Exception):
 
 class LineBackend:
     """What the line asks of a backend (the Docker pool:
-    :class:`hub_ext.docker.pool_line.PoolGrants`; Slurm:
+    :class:`hub_ext.docker.line.PoolGrants`; Slurm:
     :class:`hub_ext.slurm.line.SlurmQueue`).
 
     :meth:`free_units`, :meth:`grant` and :meth:`frees` are required (they raise
@@ -119,3 +119,18 @@ class Place:
     @property
     def unit_word(self) -> str:
         return "GPU" if self.units == "gpu" else f"{self.units} GPU slice"
+
+
+def show_changes(show: Callable[[int, str], None], progress: int) -> Callable[[dict], None]:
+    """A place's ``on_update`` for a waiting start: its sentence (the line's description of
+    the place) told to ``show(progress, sentence)``, the progress page's event, only when
+    it changed."""
+    last = [""]
+
+    def show_place(described: dict) -> None:
+        sentence = described.get("sentence")
+        if sentence and sentence != last[0]:
+            last[0] = sentence
+            show(progress, sentence)
+
+    return show_place

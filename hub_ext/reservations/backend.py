@@ -2,7 +2,7 @@
 REST endpoints (:mod:`.handlers`), and the group members it is given.
 
 The endpoints call the spawner class's ``reservation_changed`` (a seam of
-:class:`hub_ext.spawn.page.SpawnPage`, nothing by default) after their own checks and
+:class:`hub_ext.spawn.backend.SpawnBackend`, nothing by default) after their own checks and
 before they store a change (a creation: right after, undone when the backend refuses), so
 that a reservation the backend refused is not kept.
 """

@@ -1,15 +1,17 @@
-"""The Slurm backend: the hub's servers run as Slurm batch jobs on a cluster's GPU nodes.
+"""The Slurm backend: each server is a batch job on a Slurm cluster's nodes.
 
-- :mod:`.spawner`: GPUSlurmSpawner, batchspawner's SlurmSpawner with the shared core
-  (:mod:`hub_ext.spawn.core`);
-- :mod:`.cluster`: what the hub reads from Slurm (nodes, free GPUs, jobs' GPUs, the queue);
-- :mod:`.availability`: the spawn page's free GPUs per profile and image facts;
-- :mod:`.board`: the GPU board's rows (nodes, their GPUs and jobs, pending jobs);
-- :mod:`.spawner_line`: the spawner's part of the line (refusal when no GPU is free, the
-  place of a pending job, a pending job taken back after a hub restart);
-- :mod:`.spawner_end`: how a server's job ended (a notebook job's own end after its report,
-  a node down, out of memory, cancelled outside the hub);
-- :mod:`.line`: Slurm's queue as the shared line's backend (a pending job's standing).
+- :mod:`.spawner`: GPUSlurmSpawner, batchspawner's SlurmSpawner answering the spawn
+  lifecycle (:class:`hub_ext.spawn.backend.SpawnBackend`; the story:
+  docs/explanation/spawn.md);
+- :mod:`.settings`: its settings (``c.GPUSlurmSpawner.*``);
+- :mod:`.batch`: the member's workspace and the batch job built as a value;
+- :mod:`.submit`: where the Slurm commands run (the hub's host or a submit host);
+  :mod:`.cluster`: the cluster as the hub reads it (nodes, jobs, queue, how a job ended);
+- :mod:`.line`: a pending job as a place in the hub's line; :mod:`.reservations` and
+  :mod:`.enforce`: the hub's reservations as Slurm's own, enforced;
+- :mod:`.availability`, :mod:`.board`, :mod:`.accounting`: free GPUs for the spawn page,
+  the GPU board, ``gpuhub usage``'s Slurm accounting;
 - :mod:`.config`: the backend's own part of the hub's configuration
-  (``GPUHUB_BACKEND=slurm``), and Slurm's accounting for ``gpuhub usage``.
+  (``GPUHUB_BACKEND=slurm``); :mod:`.port_report`: batchspawner's port report, kept to
+  the member's own server.
 """

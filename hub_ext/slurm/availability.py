@@ -1,11 +1,12 @@
-"""The Slurm backend's answers to the spawn page (:mod:`hub_ext.spawn.page`): free GPUs per
-profile from ``sinfo`` (its partition and GRES type), and what an image holds from the
-labels saved beside its unpacked filesystem.
+"""The Slurm backend's answers to the spawn page (:mod:`hub_ext.spawn.page`) and the GPU
+board: free GPUs per profile from ``sinfo`` (its partition and GRES type), those of a Slurm
+reservation of a group the member is not in counted as taken, and what an image holds from
+the labels saved beside its unpacked filesystem.
 
-A mixin of :class:`hub_ext.slurm.spawner.GPUSlurmSpawner`.  The node list is read through
-the hub's one :class:`~hub_ext.slurm.cluster.SlurmCluster` per environment, in a
-subprocess (never on the event loop) and cached ``cache_seconds`` (5 s), so a page that
-polls every 5 s costs one ``sinfo`` per period however many members look.
+The node list is read through the hub's one :class:`~hub_ext.slurm.cluster.SlurmCluster`
+per environment, in a subprocess (never on the event loop) and cached ``cache_seconds``
+(5 s), so a page that polls every 5 s costs one ``sinfo`` per period however many members
+look.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..reservations.backend import BackendRefused, BackendUnavailable
-from ..spawn.page import GPUsNow, SpawnPage, facts_from_labels
-from .cluster import MEMBER_PREFIX, Node, SlurmCluster, SlurmUnavailable, parse_gres_request
+from ..spawn.page import GPUsNow, facts_from_labels
+from .batch import slurm_request
+from .cluster import Node, SlurmCluster, SlurmUnavailable
 from .reservations import SlurmReservation, SlurmReservations, closed_gpus, until_text
-from .submit import DEFAULT_SSH, SubmitHost
 
 #: File beside an unpacked image's ``rootfs`` with the image's labels (a JSON object),
 #: written by ``scripts/slurm-cluster.sh image``.
@@ -84,151 +85,114 @@ def gpus_in(nodes: list[Node], partition: str, kind: str, count: int) -> GPUsNow
     )
 
 
-class SlurmAvailability(SpawnPage):
-    """Free GPUs and image facts for the spawn page, from Slurm and the image folder."""
+async def nodes_snapshot(cluster: SlurmCluster, timeout: float, config, log) -> NodesSnapshot:
+    """The nodes now (cached a few seconds), with Slurm's ``gpuhub-<id>`` reservations;
+    never raises (an error is part of the snapshot)."""
+    try:
+        nodes = await cluster.nodes(timeout=timeout)
+    except SlurmUnavailable as e:
+        log.warning("%s for the spawn page: %s", e.what, e)
+        return NodesSnapshot([], error=e.member_message)
+    return NodesSnapshot(
+        nodes,
+        cluster.default_partition,
+        reservations=await slurm_reservations(cluster, config, log),
+    )
 
-    async def gpu_snapshot(self) -> NodesSnapshot:
-        """The nodes now (cached a few seconds); never raises."""
-        try:
-            nodes = await self.cluster.nodes(timeout=self.scheduler_timeout)
-        except SlurmUnavailable as e:
-            self.log.warning("%s for the spawn page: %s", e.what, e)
-            return NodesSnapshot([], error=e.member_message)
-        return NodesSnapshot(
-            nodes, self.cluster.default_partition, reservations=await self.slurm_reservations()
+
+async def slurm_reservations(cluster: SlurmCluster, config, log) -> list[SlurmReservation]:
+    """Slurm's ``gpuhub-<id>`` reservations now; [] (logged) when they cannot be read."""
+    try:
+        return list((await SlurmReservations(cluster, config=config).read()).values())
+    except (BackendRefused, BackendUnavailable) as e:
+        log.warning("No Slurm reservations read: %s", e)
+        return []
+
+
+def as_member_sees(
+    nodes: list[Node], reservations, open_to_me, group_of, kind: str, count: int, partition: str
+) -> GPUsNow:
+    """:func:`gpus_in` with the GPUs reserved for a group the member is not in taken
+    (``open_to_me(reservation)``: whether the member may use it; ``group_of(id)``: a hub
+    reservation's group), and the reason in words in the refusal ("No GPU free for you: 2
+    GPUs reserved for ml101 until 16:00 UTC, and the others are in use. ...")."""
+    seen, closing = closed_gpus(nodes, reservations, open_to_me, kind)
+    gpus = gpus_in(seen, partition, kind, count)
+    if closing is not None and gpus.refusal:
+        group = group_of(closing.reservation_id) or "a group"
+        reserved = until_text(closing, group, nodes)
+        gpus = replace(
+            gpus,
+            refusal=(
+                f"No GPU free for you: {reserved}, and the others are in use. You can "
+                "wait in line for one, try the CPU profile or come back later."
+                if gpus.can_wait
+                else f"{reserved}. {gpus.refusal}"
+            ),
         )
+    return gpus
 
-    async def slurm_reservations(self) -> list[SlurmReservation]:
-        """Slurm's ``gpuhub-<id>`` reservations now; [] (logged) when they cannot be read."""
-        try:
-            return list((await SlurmReservations(self.cluster, config=self.config).read()).values())
-        except (BackendRefused, BackendUnavailable) as e:
-            self.log.warning("No Slurm reservations for %s: %s", self._log_name, e)
-            return []
 
-    def open_to_me(self, reservation: SlurmReservation) -> bool:
-        """Whether this member may use ``reservation``: one of its users, or of its
-        group in the hub (joined since the last pass)."""
-        return self.user.name in reservation.users or self.group_of(reservation.reservation_id) in {
-            g.name for g in self.user.groups
-        }
+def limits_of(overrides: dict, configured: dict) -> tuple:
+    """What a profile's job asks Slurm for: ``req_memory`` (Slurm's ``--mem``, megabytes
+    unless it has a K/M/G/T suffix) and ``req_nprocs`` (``--cpus-per-task``), from
+    JupyterHub's ``mem_limit``/``cpu_limit`` where those are not set
+    (:func:`hub_ext.slurm.batch.slurm_request`); ``configured``: the spawner's values."""
 
-    def as_member_sees(
-        self, nodes: list[Node], reservations, kind: str, count: int, partition: str
-    ) -> GPUsNow:
-        """:func:`gpus_in` with the GPUs reserved for a group the member is not in taken,
-        and the reason in words in the refusal ("No GPU free for you: 2 GPUs reserved
-        for ml101 until 16:00 UTC, and the others are in use. ...")."""
-        seen, closing = closed_gpus(nodes, reservations, self.open_to_me, kind)
-        gpus = gpus_in(seen, partition, kind, count)
-        if closing is not None and gpus.refusal:
-            group = self.group_of(closing.reservation_id) or "a group"
-            reserved = until_text(closing, group, nodes)
-            gpus = replace(
-                gpus,
-                refusal=(
-                    f"No GPU free for you: {reserved}, and the others are in use. You can "
-                    "wait in line for one, try the CPU profile or come back later."
-                    if gpus.can_wait
-                    else f"{reserved}. {gpus.refusal}"
-                ),
-            )
-        return gpus
+    def value(name):
+        return overrides.get(name, configured.get(name))
 
-    def gpus_now(self, snapshot: NodesSnapshot, overrides: dict) -> GPUsNow:
-        """The profile's GPUs on its partition (``req_partition``, or Slurm's default
-        partition) and of its GRES type; when Slurm does not answer, the card says so."""
-        kind, count = parse_gres_request(gres_of(overrides, self._configured))
-        if snapshot.error:
-            return GPUsNow(count=count, kind=kind, refusal=snapshot.error if count else "")
-        partition = (
-            overrides.get("req_partition", self._configured.get("req_partition"))
-            or snapshot.default_partition
+    try:
+        memory, cpus = slurm_request(
+            value("req_memory"), value("req_nprocs"), value("mem_limit"), value("cpu_limit")
         )
-        return self.as_member_sees(snapshot.nodes, snapshot.reservations, kind, count, partition)
+    except ValueError:  # a bad size: the start itself refuses it
+        memory, cpus = str(value("req_memory") or ""), str(value("req_nprocs") or "")
+    return (
+        memory + "M" if memory.isdigit() else memory or None,
+        int(cpus) if cpus.isdigit() else None,
+    )
 
-    def limits_of(self, overrides: dict) -> tuple:
-        """What the job asks Slurm for: ``req_memory`` (Slurm's ``--mem``, megabytes
-        unless it has a K/M/G/T suffix) and ``req_nprocs`` (``--cpus-per-task``), from
-        JupyterHub's ``mem_limit``/``cpu_limit`` where those are not set
-        (:func:`hub_ext.slurm.batch.slurm_request`)."""
-        from .batch import slurm_request
 
-        def value(name):
-            return overrides.get(name, self._configured.get(name))
-
-        try:
-            memory, cpus = slurm_request(
-                value("req_memory"), value("req_nprocs"), value("mem_limit"), value("cpu_limit")
-            )
-        except ValueError:  # a bad size: the start itself refuses it
-            memory, cpus = str(value("req_memory") or ""), str(value("req_nprocs") or "")
-        return (
-            memory + "M" if memory.isdigit() else memory or None,
-            int(cpus) if cpus.isdigit() else None,
-        )
-
-    @classmethod
-    async def availability(cls, config, log) -> dict:
-        """Counts over every GPU of the cluster, for ``/hub/api/gpuhub/availability``:
-        free (on nodes that take jobs), allocated to jobs, and on nodes down or drained
-        (``unhealthy``)."""
-        try:
-            nodes = await cls.shared_cluster(config).nodes()
-        except SlurmUnavailable as e:
-            log.warning("%s for the availability endpoint: %s", e.what, e)
-            return {
-                "inventory": "slurm",
-                "total": 0,
-                "free": 0,
-                "allocated": 0,
-                "outside": 0,
-                "unhealthy": 0,
-                "error": e.member_message,
-            }
+async def cluster_availability(cluster: SlurmCluster, log) -> dict:
+    """Counts over every GPU of the cluster, for ``/hub/api/gpuhub/availability``: free (on
+    nodes that take jobs), allocated to jobs, and on nodes down or drained
+    (``unhealthy``)."""
+    try:
+        nodes = await cluster.nodes()
+    except SlurmUnavailable as e:
+        log.warning("%s for the availability endpoint: %s", e.what, e)
         return {
             "inventory": "slurm",
-            "total": sum(sum(n.gpus.values()) for n in nodes),
-            "free": sum(n.free() for n in nodes),
-            "allocated": sum(sum(n.gpus_used.values()) for n in nodes if n.available),
+            "total": 0,
+            "free": 0,
+            "allocated": 0,
             "outside": 0,
-            "unhealthy": sum(sum(n.gpus.values()) for n in nodes if not n.available),
-            "error": "",
+            "unhealthy": 0,
+            "error": e.member_message,
         }
+    return {
+        "inventory": "slurm",
+        "total": sum(sum(n.gpus.values()) for n in nodes),
+        "free": sum(n.free() for n in nodes),
+        "allocated": sum(sum(n.gpus_used.values()) for n in nodes if n.available),
+        "outside": 0,
+        "unhealthy": sum(sum(n.gpus.values()) for n in nodes if not n.available),
+        "error": "",
+    }
 
-    @classmethod
-    def shared_cluster(cls, config) -> SlurmCluster:
-        """The hub's cluster object for ``c.<class>.slurm_env``, ``submit_host``,
-        ``submit_ssh_command`` and ``exec_prefix`` (the spawners' one: shared node
-        cache)."""
-        section = config.get(cls.__name__, {})
-        submit = SubmitHost(
-            section.get("submit_host", ""), tuple(section.get("submit_ssh_command", DEFAULT_SSH))
-        )
-        return SlurmCluster.shared(
-            dict(section.get("slurm_env", {}) or {}),
-            submit,
-            section.get("exec_prefix", MEMBER_PREFIX),
-        )
 
-    @classmethod
-    async def gpu_board(cls, handler) -> dict:
-        """The GPU board's rows for the cluster (:mod:`hub_ext.slurm.board`)."""
-        from .board import board_model
+async def image_facts(rootfs: str) -> dict:
+    """What an image holds, from ``labels.json`` beside its unpacked filesystem ``rootfs``
+    (``{}`` when the image is not unpacked for the nodes).  Read in a worker thread: the
+    folder is on storage the nodes share, which the event loop never waits on."""
+    folder = Path(rootfs).parent
 
-        return await board_model(handler, cls.shared_cluster(handler.settings["config"]))
+    def read() -> dict:
+        try:
+            labels = json.loads((folder / LABELS_FILE).read_text() or "{}") or {}
+        except (OSError, ValueError):
+            return {} if not (folder / "rootfs").is_dir() else facts_from_labels({})
+        return facts_from_labels(labels)
 
-    async def image_facts(self, image: str) -> dict:
-        """What an image holds, from ``labels.json`` beside its unpacked filesystem
-        (``{}`` when the image is not unpacked for the nodes).  Read in a worker thread:
-        the folder is on storage the nodes share, which the event loop never waits on."""
-        folder = Path(self.rootfs_of(image)).parent
-
-        def read() -> dict:
-            try:
-                labels = json.loads((folder / LABELS_FILE).read_text() or "{}") or {}
-            except (OSError, ValueError):
-                return {} if not (folder / "rootfs").is_dir() else facts_from_labels({})
-            return facts_from_labels(labels)
-
-        return await asyncio.to_thread(read)
+    return await asyncio.to_thread(read)

@@ -1,57 +1,61 @@
-"""The Slurm backend's batch job: its script, the container it runs, the member's workspace.
+"""The Slurm backend's batch job: its settings, the member's workspace on shared storage,
+and the job itself as a value.
 
-:class:`SlurmBatchJob` is mixed into :class:`hub_ext.slurm.spawner.GPUSlurmSpawner` (its
-traits are set as ``c.GPUSlurmSpawner.<trait>``).  :data:`BATCH_SCRIPT` is batchspawner's
-``batch_script``: the ``#SBATCH`` request from the profile's ``req_*`` traits, then only
-the GPU device files Slurm gave the job (``SLURM_JOB_GPUS``), the job's API token read
-from the member's token file, and ``container_command`` (bubblewrap on the image unpacked
-on shared storage, :data:`BWRAP`, by default) around batchspawner's wrapper.
-:meth:`SlurmBatchJob.get_req_subvars` fills its fields, every value a member or profile
-gives shell-quoted.
+- :class:`BatchSettings`: the image unpacked on shared storage, the workspace, the GPU
+  device files, the container runtime (set as ``c.GPUSlurmSpawner.<trait>``);
+- :func:`member_ids`, :func:`prepare_workspace`, :func:`check_mount_points`,
+  :func:`check_runner`: whom the job runs as and what it needs, checked before anything is
+  submitted, in sentences a member reads;
+- :func:`make_batch_job`: the job of one start (the ``#SBATCH`` request and the script,
+  every value a member or profile gives shell-quoted), a pure function of the profile's
+  request, the member and the image.  :data:`BATCH_SCRIPT` is its template, batchspawner's
+  ``batch_script``: the request, then only the GPU device files Slurm gave the job
+  (``SLURM_JOB_GPUS``), the job's API token read from the member's token file, and
+  ``container_command`` (bubblewrap on the unpacked image, :data:`BWRAP`, by default)
+  around batchspawner's wrapper.
 
-A notebook job's server (``user_options["job"]``, :mod:`hub_ext.jobs`) is the same batch
-job with ``gpuhub-notebook-job`` in place of JupyterLab behind batchspawner's wrapper
-(:meth:`SlurmBatchJob.cmd_formatted_for_batch`), ``GPUHUB_JOB`` exported into it
-(:meth:`SlurmBatchJob.get_req_subvars`), a Slurm job name that says so
-(``gpuhub-notebook-<member>-job-<12 hex>``) and its maximum run time as ``--time``
-(:func:`job_time_limit`); docs: howto/notebook-jobs ("On Slurm").
+A notebook job (:mod:`hub_ext.jobs`) is the same batch job with its runner in place of
+JupyterLab, its variables exported into it, a Slurm job name that says so and its maximum
+run time as ``--time`` (:func:`job_time_limit`); docs: howto/notebook-jobs ("On Slurm").
 """
 
 from __future__ import annotations
 
 import math
-import os
 import pwd
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from batchspawner import SlurmSpawner
 from batchspawner.batchspawner import format_template
 from jupyterhub.traitlets import ByteSpecification
 from tornado import web
-from traitlets import TraitError, Unicode
-from traitlets.config import LoggingConfigurable
+from traitlets import TraitError
 
 from ..common import metrics
 from ..spawn.member_dirs import MemberDirRefused, member_dir
 
 __all__ = [
     "BATCH_SCRIPT",
-    "BatchJob",
     "BWRAP",
-    "SlurmBatchJob",
+    "BatchJob",
+    "check_mount_points",
+    "check_runner",
     "job_time_limit",
     "make_batch_job",
+    "member_ids",
+    "prepare_workspace",
+    "rootfs_of",
     "slurm_minutes",
     "slurm_request",
+    "token_file",
 ]
 
 #: The member's notebook server inside the container: bubblewrap (Debian ``bubblewrap``,
 #: unprivileged user namespaces) on the image's unpacked root filesystem, as the member's
 #: own uid; ``--disable-userns`` (bubblewrap 0.8) stops the member making nested user
 #: namespaces (``unshare -U``), and with them namespaces of every other kind: kernel code
-#: members need not reach.  Fields: see :attr:`SlurmBatchJob.container_command`.
+#: members need not reach.  Fields: see ``c.GPUSlurmSpawner.container_command`` (:mod:`.settings`).
 BWRAP = (
     "bwrap --unshare-user --disable-userns --unshare-pid --unshare-ipc --die-with-parent"
     " --ro-bind {rootfs} / --proc /proc --dev /dev --tmpfs /tmp --tmpfs /home/jovyan"
@@ -155,222 +159,98 @@ def job_time_limit(runtime: str, max_seconds: int) -> str:
     return str(runtime) if limit is not None and limit <= minutes else str(minutes)
 
 
-class SlurmBatchJob(LoggingConfigurable):
-    """The batch job of a member's server: image, workspace, devices, container.
+def rootfs_of(image_dir: str, image: str) -> str:
+    """Where the nodes find ``image`` unpacked: ``image_dir/<image, / and : as _>/rootfs``."""
+    return str(Path(image_dir) / image.replace("/", "_").replace(":", "_") / "rootfs")
 
-    Needs from the spawner it is mixed into: ``user``, ``_log_name``, ``job_name``,
-    ``token_file()``, ``member_datasets()`` and ``workspace_mount``
-    (:class:`hub_ext.spawn.mounts.MemberMounts`), and batchspawner's ``get_req_subvars`` after
-    it in the method order."""
 
-    image = Unicode(
-        "gpuhub/base:latest",
-        config=True,
-        help="""The notebook image (the Docker backend's name for it).  The nodes run its
-        unpacked root filesystem, ``image_dir/<image with / and : as _>/rootfs``
-        (``scripts/slurm-cluster.sh image NAME`` makes it from the local Docker image).
-        Usually set per profile.
+def token_file(workspace: str, server: str) -> str:
+    """Where the job finds the API token of a start of server ``server`` ("" the default):
+    in the member's workspace, ``.gpuhub/token-<server>``."""
+    return f"{workspace}/.gpuhub/token-{server or 'default'}"
 
-            c.GPUSlurmSpawner.image = "gpuhub/pytorch:latest"
-        """,
-    )
 
-    image_dir = Unicode(
-        "/srv/gpuhub-slurm/images",
-        config=True,
-        help="""Shared folder, seen by every node, with the unpacked images.
+def member_ids(username: str) -> tuple[int, int]:
+    """The member's Unix uid and gid on the cluster (their account there; Slurm runs the
+    job as it).  Raises HTTPError(403) when the cluster has no such account."""
+    try:
+        entry = pwd.getpwnam(username)
+    except KeyError:
+        metrics.SPAWNS_REFUSED.labels(reason="no_uid_mapping").inc()
+        raise web.HTTPError(
+            403, f"{username} has no account on the cluster. Ask an admin to create it."
+        ) from None
+    return entry.pw_uid, entry.pw_gid
 
-            c.GPUSlurmSpawner.image_dir = "/cluster/gpuhub/images"
-        """,
-    )
 
-    workspace = Unicode(
-        "/srv/gpuhub-slurm/shared/home/{username}",
-        config=True,
-        help="""The member's workspace on shared storage every node sees (``{username}``
-        is replaced); created by the hub, owned by the member, when missing.
-
-            c.GPUSlurmSpawner.workspace = "/cluster/home/{username}/jupyter"
-        """,
-    )
-
-    gpu_device = Unicode(
-        "/dev/nvidia$i",
-        config=True,
-        help="""The device file of GPU index ``$i`` on a node, as a bash word in the batch
-        script (``$SLURMD_NODENAME`` is the node).  The test cluster's stand-ins live under
-        its folder.
-
-            c.GPUSlurmSpawner.gpu_device = "/srv/gpuhub-slurm/dev/$SLURMD_NODENAME/nvidia$i"
-        """,
-    )
-
-    container_command = Unicode(
-        BWRAP,
-        config=True,
-        help="""The container runtime's command line in the batch script, the notebook
-        command appended.  Fields: {rootfs}, {image}, {workspace}, {workspace_mount},
-        {dataset_binds}, {gpu_binds} (a bash array of bubblewrap --dev-bind arguments),
-        {batchspawner} (the wrapper package's folder), {path}.  docs/howto/slurm.md ("What
-        the cluster needs") has Apptainer and Enroot templates.
-
-            c.GPUSlurmSpawner.container_command = "apptainer exec --nv {image} "
-
-        {batchspawner} is the ``batchspawner`` package folder itself: bind it at
-        ``<dir>/batchspawner`` with ``PYTHONPATH=<dir>``, so that nothing but it comes
-        before the image's packages.
-        """,
-    )
-
-    container_path = Unicode(
-        "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        config=True,
-        help="""PATH inside the container (the project's images keep Jupyter in /opt/venv).
-
-            c.GPUSlurmSpawner.container_path = "/opt/conda/bin:/usr/bin:/bin"
-        """,
-    )
-
-    def cmd_formatted_for_batch(self):
-        """batchspawner's command in the batch script: its wrapper (it reports the port to
-        the hub, then runs the command with ``runpy``) around JupyterLab, or around
-        ``gpuhub-notebook-job`` for a notebook job."""
-        if not self.workload.command:
-            return super().cmd_formatted_for_batch()
-        return " ".join(
-            [self.batchspawner_singleuser_cmd, *self.workload.command, *self.get_args()]
-        )
-
-    async def job_workspace(self) -> tuple[str, int, int]:
-        """The member's workspace on the shared storage (the hub's host sees it, as for
-        :meth:`prepare_workspace`) and the member's uid and gid on the cluster, for a
-        notebook job (:meth:`hub_ext.spawn.core.SpawnerCore.job_workspace`).  Raises
-        HTTPError(403) without a cluster account, HTTPError(404) without a workspace."""
-        uid, gid = self.member_ids()
-        path = self.workspace.format(username=self.user.name)
-        if not os.path.isdir(path):
-            raise web.HTTPError(
-                404, "You have no workspace yet: start a server once and save your notebook."
-            )
-        return path, uid, gid
-
-    def member_ids(self) -> tuple[int, int]:
-        """The member's Unix uid and gid on the cluster (their account there; Slurm runs
-        the job as it).  Raises HTTPError(403) when the cluster has no such account."""
-        try:
-            entry = pwd.getpwnam(self.user.name)
-        except KeyError:
-            metrics.SPAWNS_REFUSED.labels(reason="no_uid_mapping").inc()
-            raise web.HTTPError(
-                403, f"{self.user.name} has no account on the cluster. Ask an admin to create it."
-            ) from None
-        return entry.pw_uid, entry.pw_gid
-
-    def rootfs(self) -> str:
-        return self.rootfs_of(self.image)
-
-    def rootfs_of(self, image: str) -> str:
-        """Where the nodes find ``image`` unpacked: ``image_dir/<image, / and : as _>/
-        rootfs``."""
-        return str(Path(self.image_dir) / image.replace("/", "_").replace(":", "_") / "rootfs")
-
-    def check_mount_points(self, datasets: dict[str, str]) -> None:
-        """The unpacked image must hold ``/datasets`` when the member has datasets:
-        bubblewrap cannot make a mount point in its read-only root (``scripts/slurm-cluster.sh
-        image`` makes it).  Raises HTTPError(500) with a sentence for the member."""
-        rootfs = Path(self.rootfs())
-        if datasets and rootfs.is_dir() and not (rootfs / "datasets").is_dir():
-            self.log.error(
-                "Refusing spawn of %s: %s has no datasets folder to mount on",
-                self._log_name,
-                rootfs,
-            )
-            raise web.HTTPError(
-                500,
-                f"The image {self.image} on the cluster has no place to "
-                "mount the datasets. Ask an admin to unpack it again.",
-            )
-
-    def check_job_runner(self) -> None:
-        """A notebook job's image on the cluster must hold its runner (``job_command`` on
-        the container's PATH, ``container_path``), looked for in the unpacked image; else
-        the job is refused before anything is submitted or charged.  An image the hub
-        cannot see (another ``container_command``) is left to the job.  Raises
-        HTTPError(500) with a sentence for the member."""
-        rootfs = Path(self.rootfs())
-        command = self.workload.command[0]
-        if not rootfs.is_dir() or "/" in command:
-            return
-        folders = [rootfs / d.lstrip("/") for d in self.container_path.split(":") if d]
-        if any((folder / command).is_file() for folder in folders):
-            return
-        self.log.error(
-            "Refusing job %s: %s has no %s on %s",
-            self._log_name,
-            rootfs,
-            command,
-            self.container_path,
-        )
+def prepare_workspace(path: str, uid: int, gid: int, log, who: str = "") -> str:
+    """Create the member's workspace ``path`` and its log folder ``.gpuhub``, both owned by
+    her and private (mode 0700), without following a link she made
+    (:func:`hub_ext.spawn.member_dirs.member_dir`); returns ``path``.  Raises
+    HTTPError(500) when it belongs to another uid or holds a link where a folder should
+    be."""
+    try:
+        member_dir(path, uid, gid, private=(".gpuhub",))
+    except MemberDirRefused as e:
+        # e.g. an account deleted and its uid given to someone else: the job could not
+        # even write its log there
+        log.error("Refusing spawn of %s: %s (uid %d)", who, e, uid)
         raise web.HTTPError(
             500,
-            f"The image {self.image} on the cluster cannot run {self.workload.noun} (it has no "
-            f"{command}). Ask an admin to rebuild it and unpack it again.",
+            "Your workspace folder belongs to another account or "
+            "holds a link where a folder should be. Ask an admin "
+            "to fix it.",
+        ) from None
+    return path
+
+
+def check_mount_points(rootfs: str, image: str, datasets: dict, log, who: str = "") -> None:
+    """The unpacked image must hold ``/datasets`` when the member has datasets: bubblewrap
+    cannot make a mount point in its read-only root (``scripts/slurm-cluster.sh image``
+    makes it).  Raises HTTPError(500) with a sentence for the member."""
+    root = Path(rootfs)
+    if datasets and root.is_dir() and not (root / "datasets").is_dir():
+        log.error("Refusing spawn of %s: %s has no datasets folder to mount on", who, root)
+        raise web.HTTPError(
+            500,
+            f"The image {image} on the cluster has no place to "
+            "mount the datasets. Ask an admin to unpack it again.",
         )
 
-    def prepare_workspace(self) -> str:
-        """Create the member's workspace and its log folder ``.gpuhub``, both owned by her
-        and private (mode 0700), without following a link she made
-        (:func:`hub_ext.spawn.member_dirs.member_dir`); returns the workspace.  Raises
-        HTTPError(500) when it belongs to another uid or holds a link where a folder
-        should be."""
-        uid, gid = self.member_ids()
-        path = self.workspace.format(username=self.user.name)
-        try:
-            member_dir(path, uid, gid, private=(".gpuhub",))
-        except MemberDirRefused as e:
-            # e.g. an account deleted and its uid given to someone else: the job could
-            # not even write its log there
-            self.log.error("Refusing spawn of %s: %s (uid %d)", self._log_name, e, uid)
-            raise web.HTTPError(
-                500,
-                "Your workspace folder belongs to another account or "
-                "holds a link where a folder should be. Ask an admin "
-                "to fix it.",
-            ) from None
-        return path
 
-    def batch_job(self, command: str = "") -> BatchJob:
-        """This start's batch job as a value (:func:`make_batch_job`): batchspawner's
-        request (its ``req_*`` traits), the member, the workspace, the datasets, the
-        container; ``command`` the one the job runs (batchspawner's
-        ``cmd_formatted_for_batch``), "" for the commands' fields alone."""
-        import batchspawner
+def check_runner(
+    rootfs: str, image: str, command: str, container_path: str, noun: str, log, who: str = ""
+) -> None:
+    """A workload's image on the cluster must hold its ``command`` (a notebook job's
+    runner) on the container's PATH (``container_path``), looked for in the unpacked image;
+    else the start is refused before anything is submitted or charged.  An image the hub
+    cannot see (another ``container_command``) is left to the job.  Raises HTTPError(500)
+    with a sentence naming what cannot run (``noun``: "notebook jobs")."""
+    root = Path(rootfs)
+    if not root.is_dir() or "/" in command:
+        return
+    folders = [root / d.lstrip("/") for d in container_path.split(":") if d]
+    if any((folder / command).is_file() for folder in folders):
+        return
+    log.error("Refusing job %s: %s has no %s on %s", who, root, command, container_path)
+    raise web.HTTPError(
+        500,
+        f"The image {image} on the cluster cannot run {noun} (it has no "
+        f"{command}). Ask an admin to rebuild it and unpack it again.",
+    )
 
-        return make_batch_job(
-            SlurmSpawner.get_req_subvars(self),
-            template=self.batch_script,
-            username=self.user.name,
-            job_name=self.job_name,
-            workspace=self.workspace.format(username=self.user.name),
-            workspace_mount=self.workspace_mount,
-            token_file=self.token_file(),
-            gpu_device=self.gpu_device,
-            container_command=self.container_command,
-            rootfs=self.rootfs(),
-            image=self.image,
-            datasets=self.member_datasets(),
-            batchspawner_dir=str(Path(batchspawner.__file__).parent),
-            container_path=self.container_path,
-            environment=list(self.core_environment()),
-            reservation=self._reservation,
-            command=command,
-            user_options=self.user_options if isinstance(self.user_options, dict) else {},
-        )
 
-    def get_req_subvars(self):
-        """batchspawner's fields of its commands (``exec_prefix``, ``squeue``,
-        ``scancel``): this start's batch job's options."""
-        return self.batch_job().options
+def _dataset_binds(datasets: dict[str, str]) -> str:
+    """bubblewrap's binds of the datasets, read-only at ``/datasets/<name>``: a tmpfs at the
+    image's ``/datasets`` holds their mount points (the root is read-only), made read-only
+    again once they are bound; "" for none."""
+    if not datasets:
+        return ""
+    binds = (
+        f"--ro-bind {shlex.quote(p)} /datasets/{shlex.quote(n)}"
+        for n, p in sorted(datasets.items())
+    )
+    return " ".join(["--tmpfs /datasets", *binds, "--remount-ro /datasets"])
 
 
 @dataclass(frozen=True)
@@ -405,30 +285,12 @@ def make_batch_job(
     user_options: dict | None = None,
 ) -> BatchJob:
     """The batch job of one start, from the profile's request (``request``: batchspawner's
-    ``req_*`` values by name without the prefix: partition, gres, memory, runtime, ...),
-    the member (``username``; ``workspace`` mounted at ``workspace_mount``; ``datasets``:
-    name -> path on the nodes, read-only at ``/datasets/<name>``), the image unpacked at
-    ``rootfs`` and the container runtime's command line (``container_command``, its
-    fields filled), ``environment``: the names of the variables sbatch exports into the job
-    besides the request's ``keepvars``, and ``reservation``: Slurm's reservation of the
-    member's group, if any.  Every value a member or profile gives is shell-quoted.  A
-    pure function (batchspawner fills ``template`` the same way), tested without Slurm."""
-    # a tmpfs at the image's /datasets holds their mount points (the root is read-only),
-    # made read-only again once they are bound
-    dataset_binds = (
-        " ".join(
-            [
-                "--tmpfs /datasets",
-                *(
-                    f"--ro-bind {shlex.quote(p)} /datasets/{shlex.quote(n)}"
-                    for n, p in sorted(datasets.items())
-                ),
-                "--remount-ro /datasets",
-            ]
-        )
-        if datasets
-        else ""
-    )
+    ``req_*`` values by name without the prefix: partition, gres, memory, ...), the member
+    (``workspace`` mounted at ``workspace_mount``; ``datasets``: name -> path on the nodes),
+    the image unpacked at ``rootfs`` run by ``container_command`` (its fields filled),
+    ``environment`` (names sbatch exports besides ``keepvars``) and ``reservation`` (Slurm's
+    reservation of the member's group, or "").  Every value a member or profile gives is
+    shell-quoted.  A pure function (batchspawner fills ``template`` the same way)."""
     options = dict(request)
     keepvars = options.get("keepvars", "").split(",")
     # the core's variables (a job's GPUHUB_JOB) go into the job (sbatch --export names all)
@@ -450,7 +312,7 @@ def make_batch_job(
             image=shlex.quote(image),
             workspace=shlex.quote(workspace),
             workspace_mount=shlex.quote(workspace_mount),
-            dataset_binds=dataset_binds,
+            dataset_binds=_dataset_binds(datasets),
             gpu_binds='"${gpu_binds[@]}"',
             batchspawner=shlex.quote(batchspawner_dir),
             path=shlex.quote(container_path),

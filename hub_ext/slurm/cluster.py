@@ -401,6 +401,24 @@ class SlurmCluster:
             _shared[key] = cls(env=dict(env), submit=submit, user_prefix=user_prefix)
         return _shared[key]
 
+    @classmethod
+    def of_config(cls, config, section: str = "GPUSlurmSpawner") -> SlurmCluster:
+        """The hub's cluster object from its configuration's spawner ``section``
+        (``slurm_env``, ``submit_host``, ``submit_ssh_command``, ``exec_prefix``): the
+        spawners' one, asked with no spawner (the availability endpoint, the board, the
+        reservations' pass)."""
+        from .submit import DEFAULT_SSH
+
+        values = config.get(section, {})
+        submit = SubmitHost(
+            values.get("submit_host", ""), tuple(values.get("submit_ssh_command", DEFAULT_SSH))
+        )
+        return cls.shared(
+            dict(values.get("slurm_env", {}) or {}),
+            submit,
+            values.get("exec_prefix", MEMBER_PREFIX),
+        )
+
     async def job_gpus(self, job_id: str = "") -> list[JobGPUs]:
         """Every job Slurm knows (or the one ``job_id``), with the GPU indexes each
         running one holds (``scontrol -d -o show job``, read by
@@ -425,3 +443,44 @@ class SlurmCluster:
             if start and start not in ("N/A", "Unknown"):
                 times[job_id] = start
         return times
+
+
+def job_end(
+    job_id: str,
+    state: str,
+    node: str,
+    found: Node | None,
+    ends_by_itself: bool,
+    reason: str,
+    memory: str = "",
+    runtime: str = "",
+) -> tuple[str, str]:
+    """Why job ``job_id`` ended without the hub, as ``(stop reason, detail in a member's
+    words)``, from Slurm's ``state`` of it (``squeue -t all``; "" when Slurm has forgotten
+    it), the ``node`` it ran on and that node as Slurm has it now (``found``, None when
+    unknown): ``out_of_memory`` (OUT_OF_MEMORY: past its ``memory``), ``node_down`` (its
+    node down or failed, NODE_FAIL), else ``reason`` (``gone``; ``job_ended`` for a
+    workload that ends by itself, whose COMPLETED or FAILED is its own end) with what
+    Slurm says (CANCELLED, TIMEOUT past its ``runtime``, PREEMPTED)."""
+    job = f"Slurm job {job_id}"
+    if ends_by_itself and state in ("COMPLETED", "FAILED"):
+        # its runner exited by itself: after its report to a hub that restarted since
+        # (the normal end of a job), or without one (the report's absence says so)
+        return reason, f"{job} ended by itself ({state})"
+    if state == "OUT_OF_MEMORY":
+        return (
+            "out_of_memory",
+            f"out of memory: the server used more than its {memory or 'memory'} (Slurm: {state})",
+        )
+    if found is not None and not found.available:
+        return "node_down", f"node {node} {found.state}: {found.reason or state}"
+    if state == "NODE_FAIL":
+        return "node_down", f"node {node or '?'} failed (Slurm: {state})"
+    if state == "CANCELLED":
+        return reason, f"{job} was cancelled outside the hub"
+    if state in ("TIMEOUT", "DEADLINE"):
+        limit = f"its time limit ({runtime})" if runtime else "its time limit"
+        return reason, f"{job} reached {limit}"
+    if state == "PREEMPTED":
+        return reason, f"{job} was preempted by the cluster"
+    return reason, f"{job} ended ({state or 'no longer known to Slurm'})"

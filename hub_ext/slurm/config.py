@@ -73,10 +73,9 @@ class SlurmBackend(Backend):
         from jupyterhub.app import JupyterHub
 
         if JupyterHub.initialized():  # the hub loading this configuration, not a check
-            from .spawner import GPUSlurmSpawner
-            from .spawner_reservations import start_reservation_pass
+            from .reservations import start_reservation_pass
 
-            start_reservation_pass(JupyterHub.instance(), GPUSlurmSpawner)
+            start_reservation_pass(JupyterHub.instance())
         # a job may wait in Slurm's queue: the hub keeps servers across its restarts, as
         # on Docker, and a start may take the hour the line allows
         slurm.start_timeout = max(c.Spawner.get("start_timeout", 0) or 0, 3600)

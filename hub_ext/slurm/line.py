@@ -15,6 +15,14 @@ each place in Slurm's line:
 
 The queue is read at most every ``min_interval`` seconds, however many spawns wait, and
 never on the event loop (:class:`hub_ext.slurm.cluster.SlurmCluster` runs subprocesses).
+
+The spawner's reserve step (docs/explanation/spawn.md) reports its pending job as a place
+(:func:`report_place`): joined once Slurm has kept the job waiting, its sentence on the
+progress page, ended when the member leaves, an admin removes it or it expires
+(``c.Line.max_wait``), as on the single node.  After a hub restart the line's keeper starts
+the spawn again and it takes the pending job back by its id (:func:`left_jobs`), handing it
+the new API token through a file of the member's (:func:`write_token`: the job's
+environment was fixed at submission).
 """
 
 from __future__ import annotations
@@ -23,11 +31,29 @@ import asyncio
 import time
 from datetime import datetime
 
-from ..line import Line, LineBackend, Place
-from ..line.resume import ensure_keeper
-from .cluster import QueuedJob, SlurmCluster
+from tornado import web
 
-__all__ = ["SlurmQueue", "attach_line", "seconds_until"]
+from ..common import metrics
+from ..common.clock import now
+from ..line import Line, LineBackend, LineRefused, Place, show_changes
+from ..line.resume import ensure_keeper
+from .cluster import (
+    SUBMIT_HOST_MESSAGE,
+    QueuedJob,
+    SlurmCluster,
+    SlurmUnavailable,
+    member_prefix,
+)
+from .submit import CommandFailed, SubmitHost, SubmitHostUnavailable
+
+__all__ = [
+    "SlurmQueue",
+    "attach_line",
+    "left_jobs",
+    "report_place",
+    "seconds_until",
+    "write_token",
+]
 
 
 #: seconds: Slurm's backfill scheduler gives a job it cannot place in its window (jobs
@@ -129,14 +155,140 @@ class SlurmQueue(LineBackend):
         self._standing = standing
 
 
-def attach_line(spawner) -> Line:
-    """The hub's line with Slurm's queue as its backend (once per process), attached to
-    the hub database; its keeper started (it starts the waiting spawns again after a
-    restart)."""
-    line = Line.instance(config=spawner.config)
+def attach_line(config, cluster: SlurmCluster, min_interval: float, db, api_url: str = "") -> Line:
+    """The hub's line with Slurm's queue as its backend (once per process; ``config``: the
+    hub's, ``min_interval``: ``c.GPUSlurmSpawner.line_poll_interval``), attached to the hub
+    database ``db``; its keeper started (``api_url``: the hub's API), which starts the
+    waiting spawns again after a restart."""
+    line = Line.instance(config=config)
     if not isinstance(line.backend, SlurmQueue):
-        line.backend = SlurmQueue(spawner.cluster, line, spawner.line_poll_interval)
-    line.attach(spawner.db_session())
-    if spawner.hub is not None and spawner.hub.api_url:
-        ensure_keeper(line, spawner.hub.api_url)
+        line.backend = SlurmQueue(cluster, line, min_interval)
+    line.attach(db)
+    if api_url:
+        ensure_keeper(line, api_url)
     return line
+
+
+async def report_place(
+    line: Line,
+    key,
+    job_id: str,
+    *,
+    profile: str,
+    profile_name: str,
+    count: int,
+    user_options: dict,
+    not_before: float,
+    show,
+    log,
+    who: str = "",
+) -> None:
+    """Server ``key``'s pending job ``job_id`` is a place in the hub's line: joined once
+    Slurm has looked at the job and kept it waiting (its reason is no longer "None"; the
+    queue is first read at the loop's time ``not_before``, a moment after the
+    submission); its sentence on the progress page (``show(progress, message)``) whenever
+    it changes.  Raises HTTPError(409) when the place ended (the member left, an admin
+    removed it, it expired: ``c.Line.max_wait``) or may not be taken (one place per member
+    and profile)."""
+    if key not in line.places and asyncio.get_running_loop().time() < not_before:
+        return  # just submitted: most jobs run before the queue is worth a read
+    try:
+        job = (await line.backend.read()).get(job_id)
+    except SlurmUnavailable as e:
+        log.warning("No place in line for %s: %s", who, e)
+        return
+    place = line.places.get(key)
+    if place is None:
+        if job is None or job.state != "PENDING" or job.reason == "None":
+            return
+        try:
+            place = await line.join(
+                key,
+                profile=profile,
+                profile_name=profile_name or "this server",
+                units="gpu",
+                count=count,
+                user_options=dict(user_options or {}),
+            )
+        except LineRefused as e:
+            metrics.SPAWNS_REFUSED.labels(reason=e.reason).inc()
+            raise web.HTTPError(409, e.message) from None
+        log.info("%s waits in line: job %s pending (%s)", who, job_id, job.reason)
+    line.backend.track(key, job_id)
+    _follow(line, key, place, show)
+
+
+def _follow(line: Line, key, place: Place, show) -> None:
+    """This start's place (a new one, or kept from before a restart): its sentence shown
+    when it changes; expired after ``c.Line.max_wait``; raises HTTPError(409) once it
+    ended without a turn."""
+    if place.waiter is None:
+        place.waiter = asyncio.get_running_loop().create_future()
+        place.on_update = show_changes(show, 20)
+        place.on_update(line.describe(key))
+    if not place.waiter.done() and now() > place.queued_at + line.max_wait:
+        line.remove(
+            key,
+            "expired",
+            f"Your place in line for {place.profile_name} "
+            f"expired: no GPU freed within {line.max_wait / 60:g} min. "
+            "Try again later or pick another profile.",
+        )
+    if place.waiter.done():
+        left = place.waiter.exception()
+        metrics.SPAWNS_REFUSED.labels(reason=f"line_{getattr(left, 'reason', 'left')}").inc()
+        raise web.HTTPError(409, getattr(left, "message", "Your place in line ended."))
+
+
+def left_jobs(
+    jobs: dict[str, QueuedJob], user: str, job_name: str, known: str = ""
+) -> tuple[QueuedJob | None, list[QueuedJob]]:
+    """A server's jobs left by a hub that stopped during its start (found by ``job_name``
+    and owner ``user`` among Slurm's ``jobs``): the pending one to take back (the id
+    spawner state kept, ``known``, first), and the others to cancel (one that ran while the
+    hub was down holds a token JupyterHub no longer honours)."""
+    mine = [
+        j
+        for j in jobs.values()
+        if (j.user, j.name) == (user, job_name)
+        and j.state not in ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT")
+    ]
+    pending = sorted((j for j in mine if j.state == "PENDING"), key=lambda j: j.job_id != known)
+    kept = pending[0] if pending else None
+    return kept, [j for j in mine if j is not kept]
+
+
+async def write_token(
+    submit: SubmitHost,
+    exec_prefix: str,
+    username: str,
+    path: str,
+    token: str,
+    timeout: float,
+    log,
+    who: str = "",
+) -> None:
+    """Leave a start's API token at ``path`` where the job reads it when it runs (mode
+    0600, deleted by the job), so that a job kept from before a hub restart runs with the
+    token JupyterHub holds now.  Written as the member (``exec_prefix``), on the submit host
+    when there is one: the hub never writes as root in a folder the member owns.  Raises
+    HTTPError(503) when the submit host does not answer, HTTPError(500) when the write
+    fails."""
+    argv = [
+        *member_prefix(exec_prefix, username),
+        "sh",
+        "-c",
+        'umask 077 && cat > "$1"',
+        "sh",
+        path,
+    ]
+    try:
+        await submit.run(argv, input=(token or "").encode(), timeout=timeout)
+    except SubmitHostUnavailable as e:
+        log.error("Could not write the token file of %s: %s", who, e)
+        raise web.HTTPError(503, SUBMIT_HOST_MESSAGE) from None
+    except (CommandFailed, OSError, TimeoutError) as e:
+        log.error("Could not write the token file of %s: %s", who, e)
+        raise web.HTTPError(
+            500, "Your server could not be prepared on the cluster. Ask an admin."
+        ) from None

@@ -40,13 +40,20 @@ from datetime import UTC, datetime
 from traitlets import Float, Unicode
 from traitlets.config import LoggingConfigurable
 
-from ..reservations.backend import BackendRefused, BackendUnavailable
+from ..common.clock import utcnow
+from ..common.periodic import ensure_task, every
+from ..reservations import store
+from ..reservations.backend import BackendRefused, BackendUnavailable, members_of
 from ..reservations.rules import Spec, occurrences
 from .cluster import Node, SlurmCluster, SlurmUnavailable
 from .submit import CommandFailed
 
 __all__ = [
     "PREFIX",
+    "choose_reservation",
+    "open_reservations",
+    "reservations_of",
+    "start_reservation_pass",
     "SlurmReservation",
     "SlurmReservations",
     "Wanted",
@@ -459,3 +466,97 @@ def until_text(r: SlurmReservation, group: str, nodes: list[Node]) -> str:
         f"{gpus} GPU{'s' if gpus != 1 else ''} reserved for {group} until "
         f"{r.end.strftime('%H:%M')} UTC"
     )
+
+
+def _partition(config) -> str:
+    return config.get("GPUSlurmSpawner", {}).get("req_partition", "") or ""
+
+
+def reservations_of(config) -> SlurmReservations:
+    """The runner of ``gpuhub-<id>`` reservations on the hub's cluster."""
+    return SlurmReservations(SlurmCluster.of_config(config), config=config)
+
+
+async def reservation_changed(config, db, spec, reservation_id: int) -> None:
+    """Slurm's ``gpuhub-<id>`` made to match ``spec`` (None: deleted); ``db``: the hub
+    database.  Raises BackendRefused (Slurm's words) or BackendUnavailable."""
+    members = members_of(db, spec.group) if spec is not None else []
+    await reservations_of(config).apply(spec, reservation_id, members, _partition(config), utcnow())
+
+
+def open_reservations(db, groups: set[str]) -> list[tuple[int, str]]:
+    """(id, group) of the hub reservations of ``groups`` with an occurrence now."""
+    if db is None or not groups:
+        return []
+    now = utcnow()
+    found = []
+    for row in store.load(db, groups):
+        spec = store.to_spec(row)
+        if any(o.start <= now for o in occurrences(spec, since=now, until=now)):
+            found.append((row.id, row.group))
+    return found
+
+
+def group_of(db, reservation_id: int) -> str | None:
+    """The group of hub reservation ``reservation_id`` (None when gone)."""
+    row = store.get(db, reservation_id) if db is not None else None
+    return row.group if row is not None else None
+
+
+async def choose_reservation(
+    config, db, groups: set[str], partition: str, log, who: str = ""
+) -> tuple[str, str] | None:
+    """For a GPU job during an occurrence of a reservation of the member's ``groups``:
+    the member made one of Slurm's reservation's users (a member who joined the group
+    since the last pass), and ``(Slurm's reservation name, group)`` returned for the job's
+    ``--reservation``; None when there is none.  When Slurm refuses or does not answer,
+    the job goes without it (logged)."""
+    for reservation_id, group in open_reservations(db, groups):
+        runner = reservations_of(config)
+        spec = store.to_spec(store.get(db, reservation_id))
+        try:
+            await runner.apply(spec, reservation_id, members_of(db, group), partition, utcnow())
+        except (BackendRefused, BackendUnavailable) as e:
+            log.warning("%s starts without reservation %s: %s", who, runner.name(reservation_id), e)
+            continue
+        name = runner.name(reservation_id)
+        log.info("%s starts in Slurm reservation %s (group %s)", who, name, group)
+        return name, group
+    return None
+
+
+def start_reservation_pass(app) -> None:
+    """Make the JupyterHub application ``app`` run the reservations' pass (Slurm's
+    ``gpuhub-<id>`` made to match the hub's) when it starts and every
+    ``c.SlurmReservations.interval`` seconds after; ``app.start`` is wrapped, as
+    :func:`hub_ext.credits.unsettled.settle_at_start` does.  Wrapping twice is a no-op."""
+    start = app.start
+    if getattr(start, "reconciles_reservations", False):
+        return
+    state = {"task": None}
+
+    async def one_pass() -> None:
+        runner = reservations_of(app.config)
+        specs = [(store.to_spec(row), members_of(app.db, row.group)) for row in store.load(app.db)]
+        app.db.commit()  # end the read's transaction
+        try:
+            await runner.reconcile(specs, _partition(app.config), utcnow())
+        except BackendUnavailable as e:
+            app.log.warning("Slurm's reservations not checked this pass: %s", e)
+
+    async def start_and_reconcile():
+        interval = float(
+            app.config.get("SlurmReservations", {}).get(
+                "interval", SlurmReservations.interval.default_value
+            )
+        )
+        state["task"] = ensure_task(
+            state["task"],
+            lambda: every(
+                lambda: interval, one_pass, app.log, "Slurm reservations pass", first_now=True
+            ),
+        )
+        await start()
+
+    start_and_reconcile.reconciles_reservations = True
+    app.start = start_and_reconcile

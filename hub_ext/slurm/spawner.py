@@ -1,153 +1,90 @@
-"""GPUSlurmSpawner: batchspawner's SlurmSpawner with the hub's profiles, credits and line.
+"""GPUSlurmSpawner: the Slurm backend, batchspawner's SlurmSpawner answering the spawn
+lifecycle.
 
-A start runs in this order (each step yields a ``progress()`` event):
+The lifecycle of a start and a stop is the core's (:class:`hub_ext.spawn.core.SpawnerCore`;
+docs/explanation/spawn.md); this spawner answers its questions
+(:class:`hub_ext.spawn.backend.SpawnBackend`) with Slurm:
 
-1. load the profile from ``user_options`` (the same code as the Docker backend:
-   :class:`hub_ext.spawn.core.SpawnerCore`); a profile sets the Slurm request through
-   batchspawner's ``req_*`` traits (``req_gres``, ``req_partition``, ``req_runtime``, ...);
-2. ask slurmctld (``sinfo``): when it does not answer, refuse at once in plain words;
-3. submit the batch job as the member's own Unix account (``exec_prefix``: runuser), on
-   the hub's host or on the submit host over ssh (:mod:`.spawner_submit`), its
-   script running the notebook image in the container runtime (``container_command``,
-   bubblewrap by default) with the member's workspace, the datasets read-only and only the
-   GPU devices Slurm allocated (``SLURM_JOB_GPUS``); during an occurrence of a
-   reservation of the member's group, with ``--reservation`` (:mod:`.spawner_reservations`);
-4. while Slurm keeps the job pending, it is a place in the hub's line (:mod:`hub_ext.line`,
-   :mod:`.line`): the member's place and the admins' view list it, in Slurm's priority
-   order with the estimate from ``squeue --start``, and the progress page says it in the
-   words of the single-node backend, updated live.  When no GPU of the profile is free
-   and the member did not ask to wait (``user_options["wait"]``), the spawn is refused at
-   once instead, in the same words as there;
-5. once the job runs: the pre-start hooks (the credits debit: paid from the moment the GPU
-   is the member's, not from the submission), then batchspawner's wrapper reports the port
-   and the hub waits for JupyterLab; a job on a node that another group's reservation
-   takes later is told until when it may run (:mod:`.spawner_reservations`).
+- the checks: the job's request from the profile (batchspawner's ``req_*`` traits; its
+  ``gpus``, ``mem_limit`` and ``cpu_limit`` become GRES, ``--mem`` and
+  ``--cpus-per-task``), the member's workspace and the image on shared storage
+  (:mod:`.batch`), and slurmctld (``sinfo``): refused at once in plain words when it does
+  not answer, or when no GPU of the profile is free and no wait was asked;
+- the reserve: the batch job (:func:`hub_ext.slurm.batch.make_batch_job`, a value) submitted
+  as the member's own Unix account (``exec_prefix``: runuser), here or on the submit host
+  over ssh (:mod:`.submit`), during an occurrence of a reservation of the member's group
+  with ``--reservation`` (:mod:`.reservations`); while Slurm keeps it pending it is a place
+  in the hub's line (:mod:`.line`), in Slurm's priority order, and the start goes on when
+  Slurm runs it: the debit follows, paid from the moment the GPU is the member's;
+- the launch: batchspawner's wrapper in the job reports the port; a job on a node that
+  another group's reservation takes later is told until when it may run.
 
 GPUs are Slurm's to hand out (GRES, and the devices cgroup with ConstrainDevices=yes):
 this backend never assigns devices itself.  A hub killed while a job waits keeps the job:
 the line's keeper starts the spawn again after the restart and it takes the same job back
-by its id (:meth:`GPUSlurmSpawner.submit_batch_script`), so it keeps its place in Slurm's
-queue.  A server whose node went down is recorded as stopped for that reason
-(:meth:`GPUSlurmSpawner.poll`).  A failed start cancels the job and undoes the
-hooks (the debit is refunded); JupyterHub calls ``stop()`` after any failed start.
+by its id, so it keeps its place in Slurm's queue.  A server whose node went down is
+recorded as stopped for that reason (:meth:`GPUSlurmSpawner.why_ended`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+from datetime import timedelta
+from pathlib import Path
 
 from batchspawner import JobStatus, SlurmSpawner
 from batchspawner.batchspawner import format_template
 from tornado import web
-from traitlets import Dict, Float, Int, Unicode, Union, default
+from traitlets import default
 
 from ..common import metrics
 from ..common.clock import now
+from ..reservations.enforce import Reservations
 from ..spawn.backend import Ended
 from ..spawn.core import SpawnerCore
-from .availability import SlurmAvailability
-from .batch import BATCH_SCRIPT, SlurmBatchJob, job_time_limit, slurm_request
-from .cluster import MEMBER_PREFIX, SlurmCluster, SlurmUnavailable
+from . import availability
+from .batch import (
+    BATCH_SCRIPT,
+    BatchJob,
+    check_mount_points,
+    check_runner,
+    job_time_limit,
+    make_batch_job,
+    member_ids,
+    prepare_workspace,
+    rootfs_of,
+    slurm_request,
+    token_file,
+)
+from .cluster import MEMBER_PREFIX, SlurmCluster, SlurmUnavailable, job_end, parse_gres_request
+from .enforce import SlurmHeld, attach_enforcement, device_nodes
+from .line import attach_line, left_jobs, report_place, write_token
 from .port_report import replace_batchspawner_handler
-from .spawner_end import SlurmEndSpawner
-from .spawner_line import SlurmLineSpawner
-from .spawner_reservations import SlurmReservationSpawner
-from .spawner_submit import SubmitHostSpawner
+from .reservations import (
+    choose_reservation,
+    group_of,
+    reservation_changed,
+    reservations_of,
+)
+from .settings import SlurmSettings
+from .submit import SUBMIT_HOST_DOWN, SubmitHost, run_batch_command
 
 # batchspawner's own port handler assigns any key a member posts to her spawner
 replace_batchspawner_handler()
 
 
-class GPUSlurmSpawner(
-    SlurmEndSpawner,
-    SlurmReservationSpawner,
-    SlurmLineSpawner,
-    SubmitHostSpawner,
-    SlurmAvailability,
-    SlurmBatchJob,
-    SpawnerCore,
-    SlurmSpawner,
-):
+class GPUSlurmSpawner(SpawnerCore, SlurmSettings, SlurmSpawner):
     """A SlurmSpawner with profiles, credits, progress and the line of the Docker backend,
-    and its spawn page (:mod:`hub_ext.spawn.page`, free GPUs from Slurm:
-    :mod:`hub_ext.slurm.availability`)."""
-
-    slurm_env = Dict(
-        config=True,
-        help="""Environment of the Slurm commands the hub runs (sbatch, squeue, sinfo,
-        scancel), e.g. the cluster's configuration file.
-
-            c.GPUSlurmSpawner.slurm_env = {"SLURM_CONF": "/etc/slurm/slurm.conf"}
-        """,
-    )
-
-    scheduler_timeout = Float(
-        3.0,
-        config=True,
-        help="""Seconds slurmctld has to answer the check before a spawn (``sinfo``); a
-        spawn is refused at once, in plain words, when it does not.
-
-            c.GPUSlurmSpawner.scheduler_timeout = 3
-        """,
-    )
-
-    line_poll_interval = Float(
-        2.0,
-        config=True,
-        help="""Seconds between two reads of Slurm's queue for the places in line (one
-        read for every waiting member).
-
-            c.GPUSlurmSpawner.line_poll_interval = 2
-        """,
-    )
-
-    job_exit_timeout = Float(
-        30.0,
-        config=True,
-        help="""Seconds a notebook job whose runner has reported its end has to end by
-        itself (its runner exits with the notebook's exit code, so that Slurm's accounting
-        shows COMPLETED or FAILED) before the hub cancels it with ``scancel``.
-
-            c.GPUSlurmSpawner.job_exit_timeout = 30
-        """,
-    )
+    and its spawn page (free GPUs from Slurm: :mod:`hub_ext.slurm.availability`)."""
 
     #: a notebook job's runner exits by itself once its report is acknowledged (the batch
-    #: job ends COMPLETED or FAILED in sacct); :meth:`stop` waits for that end
+    #: job ends COMPLETED or FAILED in sacct); :meth:`end` waits for that end
     job_exits_after_report = True
 
-    gpus = Union(
-        [Int(), Unicode()],
-        default_value=0,
-        config=True,
-        help="""GPUs per server, as in the Docker backend's profiles: a count, or a GRES
-        type and count such as "a100:2".  Becomes ``req_gres`` ("gpu:2", "gpu:a100:2")
-        unless a profile sets ``req_gres`` itself.  Usually set per profile.
-
-            c.GPUSlurmSpawner.gpus = 1
-        """,
-    )
-
-    _overridable = (
-        "image",
-        "gpus",
-        "gpu_idle_timeout",
-        "cull_idle_timeout",
-        "cull_max_age",
-        "mem_limit",
-        "cpu_limit",
-        "req_gres",
-        "req_partition",
-        "req_account",
-        "req_qos",
-        "req_runtime",
-        "req_memory",
-        "req_nprocs",
-        "credits_per_hour",
-        "datasets",
-        "default_url",
-        "environment",
-    )
+    #: a start cut off by the hub's shutdown keeps its job: the next hub takes it back
+    #: by its id (take_back_job), with its place in Slurm's queue
+    keeps_start_at_shutdown = True
 
     @default("exec_prefix")
     def _default_exec_prefix(self):
@@ -169,17 +106,30 @@ class GPUSlurmSpawner(
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.init_core()
         self.cluster = SlurmCluster.shared(
             self.slurm_env, self.submit, self.exec_prefix
         )  # one cached node list
         self.gpu_devices: list[str] = []  # the running job's GPUs (the run record)
-        self.profile_name = ""
         self._submitting = False  # a job may exist from here on (cancelled by name)
         self._last_status = ""  # the job's status before the latest query (poll)
+        self._reservation = ""  # the --reservation of the job being submitted, or ""
+        self._workspace = ""  # the member's workspace, made by check_start
+        self._line_from = 0.0  # the loop's time from which the queue is read for the job
         if self.db_session() is not None:
             self.line()  # the places kept from before a restart count from the start
             self.enforce_reservations()
+
+    @property
+    def submit(self) -> SubmitHost:
+        """Where the Slurm commands run (:mod:`.submit`)."""
+        return SubmitHost(self.submit_host, tuple(self.submit_ssh_command))
+
+    def line(self):
+        """The hub's line, with Slurm's queue as its backend (:mod:`.line`)."""
+        api_url = self.hub.api_url if self.hub is not None else ""
+        return attach_line(
+            self.config, self.cluster, self.line_poll_interval, self.db_session(), api_url
+        )
 
     def get_env(self):
         """JupyterHub's environment of the server, ``slurm_env``, and the core's variables
@@ -190,10 +140,6 @@ class GPUSlurmSpawner(
         return env
 
     # -- a start (hub_ext.spawn.backend.SpawnBackend) ---------------------------------
-
-    #: a start cut off by the hub's shutdown keeps its job: the next hub takes it back
-    #: by its id (take_back_job), with its place in Slurm's queue
-    keeps_start_at_shutdown = True
 
     def new_start(self) -> None:
         self._submitting = False  # a job may exist only from here on
@@ -214,18 +160,77 @@ class GPUSlurmSpawner(
         )
         if self.workload.option:
             self._job_time_limit()
-        self._workspace = self.prepare_workspace()
-        self.check_mount_points(self.checked_datasets())
-        if self.workload.command:
-            self.check_job_runner()
+        self._workspace = prepare_workspace(
+            self.member_workspace(), *self.member_ids(), self.log, self._log_name
+        )
+        rootfs = rootfs_of(self.image_dir, self.image)
+        check_mount_points(rootfs, self.image, self.checked_datasets(), self.log, self._log_name)
+        if self.workload.command:  # a notebook job's runner must be in the image
+            check_runner(
+                rootfs,
+                self.image,
+                self.workload.command[0],
+                self.container_path,
+                self.workload.noun,
+                self.log,
+                self._log_name,
+            )
         try:
             nodes = await self.cluster.nodes(fresh=True, timeout=self.scheduler_timeout)
         except SlurmUnavailable as e:
             metrics.SPAWNS_REFUSED.labels(reason="scheduler_down").inc()
             self.log.error("Refusing spawn of %s: %s: %s", self._log_name, e.what, e)
             raise web.HTTPError(503, e.member_message) from None
-        self.check_free_gpus(nodes, await self.slurm_reservations())
-        await self.choose_reservation()
+        self.check_free_gpus(
+            nodes, await availability.slurm_reservations(self.cluster, self.config, self.log)
+        )
+        await self._choose_reservation()
+
+    async def _choose_reservation(self) -> None:
+        """A GPU job in the window of a reservation of the member's group carries its
+        ``--reservation`` (:func:`hub_ext.slurm.reservations.choose_reservation`)."""
+        self._reservation = ""
+        if not parse_gres_request(self.req_gres)[1]:
+            return
+        chosen = await choose_reservation(
+            self.config,
+            self.db_session(),
+            {g.name for g in self.user.groups},
+            self.req_partition,
+            self.log,
+            self._log_name,
+        )
+        if chosen is not None:
+            self._reservation = chosen[0]
+            self.emit(12, f"Using the GPUs reserved for {chosen[1]}")
+
+    def check_free_gpus(self, nodes, reservations=()) -> None:
+        """No node of the profile's partition with its GPUs free (``nodes``: sinfo, just
+        read) and no wait asked: refused at once (HTTP 409) in the words of its spawn page
+        card (:func:`hub_ext.slurm.availability.gpus_in`).  A member who asked to wait
+        goes on to the queue, unless no node could ever hold the request; so does a
+        start whose place was kept from before a hub restart.  GPUs of a Slurm
+        reservation of a group the member is not in (``reservations``) count as taken
+        (:func:`hub_ext.slurm.availability.as_member_sees`).  Slurm
+        may still keep a job pending that found a GPU free here (another start took it
+        first): it is then a place in line."""
+        kind, count = parse_gres_request(self.req_gres)
+        if not count or self.server_key in self.line().places:
+            return
+        gpus = self._as_member_sees(
+            nodes, reservations, kind, count, self.req_partition or self.cluster.default_partition
+        )
+        if not gpus.refusal or (self.wait_requested and gpus.can_wait):
+            return
+        metrics.SPAWNS_REFUSED.labels(reason="no_gpu_free").inc()
+        self.log.warning(
+            "Refusing spawn of %s (no_gpu_free, gres %s, partition %s): %s",
+            self._log_name,
+            self.req_gres,
+            self.req_partition or "default",
+            gpus.refusal,
+        )
+        raise web.HTTPError(409, gpus.refusal)
 
     async def reserve(self) -> None:
         """Submit the batch job (or take back the one a stopped hub left pending) and wait
@@ -251,9 +256,32 @@ class GPUSlurmSpawner(
         await self.submit_batch_script()
         if not self.job_id:
             raise RuntimeError("Jupyter batch job submission failure (no jobid in output)")
+        await self._until_running()
+        place = self.line().started(self.server_key)
+        if place is not None:
+            self.line_wait = max(0.0, now() - place.queued_at)
+        self.emit(30, f"Job {self.job_id} runs on {self.state_gethost()}")
+        self.gpu_devices = await self.job_devices()
+
+    async def _until_running(self) -> None:
+        """Wait until Slurm runs the job: while it is pending it is a place in the hub's
+        line (:func:`hub_ext.slurm.line.report_place`).  Raises RuntimeError when the job
+        disappeared (batchspawner's words), HTTPError(409) when the place ended."""
         while (status := await self.query_job_status()) != JobStatus.RUNNING:
             if status == JobStatus.PENDING:
-                await self._report_place()
+                await report_place(
+                    self.line(),
+                    self.server_key,
+                    self.job_id,
+                    profile=self.profile_slug,
+                    profile_name=self.profile_name,
+                    count=parse_gres_request(self.req_gres)[1],
+                    user_options=self.user_options,
+                    not_before=self._line_from,
+                    show=self.emit,
+                    log=self.log,
+                    who=self._log_name,
+                )
             elif status != JobStatus.UNKNOWN:
                 self.log.warning(
                     "Job %s neither pending nor running: %s", self.job_id, self.job_status
@@ -264,11 +292,6 @@ class GPUSlurmSpawner(
                     "died immediately after starting."
                 )
             await asyncio.sleep(self.startup_poll_interval)
-        place = self.line().started(self.server_key)
-        if place is not None:
-            self.line_wait = max(0.0, now() - place.queued_at)
-        self.emit(30, f"Job {self.job_id} runs on {self.state_gethost()}")
-        self.gpu_devices = await self.job_devices()
 
     async def launch(self) -> tuple[str, int]:
         """The job runs (and is paid for): wait until its server reports its port."""
@@ -287,6 +310,20 @@ class GPUSlurmSpawner(
         address = await self.node_address(ip)
         self.emit(95, f"Server is up on {ip}")
         return address, port
+
+    async def abandon(self) -> None:
+        """Cancel the job of a failed or cancelled start.  Never raises."""
+        await self._cancel_job()
+
+    def release(self, why: str) -> None:
+        """End this server's place in line, if it has one (its job is Slurm's to hand
+        GPUs to)."""
+        line = self.line()
+        place = line.places.get(self.server_key)
+        if place is not None and place.waiter is not None:
+            place.waiter.cancel()  # the start was its only reader
+        line.remove(self.server_key, "stopped", "The pending server was stopped.")
+        line.backend.untrack(self.server_key)
 
     def _job_time_limit(self) -> None:
         """A notebook job's maximum run time as its ``--time`` (:func:`.batch.job_time_limit`);
@@ -323,6 +360,140 @@ class GPUSlurmSpawner(
         self.emit(15, f"Submitted job {job_id}")
         return job_id
 
+    async def take_back_job(self) -> bool:
+        """Before a submission: this server's job left by a hub that stopped during the
+        start (found by its name and owner, and by the id spawner state kept, if any).
+        A pending one is taken back (True: ``self.job_id`` is its id; its place in
+        Slurm's queue stays); any other (one that ran while the hub was down, with a
+        token JupyterHub no longer honours) is cancelled.  The new API token is handed
+        first (:meth:`hand_token`), so a job that starts meanwhile reads it."""
+        await write_token(
+            self.submit,
+            self.exec_prefix,
+            self.user.name,
+            self.token_file(),
+            self.api_token,
+            self.scheduler_timeout * 10,
+            self.log,
+            self._log_name,
+        )
+        state = getattr(getattr(self, "orm_spawner", None), "state", None) or {}
+        try:
+            jobs = await self.line().backend.read(fresh=True)
+        except SlurmUnavailable as e:
+            self.log.warning("Cannot look for the earlier job of %s: %s", self._log_name, e)
+            return False
+        kept, others = left_jobs(
+            jobs, self.user.name, self.job_name, str(state.get("job_id") or "")
+        )
+        for job in others:
+            self.log.warning(
+                "%s: cancelling job %s (%s), left by a hub that stopped during its start",
+                self._log_name,
+                job.job_id,
+                job.state,
+            )
+            try:
+                await self.cluster.run("scancel", job.job_id)
+            except SlurmUnavailable:
+                self.log.exception("Could not cancel job %s", job.job_id)
+        if kept is None:
+            return False
+        self.job_id = kept.job_id
+        self.persist_state()
+        self.log.info(
+            "%s takes back job %s, pending since before the hub restarted",
+            self._log_name,
+            kept.job_id,
+        )
+        self.emit(15, f"Your job {kept.job_id} kept its place in the cluster's queue")
+        return True
+
+    # -- the batch job (hub_ext.slurm.batch) --------------------------------------------
+
+    def member_workspace(self) -> str:
+        """The member's workspace on the shared storage every node sees."""
+        return self.workspace.format(username=self.user.name)
+
+    def member_ids(self) -> tuple[int, int]:
+        """The member's uid and gid on the cluster (:func:`hub_ext.slurm.batch.member_ids`)."""
+        return member_ids(self.user.name)
+
+    def token_file(self) -> str:
+        """Where the job finds the API token of this start (in the member's workspace)."""
+        return token_file(self.member_workspace(), self.name)
+
+    def batch_job(self, command: str = "") -> BatchJob:
+        """This start's batch job as a value (:func:`hub_ext.slurm.batch.make_batch_job`):
+        batchspawner's request (its ``req_*`` traits), the member, the workspace, the
+        datasets, the container; ``command`` the one the job runs
+        (:meth:`cmd_formatted_for_batch`), "" for the commands' fields alone."""
+        import batchspawner
+
+        return make_batch_job(
+            SlurmSpawner.get_req_subvars(self),
+            template=self.batch_script,
+            username=self.user.name,
+            job_name=self.job_name,
+            workspace=self.member_workspace(),
+            workspace_mount=self.workspace_mount,
+            token_file=self.token_file(),
+            gpu_device=self.gpu_device,
+            container_command=self.container_command,
+            rootfs=rootfs_of(self.image_dir, self.image),
+            image=self.image,
+            datasets=self.member_datasets(),
+            batchspawner_dir=str(Path(batchspawner.__file__).parent),
+            container_path=self.container_path,
+            environment=list(self.core_environment()),
+            reservation=self._reservation,
+            command=command,
+            user_options=self.user_options if isinstance(self.user_options, dict) else {},
+        )
+
+    def get_req_subvars(self):
+        """batchspawner's fields of its commands (``exec_prefix``, ``squeue``,
+        ``scancel``): this start's batch job's options, the member's name quoted."""
+        return self.batch_job().options
+
+    def cmd_formatted_for_batch(self):
+        """batchspawner's command in the batch script: its wrapper (it reports the port to
+        the hub, then runs the command with ``runpy``) around JupyterLab, or around the
+        workload's command (a notebook job's ``gpuhub-notebook-job``)."""
+        if not self.workload.command:
+            return super().cmd_formatted_for_batch()
+        return " ".join(
+            [self.batchspawner_singleuser_cmd, *self.workload.command, *self.get_args()]
+        )
+
+    @property
+    def job_name(self) -> str:
+        """The Slurm job name (``--job-name``, what squeue and sacct show) of this server,
+        one per member and server name: ``gpuhub-<member>-<server>``, and for a notebook
+        job ``gpuhub-notebook-<member>-job-<12 hex of the job id>``."""
+        kind = "-".join(filter(None, ["gpuhub", self.workload.kind]))
+        return f"{kind}-{self.user.name}-{self.name or 'default'}"
+
+    async def run_command(self, cmd, input=None, env=None):
+        """batchspawner's Slurm commands, run here or on the submit host
+        (:func:`hub_ext.slurm.submit.run_batch_command`).  Raises RuntimeError with the
+        command's error output (batchspawner reads it)."""
+        return await run_batch_command(
+            self.submit,
+            cmd,
+            input=input,
+            env=env,
+            slurm_env=self.slurm_env,
+            timeout=self.submit_timeout,
+            log=self.log,
+            who=self._log_name,
+        )
+
+    def state_isunknown(self):
+        """Slurm's "cannot contact the controller", or a submit host that did not answer:
+        the job's state is unknown, and a running server is left running."""
+        return super().state_isunknown() or (self.job_status or "").startswith(SUBMIT_HOST_DOWN)
+
     async def job_devices(self) -> list[str]:
         """The GPUs Slurm gave the running job, as the board names them
         (``<node>/gpu<index>``), for the run record; ``[]`` when Slurm cannot say."""
@@ -335,14 +506,6 @@ class GPUSlurmSpawner(
             f"{node}/gpu{i}" for job in jobs for node, indexes in job.gpus.items() for i in indexes
         ]
 
-    @property
-    def job_name(self) -> str:
-        """The Slurm job name (``--job-name``, what squeue and sacct show) of this server,
-        one per member and server name: ``gpuhub-<member>-<server>``, and for a notebook
-        job ``gpuhub-notebook-<member>-job-<12 hex of the job id>``."""
-        kind = "-".join(filter(None, ["gpuhub", self.workload.kind]))
-        return f"{kind}-{self.user.name}-{self.name or 'default'}"
-
     async def _cancel_job(self) -> None:
         """Cancel this server's job by id, or by name and owner when a start was cut off
         before sbatch answered (its id never reached us).  Never raises."""
@@ -354,26 +517,25 @@ class GPUSlurmSpawner(
         except Exception:
             self.log.exception("Could not cancel the job of %s", self._log_name)
 
-    async def abandon(self) -> None:
-        """Cancel the job of a failed or cancelled start.  Never raises."""
-        await self._cancel_job()
-
-    def release(self, why: str) -> None:
-        """End this server's place in line, if it has one (its job is Slurm's to hand
-        GPUs to)."""
-        line = self.line()
-        place = line.places.get(self.server_key)
-        if place is not None and place.waiter is not None:
-            place.waiter.cancel()  # the start was its only reader
-        line.remove(self.server_key, "stopped", "The pending server was stopped.")
-        line.backend.untrack(self.server_key)
-
     async def node_address(self, node: str) -> str:
         """The address the hub reaches ``node`` at (its NodeAddr in Slurm)."""
         for n in await self.cluster.nodes():
             if n.name == node and n.address:
                 return n.address
         return node
+
+    async def job_workspace(self) -> tuple[str, int, int]:
+        """The member's workspace on the shared storage (the hub's host sees it, as for
+        :meth:`check_start`) and the member's uid and gid on the cluster, for a notebook
+        job.  Raises HTTPError(403) without a cluster account, HTTPError(404) without a
+        workspace."""
+        uid, gid = self.member_ids()
+        path = self.member_workspace()
+        if not os.path.isdir(path):
+            raise web.HTTPError(
+                404, "You have no workspace yet: start a server once and save your notebook."
+            )
+        return path, uid, gid
 
     # -- a running server --------------------------------------------------------------
 
@@ -429,3 +591,173 @@ class GPUSlurmSpawner(
         if status is not None:
             self.clear_state()
         return status
+
+    async def _ends_by_itself(self, timeout: float) -> bool:
+        """Whether this server is a notebook job whose runner has reported its end
+        (:attr:`job_reported`) and whose batch job ends by itself within ``timeout``
+        seconds (no longer RUNNING in squeue: COMPLETING, or gone).  False when it is
+        still running then (an image whose runner predates ``GPUHUB_JOB_EXIT_AFTER_REPORT``
+        lingers until stopped): the caller cancels it."""
+        if not (self.workload.ends_by_itself and self.job_reported):
+            return False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            status = await self.query_job_status()
+            if status not in (JobStatus.RUNNING, JobStatus.UNKNOWN) or (
+                self.job_status.startswith("COMPLETING")
+            ):
+                return True
+            if loop.time() >= deadline:
+                self.log.warning(
+                    "%s: job %s still runs %.0f s after its report; cancelling it",
+                    self._log_name,
+                    self.job_id,
+                    timeout,
+                )
+                return False
+            await asyncio.sleep(self.startup_poll_interval)
+
+    async def _why_ended(self, last: str, reason: str) -> Ended:
+        """Why the job ended, from its state (``squeue -t all`` keeps it ``MinJobAge``
+        seconds) and its node's state in Slurm (:func:`hub_ext.slurm.cluster.job_end`);
+        ``last`` is the job's last status ("RUNNING node1"), ``reason`` the workload's
+        when nothing else explains it.  Never raises."""
+        node = last.partition(" ")[2].strip()
+        state, found = "", None
+        try:
+            state = (
+                await self.cluster.run("squeue", "-h", "-j", self.job_id, "-t", "all", "-o", "%T")
+            ).strip()
+            found = next((n for n in await self.cluster.nodes(fresh=True) if n.name == node), None)
+        except SlurmUnavailable as e:
+            self.log.warning(
+                "Cannot read why job %s of %s ended: %s", self.job_id, self._log_name, e
+            )
+        ended = Ended(
+            *job_end(
+                self.job_id,
+                state,
+                node,
+                found,
+                self.workload.ends_by_itself,
+                reason,
+                self.req_memory,
+                self.req_runtime,
+            )
+        )
+        self.log.warning(
+            "%s stopped: job %s ended as %s (%s): %s",
+            self._log_name,
+            self.job_id,
+            state or "gone",
+            ended.reason,
+            ended.detail,
+        )
+        return ended
+
+    # -- reservations (hub_ext.slurm.reservations, .enforce) ----------------------------
+
+    @classmethod
+    async def reservation_changed(cls, handler, spec, reservation_id: int) -> None:
+        """Slurm's ``gpuhub-<id>`` made to match ``spec`` (None: deleted).  Raises
+        BackendRefused (Slurm's words) or BackendUnavailable."""
+        await reservation_changed(handler.settings["config"], handler.db, spec, reservation_id)
+
+    def enforce_reservations(self) -> None:
+        """Make the hub's :class:`~hub_ext.reservations.enforce.Reservations` read Slurm
+        (:mod:`.enforce`) and start its passes (once per process; needs the hub
+        database)."""
+        db = self.db_session()
+        if db is None:
+            return
+        settings = getattr(self.user, "settings", None) or {}
+        attach_enforcement(reservations_of(self.config), self.config, db, settings.get("users"))
+
+    def tell_next_window(self) -> None:
+        """Tell the member, on the progress page, how long the server may run when its
+        job's GPUs (``gpu_devices``) are on the nodes of a reservation of a group they are
+        not in that starts within 12 h and before the profile's ``cull_max_age`` ends it
+        (:meth:`Reservations.next_stop`, in the Docker backend's words).  Slurm keeps a job
+        without a time limit off a node reserved later, so this is a job that was placed
+        before the reservation was made or moved onto its node."""
+        if not Reservations.initialized():
+            return
+        rules = Reservations.instance()
+        nodes = set(device_nodes(self.gpu_devices))
+        if not nodes or not isinstance(rules.backend, SlurmHeld):
+            return
+        held, now = rules.backend, rules.now()
+        ends = now + timedelta(seconds=self.cull_max_age) if self.cull_max_age else None
+        window = rules.next_stop(
+            self.user.name,
+            "gpu",
+            lambda w: bool(held.nodes_of(w) & nodes) and (ends is None or w.start < ends),
+        )
+        if window is not None:
+            self.log.info(
+                "%s runs on %s, reserved for %s from %s",
+                self._log_name,
+                ",".join(sorted(nodes)),
+                window.group,
+                window.start.isoformat(),
+            )
+            self.emit(90, rules.start_notice(window))
+
+    def open_to_me(self, reservation) -> bool:
+        """Whether this member may use Slurm's ``reservation``: one of its users, or of its
+        group in the hub (joined since the last pass)."""
+        return self.user.name in reservation.users or group_of(
+            self.db_session(), reservation.reservation_id
+        ) in {g.name for g in self.user.groups}
+
+    def _as_member_sees(self, nodes, reservations, kind: str, count: int, partition: str):
+        """GPUs free for this member (:func:`hub_ext.slurm.availability.as_member_sees`):
+        those of a Slurm reservation of a group she is not in count as taken."""
+        return availability.as_member_sees(
+            nodes,
+            reservations,
+            self.open_to_me,
+            lambda reservation_id: group_of(self.db_session(), reservation_id),
+            kind,
+            count,
+            partition,
+        )
+
+    # -- what is free now (the spawn page, the board) ------------------------------------
+
+    async def gpu_snapshot(self):
+        return await availability.nodes_snapshot(
+            self.cluster, self.scheduler_timeout, self.config, self.log
+        )
+
+    def gpus_now(self, snapshot, overrides: dict):
+        """The profile's GPUs on its partition (``req_partition``, or Slurm's default
+        partition) and of its GRES type; when Slurm does not answer, the card says so."""
+        kind, count = parse_gres_request(availability.gres_of(overrides, self._configured))
+        if snapshot.error:
+            return availability.GPUsNow(
+                count=count, kind=kind, refusal=snapshot.error if count else ""
+            )
+        partition = (
+            overrides.get("req_partition", self._configured.get("req_partition"))
+            or snapshot.default_partition
+        )
+        return self._as_member_sees(snapshot.nodes, snapshot.reservations, kind, count, partition)
+
+    def limits_of(self, overrides: dict) -> tuple:
+        return availability.limits_of(overrides, self._configured)
+
+    async def image_facts(self, image: str) -> dict:
+        return await availability.image_facts(rootfs_of(self.image_dir, image))
+
+    @classmethod
+    async def availability(cls, config, log) -> dict:
+        return await availability.cluster_availability(SlurmCluster.of_config(config), log)
+
+    @classmethod
+    async def gpu_board(cls, handler) -> dict:
+        """The GPU board's rows for the cluster (:mod:`hub_ext.slurm.board`)."""
+        from .board import board_model
+
+        return await board_model(handler, SlurmCluster.of_config(handler.settings["config"]))

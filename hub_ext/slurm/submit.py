@@ -35,7 +35,16 @@ import shlex
 import signal
 from dataclasses import dataclass, field
 
-__all__ = ["DEFAULT_SSH", "CommandFailed", "SubmitHost", "SubmitHostUnavailable", "check_host"]
+__all__ = [
+    "DEFAULT_SSH",
+    "NOT_SENT",
+    "SUBMIT_HOST_DOWN",
+    "CommandFailed",
+    "SubmitHost",
+    "SubmitHostUnavailable",
+    "check_host",
+    "run_batch_command",
+]
 
 #: The ssh command line before the host (``c.GPUSlurmSpawner.submit_ssh_command``):
 #: batch mode, a bounded connect, and one shared connection per host kept 5 min after
@@ -61,6 +70,24 @@ DEFAULT_SSH = (
 
 #: ssh's own exit status for its errors (no connection, no authentication)
 SSH_FAILED = 255
+
+#: batchspawner's status query reads this error as "unknown" (``state_isunknown``): a
+#: submit host that does not answer stops no server
+SUBMIT_HOST_DOWN = "gpuhub: submit host unreachable"
+
+#: The job environment's variables that stay on the hub's host.  The API token: the job
+#: reads it from its token file, never from a command line on the submit host.  The hub's
+#: own paths (JupyterHub's ``env_keep``): on the submit host, the commands and the job take
+#: that host's (``slurm_env`` may still set any of them).
+NOT_SENT = (
+    "JUPYTERHUB_API_TOKEN",
+    "JPY_API_TOKEN",
+    "PATH",
+    "PYTHONPATH",
+    "CONDA_ROOT",
+    "CONDA_DEFAULT_ENV",
+    "VIRTUAL_ENV",
+)
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: user@host or host, where neither part starts with "-" (not an ssh option) nor holds
@@ -169,3 +196,42 @@ class SubmitHost:
         if proc.returncode != 0:
             raise CommandFailed(list(argv), proc.returncode, stderr)
         return out.decode(errors="replace")
+
+
+async def run_batch_command(
+    submit: SubmitHost,
+    cmd: str,
+    input: str | None = None,
+    env: dict | None = None,
+    slurm_env: dict | None = None,
+    timeout: float | None = None,
+    log=None,
+    who: str = "",
+) -> str:
+    """batchspawner's Slurm commands (``exec_prefix`` + ``sbatch``/``squeue``/``scancel``,
+    a shell line whose words batchspawner formats, the member's name quoted), run through
+    ``submit`` with ``env`` (less :data:`NOT_SENT` on a submit host) and ``slurm_env``;
+    ``timeout`` only on a submit host.  Returns stdout, stripped.  Raises RuntimeError
+    with the command's error output (batchspawner reads it), or with
+    :data:`SUBMIT_HOST_DOWN` when the submit host does not answer."""
+    env = dict(env or {})
+    if submit.remote:
+        for name in NOT_SENT:
+            env.pop(name, None)
+    env.update(slurm_env or {})
+    try:
+        out = await submit.run(
+            shlex.split(cmd),
+            env=env,
+            input=input.encode() if input else None,
+            timeout=timeout if submit.remote else None,
+        )
+    except SubmitHostUnavailable as e:
+        if log is not None:
+            log.error("%s: %s", who, e)
+        raise RuntimeError(f"{SUBMIT_HOST_DOWN}: {e}") from None
+    except CommandFailed as e:
+        if log is not None:
+            log.error("%s: %s exited %d: %s", who, cmd, e.returncode, e.stderr)
+        raise RuntimeError(e.stderr) from None
+    return out.strip()

@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+from .page import GPUsNow
+
 __all__ = ["Ended", "SpawnBackend"]
 
 
@@ -36,7 +38,7 @@ class SpawnBackend:
     :meth:`end`, then :meth:`release`; a poll asks :meth:`poll_server` and, for a server
     that ended by itself, :meth:`why_ended`.  A restart hands back :meth:`saved_state`
     through :meth:`adopt`.  The spawn page and the gate ask what is free now
-    (:meth:`gpu_snapshot`, :meth:`gpus_now`; :class:`hub_ext.spawn.page.SpawnPage`).
+    (:meth:`gpu_snapshot`, :meth:`gpus_now`; :mod:`hub_ext.spawn.page`).
     Each method raises ``tornado.web.HTTPError`` with a sentence for the member to refuse.
     """
 
@@ -116,6 +118,86 @@ class SpawnBackend:
         """Optional: :meth:`end` raised: whether the stop is settled all the same (the stop
         hooks run; GPUs the backend cannot see are not at stake).  Default: True."""
         return True
+
+    # -- what is free now (the spawn page, the gate, the board) ---------------------------
+
+    async def gpu_snapshot(self):
+        """What the backend knows of its GPUs now, read once per page; never raises (an
+        unreadable inventory is part of the snapshot)."""
+        raise NotImplementedError
+
+    def gpus_now(self, snapshot, overrides: dict) -> GPUsNow:
+        """A profile's GPUs (``overrides``: the profile's trait values) as ``snapshot``
+        has them: free and in all, and why they cannot be had now."""
+        raise NotImplementedError
+
+    def limits_of(self, overrides: dict) -> tuple:
+        """(memory, CPUs) the backend enforces for a profile, as
+        :func:`hub_ext.common.limits.limits_text` reads them (None: no limit)."""
+        raise NotImplementedError
+
+    async def image_facts(self, image: str) -> dict:
+        """What ``image`` holds ({"python", "framework", "framework_version", "cuda",
+        "description"}: :func:`hub_ext.spawn.page.facts_from_labels`); ``{}`` when
+        unknown."""
+        raise NotImplementedError
+
+    @classmethod
+    async def availability(cls, config, log) -> dict:
+        """The counts over every GPU of the backend, for ``GET
+        /hub/api/gpuhub/availability`` (:mod:`hub_ext.ops.handlers`; a class method: asked
+        with the hub's ``config`` and no spawner): ``inventory``, ``total``, ``free``,
+        ``allocated``, ``outside``, ``unhealthy``, ``error``."""
+        raise NotImplementedError
+
+    @classmethod
+    async def gpu_board(cls, handler) -> dict:
+        """The GPU board's model for admins (:mod:`hub_ext.ops.board`; ``handler``: the
+        board's request handler)."""
+        raise NotImplementedError
+
+    @classmethod
+    async def reservation_changed(cls, handler, spec, reservation_id: int) -> None:
+        """Optional: a hub reservation was made or changed (``spec``, a
+        :class:`hub_ext.reservations.rules.Spec`) or is being deleted (None), before the
+        change is kept.  A backend that holds reservations itself (Slurm) raises
+        :class:`hub_ext.reservations.backend.BackendRefused` or ``BackendUnavailable``;
+        by default nothing (the hub enforces them)."""
+
+    def goes_first(self, gpus: GPUsNow) -> bool:
+        """Optional: whether this member passes those waiting in line for ``gpus`` (a
+        reservation's window of their group is open), so the card is not disabled for the
+        others' places.  Default: False."""
+        return False
+
+    def runs_until(self, gpus: GPUsNow) -> str:
+        """Optional: how long a start of ``gpus`` may run before a reservation of a group
+        the member is not in may stop it ("1 GPU is reserved for ML101 from 14:00 UTC to
+        16:00 UTC: a server started now may run until then (about 40 min)."), or ``""``.
+        Default: ``""``."""
+        return ""
+
+    async def check_spawn(self, options: dict | None) -> None:
+        """Optional: refuse now, with the ``tornado.web.HTTPError`` that
+        ``start()`` would raise, a start it would refuse before reserving anything
+        (``options``: the request's ``user_options``; None: the stored ones).  Asked by
+        :mod:`hub_ext.spawn.gate` before JupyterHub creates the server's token and rows.
+        Default: admits every start (``start()`` decides)."""
+
+    @contextlib.asynccontextmanager
+    async def checked_spawn(self, options: dict | None):
+        """:meth:`check_spawn`, then the block in which :mod:`hub_ext.spawn.gate` hands
+        the admitted start to JupyterHub.  A backend whose check leaves a claim that must
+        count meanwhile (the Docker backend's GPUs) overrides it."""
+        await self.check_spawn(options)
+        yield
+
+    async def job_workspace(self) -> tuple[str, int, int]:
+        """Optional, needed for notebook jobs (:mod:`hub_ext.jobs`): the
+        member's workspace as a folder on the hub's machine, and the uid and gid that own
+        what the hub writes there.  Raises ``tornado.web.HTTPError`` (404: the member has
+        no workspace yet) or NotImplementedError (the backend runs no jobs)."""
+        raise NotImplementedError
 
     # -- a hub restart -------------------------------------------------------------------
 

@@ -1,10 +1,10 @@
-"""The member's choice: untrusted ``user_options`` in, one profile applied, the choice kept.
+"""The member's choice: untrusted ``user_options`` in, one profile and workload out, the
+choice kept.
 
-:class:`ProfileChoice` is a part of every backend's spawner, through
-:class:`hub_ext.spawn.core.SpawnerCore` (a configurable mixin: its traits are set as
-``c.SpawnerCore.<trait>`` for both backends).  It runs the
-steps of :mod:`hub_ext.spawn.profiles` on a spawn's ``user_options`` (the REST API's body, or the
-spawn form through :meth:`ProfileChoice.options_from_form`) and keeps untrusted input small:
+The first step of a start (:meth:`hub_ext.spawn.core.SpawnerCore.load_profile`) reads a
+spawn's ``user_options`` (the REST API's body, or the spawn form through
+:func:`options_from_form`) with :func:`read_choice`, a pure function over the steps of
+:mod:`hub_ext.spawn.profiles`, and keeps untrusted input small:
 
 - ``user_options`` larger than ``user_options_max_bytes`` as JSON, or a spawn form whose
   fields are, is refused with HTTP 413 before a profile is looked at; messages quote at
@@ -15,34 +15,32 @@ spawn form through :meth:`ProfileChoice.options_from_form`) and keeps untrusted 
   (:func:`guard_stored_options`) keeps the stored value instead of an oversized one.
 - A refused choice is not the next start's default: the last accepted one is stored back
   (JupyterHub starts a server asked for with ``{}`` or no body with the stored options).
+
+What a server runs besides JupyterLab (a notebook job: ``user_options["job"]``) is read
+here too, into a :class:`hub_ext.spawn.workload.Workload`.
 """
 
 from __future__ import annotations
 
-import copy
-import inspect
 import json
 import logging
-from typing import NoReturn
+from dataclasses import dataclass, field
 
 from sqlalchemy import event
-from sqlalchemy.orm import object_session
-from tornado import web
-from traitlets import Callable, Int, List, Union, validate
-from traitlets.config import LoggingConfigurable
 
-from ..common import metrics
-from .profiles import (
-    ProfileError,
-    apply_overrides,
-    init_profiles,
-    profile_overrides,
-    select_profile,
-    visible_profiles,
-)
-from .workload import Server, workload_classes
+from .profiles import ProfileError, Selection, profile_overrides, select_profile
+from .workload import Server, Workload
 
-__all__ = ["ProfileChoice", "guard_stored_options", "json_size", "wants_wait"]
+__all__ = [
+    "Choice",
+    "Refused",
+    "guard_stored_options",
+    "json_size",
+    "options_from_form",
+    "read_choice",
+    "stored_workload",
+    "wants_wait",
+]
 
 
 def json_size(value) -> int:
@@ -68,7 +66,7 @@ PAY_CHOICES = ("course", "self")
 
 def wants_wait(value) -> bool:
     """``user_options["wait"]``: true, 1, "1", "true", "on", "yes" ask to wait in line for
-    a GPU (:mod:`hub_ext.docker.spawner_line`); anything else does not."""
+    a GPU (the line: :mod:`hub_ext.line`); anything else does not."""
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "on", "yes")
     return value is True or value == 1
@@ -107,195 +105,106 @@ def guard_stored_options(limit: int, log: logging.Logger) -> None:
         event.listen(orm.Spawner.user_options, "set", _keep_small, retval=True)
 
 
-class ProfileChoice(LoggingConfigurable):
-    """The profile list, the member's ``user_options`` validated, the choice kept."""
+class Refused(Exception):
+    """A choice refused: ``status`` (400, 413) and the sentence for the member."""
 
-    #: ``user_options["pay"] == "self"``: pay personally when the course cannot (this start)
-    pay_self = False
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
 
-    profile_list = Union(
-        [List(), Callable()],
-        default_value=[],
-        config=True,
-        help="""Profiles in KubeSpawner's schema (see hub_ext.spawn.profiles), or a callable,
-        sync or async, taking the spawner and returning that list.
 
-            c.SpawnerCore.profile_list = [{"display_name": "CPU only", "default": True}]
-        """,
-    )
+def options_from_form(formdata: dict, limit: int) -> dict:
+    """The spawn form's fields -> ``user_options``: ``profile`` and ``<profile>--<option>``
+    fields; the "Wait for a GPU" button (``gpuhub_wait=<profile>``) picks its profile and
+    adds ``wait: true``; "Pay with my own credits" (``gpuhub_pay``) adds ``pay``.  Raises
+    :class:`Refused` (413) when the fields are larger than ``limit`` bytes."""
+    size = sum(len(key) + sum(len(v) for v in values) for key, values in formdata.items())
+    if size > limit:
+        raise Refused(413, too_large(size, limit))
+    options = {}
+    profile = formdata.get("profile", [None])[0]
+    wait_for = formdata.get("gpuhub_wait", [None])[0]
+    if wait_for:  # the card's "Wait for a GPU" button
+        profile, options["wait"] = wait_for, True
+    if formdata.get("gpuhub_pay", [None])[0]:  # the card's "Pay with my own credits"
+        options["pay"] = formdata["gpuhub_pay"][0]
+    if profile is not None:
+        options["profile"] = profile
+        prefix = f"{profile}--"
+        for key, values in formdata.items():
+            if key.startswith(prefix) and values:
+                options[key[len(prefix) :]] = values[0]
+    return options
 
-    user_options_max_bytes = Int(
-        8192,
-        config=True,
-        help="""The largest ``user_options`` a spawn accepts, in bytes of compact JSON (the
-        REST API's body, or the spawn form's fields together); larger ones are refused with
-        HTTP 413 and never stored.  Real choices are a few dozen bytes.
 
-            c.SpawnerCore.user_options_max_bytes = 8192
-        """,
-    )
+@dataclass
+class Choice:
+    """What a start's ``user_options`` choose: the profile (``selection``, None when the
+    hub has no profiles) and its merged ``overrides``, whether the member asked to wait in
+    line, to pay personally (``user_options["pay"] == "self"``: when the course cannot),
+    the ``workload``, and ``accepted``: the choice stored as the next start's default."""
 
-    @validate("user_options_max_bytes")
-    def _validate_max_bytes(self, proposal):
-        if proposal["value"] < 256:
-            raise ValueError(
-                f"c.{type(self).__name__}.user_options_max_bytes must be at "
-                f"least 256 (bytes), got {proposal['value']!r}"
+    selection: Selection | None = None
+    overrides: dict = field(default_factory=dict)
+    wait: bool = False
+    pay_self: bool = False
+    workload: Workload = field(default_factory=Server)
+    accepted: dict = field(default_factory=dict)
+
+
+def read_choice(
+    user_options, visible: list[dict], everything: list[dict], workloads: dict
+) -> Choice:
+    """Validate untrusted ``user_options`` against the profiles ``visible`` to the member
+    (``everything``: all of them, so that the message tells "not open to you" from "no such
+    profile"); ``workloads``: ``{option: Workload class}``.  Raises :class:`Refused`
+    (400) naming the valid choices."""
+    choice = Choice()
+    options = user_options
+    if isinstance(options, dict) and "wait" in options:  # the line (hub_ext.line)
+        options = dict(options)
+        choice.wait = wants_wait(options.pop("wait"))
+    asked = [key for key in workloads if isinstance(options, dict) and key in options]
+    if asked:  # a notebook job (hub_ext.jobs): built by the hub only
+        options = dict(options)
+        try:
+            choice.workload = workloads[asked[0]].parse(options.pop(asked[0]))
+        except ValueError as e:
+            raise Refused(400, str(e)) from None
+        choice.wait = choice.wait or choice.workload.waits
+    if isinstance(options, dict) and "pay" in options:  # hub_ext.credits.hook
+        options = dict(options)
+        pay = options.pop("pay")
+        if pay not in PAY_CHOICES:
+            raise Refused(
+                400, f"No such payer: {pay!r}. Options include: " + ", ".join(PAY_CHOICES)
             )
-        return proposal["value"]
+        choice.pay_self = pay == "self"
+    if not everything:
+        return choice
+    try:
+        choice.selection = select_profile(visible, options, everything)
+    except ProfileError as e:
+        raise Refused(400, str(e)) from None
+    choice.overrides = profile_overrides(choice.selection)
+    if not choice.workload.culled:
+        # a notebook job is never idle (nobody browses it) and has its own maximum run
+        # time, enforced by hub_ext.jobs: no culling of the core's kinds
+        choice.overrides.update(gpu_idle_timeout=0, cull_idle_timeout=0, cull_max_age=0)
+    choice.accepted = {"profile": choice.selection.slug, **choice.selection.choices}
+    if choice.workload.option:  # kept: a restarted hub knows what the server runs
+        choice.accepted[choice.workload.option] = choice.workload.value
+    return choice
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        guard_stored_options(self.user_options_max_bytes, self.log)
-        # the choice stored before any start of this spawner object: JupyterHub's
-        # User.spawn overwrites it with the request's before start() runs
-        stored = getattr(getattr(self, "orm_spawner", None), "user_options", None)
-        self._accepted_choice = copy.deepcopy(stored) if isinstance(stored, dict) else {}
 
-    def options_from_form(self, formdata):
-        """Form fields -> ``user_options``: ``profile`` and ``<profile>--<option>`` fields;
-        the "Wait for a GPU" button (``gpuhub_wait=<profile>``) picks its profile and adds
-        ``wait: true``.
-
-        Raises ``HTTPError(413)`` when the fields are larger than ``user_options_max_bytes``
-        (JupyterHub's spawn page shows the message above the form).
-        """
-        size = sum(len(key) + sum(len(v) for v in values) for key, values in formdata.items())
-        if size > self.user_options_max_bytes:
-            metrics.SPAWNS_REFUSED.labels(reason="bad_options").inc()
-            self.log.warning("Refusing the spawn form of %s: %d bytes", self._log_name, size)
-            raise web.HTTPError(413, too_large(size, self.user_options_max_bytes))
-        options = {}
-        profile = formdata.get("profile", [None])[0]
-        wait_for = formdata.get("gpuhub_wait", [None])[0]
-        if wait_for:  # the card's "Wait for a GPU" button
-            profile, options["wait"] = wait_for, True
-        if formdata.get("gpuhub_pay", [None])[0]:  # the card's "Pay with my own credits"
-            options["pay"] = formdata["gpuhub_pay"][0]
-        if profile is not None:
-            options["profile"] = profile
-            prefix = f"{profile}--"
-            for key, values in formdata.items():
-                if key.startswith(prefix) and values:
-                    options[key[len(prefix) :]] = values[0]
-        return options
-
-    async def get_profiles(self) -> tuple[list[dict], list[dict]]:
-        """(visible to this member, all) after :func:`init_profiles`."""
-        profile_list = self.profile_list
-        if callable(profile_list):
-            profile_list = profile_list(self)
-            if inspect.isawaitable(profile_list):
-                profile_list = await profile_list
-        try:
-            profiles = init_profiles(profile_list, self._overridable)
-        except ProfileError as e:
-            self.log.error("profile_list is misconfigured: %s", e)
-            raise web.HTTPError(500, f"The profile list is misconfigured: {e}") from e
-        groups = [g.name for g in getattr(self.user, "groups", [])]
-        admin = bool(getattr(self.user, "admin", False))
-        return visible_profiles(profiles, groups, admin), profiles
-
-    async def load_profile(self) -> None:
-        """Step 1 of a start: validate ``user_options`` and apply the chosen profile.
-
-        Raises ``HTTPError(413)`` for options over ``user_options_max_bytes`` and
-        ``HTTPError(400)`` naming the valid choices for a choice that is not one; either
-        way the last accepted choice stays the next start's default.
-        """
-        for name, value in self._configured.items():
-            setattr(self, name, copy.deepcopy(value))
-        size = json_size(self.user_options)
-        if size > self.user_options_max_bytes:
-            self._refuse(413, too_large(size, self.user_options_max_bytes))
-        visible, everything = await self.get_profiles()
-        options = self.user_options
-        self.wait_requested = self.pay_self = False
-        if isinstance(options, dict) and "wait" in options:  # hub_ext.docker.spawner_line
-            options = dict(options)
-            self.wait_requested = wants_wait(options.pop("wait"))
-        self.workload = Server()
-        kinds = workload_classes(self.workloads)
-        asked = [key for key in kinds if isinstance(options, dict) and key in options]
-        if asked:  # a notebook job (hub_ext.jobs), ...: built by the hub only
-            options = dict(options)
+def stored_workload(user_options, workloads: dict) -> Workload:
+    """What stored ``user_options`` say a server runs (after a hub restart), or
+    :class:`hub_ext.spawn.workload.Server`."""
+    options = user_options if isinstance(user_options, dict) else {}
+    for key, cls in workloads.items():
+        if key in options:
             try:
-                self.workload = kinds[asked[0]].parse(options.pop(asked[0]))
-            except ValueError as e:
-                self._refuse(400, str(e))
-            self.wait_requested = self.wait_requested or self.workload.waits
-        if isinstance(options, dict) and "pay" in options:  # hub_ext.credits.hook
-            options = dict(options)
-            pay = options.pop("pay")
-            if pay not in PAY_CHOICES:
-                self._refuse(
-                    400, f"No such payer: {pay!r}. Options include: " + ", ".join(PAY_CHOICES)
-                )
-            self.pay_self = pay == "self"
-        if not everything:
-            self.profile_slug = self.profile_name = ""
-            return
-        try:
-            selection = select_profile(visible, options, everything)
-        except ProfileError as e:
-            self._refuse(400, str(e))
-        apply_overrides(self, profile_overrides(selection))
-        if not self.workload.culled:
-            # a notebook job is never idle (nobody browses it) and has its own maximum run
-            # time, enforced by hub_ext.jobs: no culling of SpawnerCore's kinds
-            self.gpu_idle_timeout = self.cull_idle_timeout = self.cull_max_age = 0
-        self.profile_slug = selection.slug
-        self.profile_name = selection.profile.get("display_name") or selection.slug
-        self._accepted_choice = {"profile": selection.slug, **selection.choices}
-        if self.workload.option:  # kept: a restarted hub knows what the server runs
-            self._accepted_choice[self.workload.option] = self.workload.value
-        self._keep_choice(self._accepted_choice)
-        self.log.info(
-            "%s uses profile %s %s", self._log_name, selection.slug, selection.choices or ""
-        )
-
-    def workload_asked(self, options) -> bool:
-        """Whether ``options`` (untrusted ``user_options``) ask for a workload that waits
-        in line by itself (a notebook job)."""
-        kinds = workload_classes(self.workloads)
-        return isinstance(options, dict) and any(
-            key in options and cls.waits for key, cls in kinds.items()
-        )
-
-    def stored_workload(self):
-        """What the stored ``user_options`` say this server runs (a hub restart), or
-        :class:`hub_ext.spawn.workload.Server`."""
-        options = self.user_options if isinstance(self.user_options, dict) else {}
-        for key, cls in workload_classes(self.workloads).items():
-            if key in options:
-                try:
-                    return cls.parse(options[key])
-                except ValueError:
-                    break
-        return Server()
-
-    def _refuse(self, status: int, message: str) -> NoReturn:
-        """Refuse this start's ``user_options``: the last accepted choice is stored back
-        (or ``{}``, the default, when the stored choice itself is refused)."""
-        metrics.SPAWNS_REFUSED.labels(reason="bad_options").inc()
-        self.log.warning("Refusing spawn of %s: %s", self._log_name, message)
-        if self.user_options == self._accepted_choice:
-            self._accepted_choice = {}  # e.g. its profile was removed since
-        self._keep_choice(self._accepted_choice, refused=True)
-        raise web.HTTPError(status, message)
-
-    def _keep_choice(self, chosen: dict, refused: bool = False) -> None:
-        """Store ``chosen`` as this server's ``user_options``: the admin panel shows it, and
-        JupyterHub uses it as the default of the next start (JupyterHub ``User.spawn``).
-        ``{}`` becomes the default profile's slug when accepted."""
-        if not refused:
-            if self.user_options == chosen:
-                return
-            self.user_options = chosen
-        orm_spawner = getattr(self, "orm_spawner", None)
-        if orm_spawner is None:
-            return
-        orm_spawner.user_options = copy.deepcopy(chosen)
-        session = object_session(orm_spawner)
-        if session is not None:
-            session.commit()
+                return cls.parse(options[key])
+            except ValueError:
+                break
+    return Server()

@@ -1,52 +1,101 @@
 """The spawner core: one lifecycle for every backend and workload.
 
-:class:`SpawnerCore` is mixed in before a backend's JupyterHub spawner base and owns
-``start()``, ``stop()`` and ``poll()``: the profile, the checks, a place in line or the
-capacity, the debit, the launch, the wait until ready; on stop the settle, the release and
-the record.  The backend answers the questions of :class:`hub_ext.spawn.backend.SpawnBackend`;
-what a server runs is a :class:`hub_ext.spawn.workload.Workload`.  The story, step by step,
-is docs/explanation/spawn.md.
+:class:`SpawnerCore` is a JupyterHub ``Spawner`` that owns ``start()``, ``stop()`` and
+``poll()``: the profile, the checks, a place in line or the capacity, the debit, the
+launch, the wait until ready; on stop the settle, the release and the record.  A backend's
+spawner subclasses it before its JupyterHub spawner base and answers the questions of
+:class:`hub_ext.spawn.backend.SpawnBackend`; what a server runs is a
+:class:`hub_ext.spawn.workload.Workload`.  The story, step by step, is
+docs/explanation/spawn.md; a new backend, docs/howto/write-a-backend.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
+import inspect
+from typing import NoReturn
 
+from jupyterhub.spawner import Spawner
 from sqlalchemy.orm import object_session
 from sqlalchemy.orm.attributes import flag_modified
 from tornado import web
-from traitlets import Any, CaselessStrEnum, Float, List, Unicode, validate
+from traitlets import (
+    Any,
+    Callable,
+    CaselessStrEnum,
+    Float,
+    Int,
+    List,
+    Unicode,
+    Union,
+    default,
+    validate,
+)
 
+from ..common import metrics
 from ..common.periodic import shutting_down
 from ..common.server_key import ServerKey
+from . import page
 from .backend import Ended, SpawnBackend
-from .choice import ProfileChoice
+from .choice import (
+    Refused,
+    guard_stored_options,
+    json_size,
+    options_from_form,
+    read_choice,
+    stored_workload,
+    too_large,
+)
 from .hooks import PENDING, Hook, check_before_reserve, resolve_hooks
-from .mounts import MemberMounts
-from .workload import Server
+from .mounts import Datasets, checked_datasets, member_datasets
+from .profiles import (
+    PROFILE_TRAITS,
+    ProfileError,
+    apply_overrides,
+    init_profiles,
+    visible_profiles,
+)
+from .workload import Server, workload_classes
 
 __all__ = ["PENDING", "STATE_VERSION", "SpawnerCore"]
 
 STATE_VERSION = 1
 
 
-class SpawnerCore(SpawnBackend, ProfileChoice, MemberMounts):
-    """The lifecycle (:meth:`start`, :meth:`stop`, :meth:`poll`), profiles
-    (:class:`hub_ext.spawn.choice.ProfileChoice`), the workspace's mount point and the
-    datasets (:class:`hub_ext.spawn.mounts.MemberMounts`), hooks, progress events and hook
-    state, for any JupyterHub spawner whose backend answers
-    :class:`hub_ext.spawn.backend.SpawnBackend`.
-
-    Subclasses list the traits a profile may override in ``_overridable`` and call
-    :meth:`init_core` from ``__init__``.
+class SpawnerCore(SpawnBackend, Spawner):
+    """The lifecycle (:meth:`start`, :meth:`stop`, :meth:`poll`), the member's choice of
+    profile and workload, the mounts, the hooks, the progress events and the hook state,
+    for a JupyterHub spawner whose backend answers :class:`hub_ext.spawn.backend.SpawnBackend`.
 
     Its section of the configuration, ``c.SpawnerCore``, is read by every backend's
     spawner (traitlets gives an instance the sections of each configurable class in its
     MRO, the nearest class winning): what both backends read is set there once
     (:func:`hub_ext.config.apply_config`), a backend's own settings on its own class.
     """
+
+    profile_list = Union(
+        [List(), Callable()],
+        default_value=[],
+        config=True,
+        help="""Profiles in KubeSpawner's schema (see hub_ext.spawn.profiles), or a callable,
+        sync or async, taking the spawner and returning that list.
+
+            c.SpawnerCore.profile_list = [{"display_name": "CPU only", "default": True}]
+        """,
+    )
+
+    user_options_max_bytes = Int(
+        8192,
+        min=256,
+        config=True,
+        help="""The largest ``user_options`` a spawn accepts, in bytes of compact JSON (the
+        REST API's body, or the spawn form's fields together); larger ones are refused with
+        HTTP 413 and never stored.  Real choices are a few dozen bytes; at least 256.
+
+            c.SpawnerCore.user_options_max_bytes = 8192
+        """,
+    )
 
     credits_per_hour = Float(
         0.0,
@@ -60,6 +109,7 @@ class SpawnerCore(SpawnBackend, ProfileChoice, MemberMounts):
 
     gpu_idle_timeout = Float(
         0.0,
+        min=0.0,
         config=True,
         help="""Seconds a server's GPUs may stay idle (0% utilization on every device)
         before the hub stops it, even while its browser tab is open; 0 never.  Usually set
@@ -71,6 +121,7 @@ class SpawnerCore(SpawnBackend, ProfileChoice, MemberMounts):
 
     cull_idle_timeout = Float(
         0.0,
+        min=0.0,
         config=True,
         help="""Seconds a server may go without activity (browser, kernels, terminals)
         before jupyterhub-idle-culler stops it; 0 leaves it to the culler's site-wide
@@ -83,6 +134,7 @@ class SpawnerCore(SpawnBackend, ProfileChoice, MemberMounts):
 
     cull_max_age = Float(
         0.0,
+        min=0.0,
         config=True,
         help="""Seconds a server may run at most, busy or not; 0 no limit.  The member is
         warned on the home page c.Culler.max_age_warning seconds before.  Usually set per
@@ -92,14 +144,27 @@ class SpawnerCore(SpawnBackend, ProfileChoice, MemberMounts):
         """,
     )
 
-    @validate("gpu_idle_timeout", "cull_idle_timeout", "cull_max_age")
-    def _validate_seconds(self, proposal):
-        if proposal["value"] < 0:
-            raise ValueError(
-                f"c.{type(self).__name__}.{proposal['trait'].name} must be 0 (no limit) or a "
-                f"positive number of seconds, got {proposal['value']!r}"
-            )
-        return proposal["value"]
+    workspace_mount = Unicode(
+        "/home/jovyan/work",
+        config=True,
+        help="""Where the workspace appears in the container.
+
+            c.SpawnerCore.workspace_mount = "/home/jovyan/work"  # either backend
+        """,
+    )
+
+    datasets = Datasets(
+        config=True,
+        help="""Shared datasets, mounted read-only at ``/datasets/<name>``: name ->
+        {"path": host path, "groups": [JupyterHub groups; empty or missing = everyone]},
+        or name -> host path (everyone).  On Slurm the path is on the nodes' shared
+        storage.  A missing host path is a spawn error, never created.  ``GPUHUB_DATASETS``
+        (a JSON file of this mapping) sets it for either backend.
+
+            c.SpawnerCore.datasets = {"imagenet": {"path": "/data/imagenet",
+                                                   "groups": ["vision"]}}
+        """,
+    )
 
     before_container_hooks = List(
         Any(),
@@ -160,18 +225,22 @@ class SpawnerCore(SpawnBackend, ProfileChoice, MemberMounts):
         """,
     )
 
-    _overridable: tuple[str, ...] = ()
+    @default("options_form")
+    def _default_options_form(self):
+        return page.render_form
 
-    def get_args(self) -> list[str]:
-        """JupyterHub's ``Spawner.args`` and ``--KernelManager.transport`` (issue 21: another
-        member's server on the same loopback must not reach the kernels)."""
-        args = list(super().get_args())
-        if self.kernel_transport:
-            args.append(f"--KernelManager.transport={self.kernel_transport}")
-        return args
-
-    def init_core(self) -> None:
-        self.profile_slug = ""
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        guard_stored_options(self.user_options_max_bytes, self.log)
+        # the choice stored before any start of this spawner object: JupyterHub's
+        # User.spawn overwrites it with the request's before start() runs
+        stored = getattr(getattr(self, "orm_spawner", None), "user_options", None)
+        self._accepted_choice = copy.deepcopy(stored) if isinstance(stored, dict) else {}
+        #: the profile's slug and name this start chose ("": none)
+        self.profile_slug = self.profile_name = ""
+        #: the member asked to wait in line for GPUs (``user_options["wait"]``, or a
+        #: workload that waits), and to pay personally when the course cannot
+        self.wait_requested = self.pay_self = False
         #: what this server runs (:mod:`hub_ext.spawn.workload`), from its ``user_options``
         self.workload = Server()
         #: set by :mod:`hub_ext.jobs` when this notebook job's runner has reported its end
@@ -181,10 +250,34 @@ class SpawnerCore(SpawnBackend, ProfileChoice, MemberMounts):
         self.line_wait: float | None = None
         #: why the server ended, while its stop hooks run (hub_ext.spawn.stopping, poll)
         self.stop_reason = self.stop_detail = None
-        self._configured = {name: copy.deepcopy(getattr(self, name)) for name in self._overridable}
+        #: each profile trait as configured, restored at each start so that one start's
+        #: profile never leaks into the next
+        self._configured = {
+            name: copy.deepcopy(getattr(self, name)) for name in self.profile_keys()
+        }
         self._events: list[dict] = []
         self._events_changed = asyncio.Event()
         self.hook_state: dict[str, dict] = {}
+
+    @classmethod
+    def profile_keys(cls) -> tuple[str, ...]:
+        """The keys a profile's ``spawner_override`` may set on this spawner: those of
+        :data:`hub_ext.spawn.profiles.PROFILE_TRAITS` that are its traits (the Slurm
+        backend's ``req_partition`` is not Docker's)."""
+        traits = cls.class_traits()
+        return tuple(name for name in PROFILE_TRAITS if name in traits)
+
+    def configured_value(self, name: str):
+        """Trait ``name`` as configured, before any profile's override."""
+        return self._configured.get(name, getattr(self, name))
+
+    def get_args(self) -> list[str]:
+        """JupyterHub's ``Spawner.args`` and ``--KernelManager.transport`` (issue 21: another
+        member's server on the same loopback must not reach the kernels)."""
+        args = list(super().get_args())
+        if self.kernel_transport:
+            args.append(f"--KernelManager.transport={self.kernel_transport}")
+        return args
 
     @property
     def server_key(self) -> ServerKey:
@@ -205,28 +298,6 @@ class SpawnerCore(SpawnBackend, ProfileChoice, MemberMounts):
         caller raises ``error`` again.  A message already set is kept."""
         if error.log_message and not hasattr(error, "jupyterhub_message"):
             error.jupyterhub_message = error.log_message
-
-    async def check_spawn(self, options: dict | None) -> None:
-        """Optional for a backend: refuse now, with the ``tornado.web.HTTPError`` that
-        ``start()`` would raise, a start it would refuse before reserving anything
-        (``options``: the request's ``user_options``; None: the stored ones).  Asked by
-        :mod:`hub_ext.spawn.gate` before JupyterHub creates the server's token and rows.
-        Default: admits every start (``start()`` decides)."""
-
-    @contextlib.asynccontextmanager
-    async def checked_spawn(self, options: dict | None):
-        """:meth:`check_spawn`, then the block in which :mod:`hub_ext.spawn.gate` hands
-        the admitted start to JupyterHub.  A backend whose check leaves a claim that must
-        count meanwhile (the Docker backend's GPUs) overrides it."""
-        await self.check_spawn(options)
-        yield
-
-    async def job_workspace(self) -> tuple[str, int, int]:
-        """Optional for a backend, needed for notebook jobs (:mod:`hub_ext.jobs`): the
-        member's workspace as a folder on the hub's machine, and the uid and gid that own
-        what the hub writes there.  Raises ``tornado.web.HTTPError`` (404: the member has
-        no workspace yet) or NotImplementedError (the backend runs no jobs)."""
-        raise NotImplementedError
 
     def core_environment(self) -> dict:
         """The core's part of a server's environment: ``GPUHUB_WORKSPACE_MOUNT`` (where the
@@ -249,6 +320,123 @@ class SpawnerCore(SpawnBackend, ProfileChoice, MemberMounts):
         Raises the first hook's ``HTTPError`` (402: the balance cannot pay the first
         interval)."""
         await check_before_reserve(self.hooks, self)
+
+    # -- the member's choice (hub_ext.spawn.choice) ---------------------------------------
+
+    def options_from_form(self, formdata):
+        """Form fields -> ``user_options`` (:func:`hub_ext.spawn.choice.options_from_form`).
+        Raises ``HTTPError(413)`` when the fields are larger than ``user_options_max_bytes``
+        (JupyterHub's spawn page shows the message above the form)."""
+        try:
+            return options_from_form(formdata, self.user_options_max_bytes)
+        except Refused as e:
+            metrics.SPAWNS_REFUSED.labels(reason="bad_options").inc()
+            self.log.warning("Refusing the spawn form of %s: %s", self._log_name, e.message)
+            raise web.HTTPError(e.status, e.message) from None
+
+    async def get_profiles(self) -> tuple[list[dict], list[dict]]:
+        """(visible to this member, all) after :func:`hub_ext.spawn.profiles.init_profiles`.
+        Raises ``HTTPError(500)`` when the list is misconfigured."""
+        profile_list = self.profile_list
+        if callable(profile_list):
+            profile_list = profile_list(self)
+            if inspect.isawaitable(profile_list):
+                profile_list = await profile_list
+        try:
+            profiles = init_profiles(profile_list, self.profile_keys())
+        except ProfileError as e:
+            self.log.error("profile_list is misconfigured: %s", e)
+            raise web.HTTPError(500, f"The profile list is misconfigured: {e}") from e
+        groups = [g.name for g in getattr(self.user, "groups", [])]
+        admin = bool(getattr(self.user, "admin", False))
+        return visible_profiles(profiles, groups, admin), profiles
+
+    async def load_profile(self) -> None:
+        """Step 1 of a start: validate ``user_options`` (untrusted), apply the chosen
+        profile's overrides and keep the workload (:func:`hub_ext.spawn.choice.read_choice`).
+
+        Raises ``HTTPError(413)`` for options over ``user_options_max_bytes`` and
+        ``HTTPError(400)`` naming the valid choices for a choice that is not one; either
+        way the last accepted choice stays the next start's default.
+        """
+        for name, value in self._configured.items():
+            setattr(self, name, copy.deepcopy(value))
+        size = json_size(self.user_options)
+        if size > self.user_options_max_bytes:
+            self._refuse(413, too_large(size, self.user_options_max_bytes))
+        visible, everything = await self.get_profiles()
+        self.wait_requested = self.pay_self = False
+        self.workload = Server()
+        try:
+            choice = read_choice(
+                self.user_options, visible, everything, workload_classes(self.workloads)
+            )
+        except Refused as e:
+            self._refuse(e.status, e.message)
+        self.wait_requested, self.pay_self = choice.wait, choice.pay_self
+        self.workload = choice.workload
+        if choice.selection is None:
+            self.profile_slug = self.profile_name = ""
+            return
+        apply_overrides(self, choice.overrides)
+        self.profile_slug = choice.selection.slug
+        self.profile_name = choice.selection.profile.get("display_name") or self.profile_slug
+        self._accepted_choice = choice.accepted
+        self._keep_choice(self._accepted_choice)
+        self.log.info(
+            "%s uses profile %s %s",
+            self._log_name,
+            self.profile_slug,
+            choice.selection.choices or "",
+        )
+
+    def workload_asked(self, options) -> bool:
+        """Whether ``options`` (untrusted ``user_options``) ask for a workload that waits
+        in line by itself (a notebook job)."""
+        return isinstance(options, dict) and any(
+            key in options and kind.waits for key, kind in workload_classes(self.workloads).items()
+        )
+
+    def _refuse(self, status: int, message: str) -> NoReturn:
+        """Refuse this start's ``user_options``: the last accepted choice is stored back
+        (or ``{}``, the default, when the stored choice itself is refused)."""
+        metrics.SPAWNS_REFUSED.labels(reason="bad_options").inc()
+        self.log.warning("Refusing spawn of %s: %s", self._log_name, message)
+        if self.user_options == self._accepted_choice:
+            self._accepted_choice = {}  # e.g. its profile was removed since
+        self._keep_choice(self._accepted_choice, refused=True)
+        raise web.HTTPError(status, message)
+
+    def _keep_choice(self, chosen: dict, refused: bool = False) -> None:
+        """Store ``chosen`` as this server's ``user_options``: the admin panel shows it, and
+        JupyterHub uses it as the default of the next start (JupyterHub ``User.spawn``).
+        ``{}`` becomes the default profile's slug when accepted."""
+        if not refused:
+            if self.user_options == chosen:
+                return
+            self.user_options = chosen
+        orm_spawner = getattr(self, "orm_spawner", None)
+        if orm_spawner is None:
+            return
+        orm_spawner.user_options = copy.deepcopy(chosen)
+        session = object_session(orm_spawner)
+        if session is not None:
+            session.commit()
+
+    # -- the mounts and the spawn page ---------------------------------------------------
+
+    def member_datasets(self) -> dict[str, str]:
+        """Dataset name -> host path, for the member's groups (admins: all)."""
+        return member_datasets(self.datasets, self.user)
+
+    def checked_datasets(self) -> dict[str, str]:
+        """:meth:`member_datasets`, each path checked to exist on this host.  Raises
+        ``HTTPError(500)`` with a sentence for the member when one is missing."""
+        return checked_datasets(self.datasets, self.user, self.log, self._log_name)
+
+    async def profile_cards(self, profiles: list[dict]) -> list[dict]:
+        """The spawn page's card of each profile (:func:`hub_ext.spawn.page.profile_cards`)."""
+        return await page.profile_cards(self, profiles)
 
     # -- the lifecycle -----------------------------------------------------------------
 
@@ -444,7 +632,7 @@ class SpawnerCore(SpawnBackend, ProfileChoice, MemberMounts):
         super().load_state(state)
         if isinstance(self.workload, Server):
             # a notebook job's server, found after a restart
-            self.workload = self.stored_workload()
+            self.workload = stored_workload(self.user_options, workload_classes(self.workloads))
         hooks = state.get("gpuhub_hooks")
         if hooks and hooks.get("version") == STATE_VERSION:
             self.hook_state = dict(hooks.get("hooks") or {})

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 LABEL_PREFIX = "io.gpuhub."
 
 __all__ = [
+    "PROFILE_TRAITS",
     "ProfileError",
     "Selection",
     "apply_overrides",
@@ -60,25 +61,39 @@ __all__ = [
     "visible_profiles",
 ]
 
-#: spawner traits a profile may set; anything else in an override is a config error
-OVERRIDABLE = {
+#: Every spawner trait a profile may set (``spawner_override``), written once for every
+#: backend: a spawner takes those that are its traits
+#: (:meth:`hub_ext.spawn.core.SpawnerCore.profile_keys`), restored to their configured
+#: values at each start; anything else in an override is a configuration error.
+PROFILE_TRAITS = (
+    # the core's and JupyterHub's, on every backend
     "image",
-    "mem_limit",
-    "cpu_limit",
-    "environment",
-    "volumes",
-    "extra_host_config",
-    "extra_create_kwargs",
     "gpus",
     "credits_per_hour",
-    "cmd",
-    "default_url",
     "gpu_idle_timeout",
     "cull_idle_timeout",
     "cull_max_age",
+    "mem_limit",
+    "cpu_limit",
+    "environment",
+    "default_url",
+    "datasets",
+    "cmd",
+    # the Docker backend's (DockerSpawner's, and its container's)
+    "volumes",
+    "extra_host_config",
+    "extra_create_kwargs",
     "pids_limit",
     "shm_size",
-}
+    # the Slurm backend's (batchspawner's request)
+    "req_gres",
+    "req_partition",
+    "req_account",
+    "req_qos",
+    "req_runtime",
+    "req_memory",
+    "req_nprocs",
+)
 
 
 class ProfileError(ValueError):
@@ -116,13 +131,13 @@ def _override(entry: dict, overridable: Iterable[str] | None) -> dict:
 
 
 def init_profiles(
-    profile_list: Iterable[dict], overridable: Iterable[str] | None = OVERRIDABLE
+    profile_list: Iterable[dict], overridable: Iterable[str] | None = PROFILE_TRAITS
 ) -> list[dict]:
     """Deep-copy the configured list, fill in slugs and make exactly one profile default.
 
-    ``overridable``: the override keys the spawner takes (its ``_overridable``: the Slurm
-    backend's ``req_partition`` and the like are not Docker's); ``None`` checks none (a
-    reader that uses a few keys, such as the idle culler's arbiter).  Raises
+    ``overridable``: the override keys the spawner takes (its ``profile_keys()``: the
+    Slurm backend's ``req_partition`` and the like are not Docker's); ``None`` checks none
+    (a reader that uses a few keys, such as the idle culler's arbiter).  Raises
     :class:`ProfileError` for duplicate slugs, several defaults, unknown override keys or a
     malformed option.
     """
