@@ -3,17 +3,30 @@ its spawner.
 
 The core names a backend only by an import string, as JupyterHub names its spawner
 (``c.JupyterHub.spawner_class``): no core module imports ``hub_ext.docker`` or
-``hub_ext.slurm`` (``tests/test_layout.py``).  The spawner's own seams are
-:class:`hub_ext.spawn.core.SpawnerCore`, :class:`hub_ext.spawn.page.SpawnPage` and
-:class:`hub_ext.line.LineBackend`.
+``hub_ext.slurm`` (``tests/test_layout.py``).  What the spawn lifecycle asks of a
+backend's spawner is :class:`hub_ext.spawn.backend.SpawnBackend`; what the line asks,
+:class:`hub_ext.line.LineBackend` (docs/explanation/architecture.md).
 """
 
 from __future__ import annotations
 
-#: ``GPUHUB_BACKEND`` -> its :class:`Backend`.
+from typing import NamedTuple
+
+
+class Registered(NamedTuple):
+    """A backend as the core knows it: the import string of its :class:`Backend`, and the
+    title of its own settings' section (``gpuhub config show``, the settings reference)."""
+
+    backend: str
+    title: str
+
+
+#: ``GPUHUB_BACKEND`` -> its :class:`Backend`: the one line a new backend adds to the core
+#: (docs/howto/write-a-backend.md); the setting's choices, the settings' sections and the
+#: import layers' list of backends (``tests/test_layout.py``) are read from here.
 BACKENDS = {
-    "docker": "hub_ext.docker.hubconfig.DockerBackend",
-    "slurm": "hub_ext.slurm.config.SlurmBackend",
+    "docker": Registered("hub_ext.docker.hubconfig.DockerBackend", "Docker backend"),
+    "slurm": Registered("hub_ext.slurm.config.SlurmBackend", "Slurm backend"),
 }
 
 
@@ -68,7 +81,7 @@ def backend(name: str) -> Backend:
 
     if name not in BACKENDS:
         raise ValueError(f"GPUHUB_BACKEND={name!r}: use " + " or ".join(repr(n) for n in BACKENDS))
-    return import_item(BACKENDS[name])()
+    return import_item(BACKENDS[name].backend)()
 
 
 def reason(e: BaseException, limit: int = 300) -> str:

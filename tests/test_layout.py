@@ -17,12 +17,16 @@ from pathlib import Path
 
 import pytest
 
+from hub_ext.backends import BACKENDS as REGISTERED
+
 ROOT = Path(__file__).resolve().parent.parent / "hub_ext"
-BACKENDS = ("docker", "slurm")
+#: The backends' packages, as registered (``hub_ext.backends.BACKENDS``).
+BACKENDS = tuple(REGISTERED)
 #: The core, lowest first. ``hub_ext.<name>`` is a package or a top-level module.
 LAYERS = (
     ("common",),  # the clock, tables, records, services, metrics
-    ("settings", "backends"),  # the declaration; the backends by import string
+    ("backends",),  # the backends by import string
+    ("settings",),  # the declaration of every setting
     ("spawn",),  # the spawn core: choice, hooks, mounts, page, gate
     ("credits",),  # the Credits API client, hook, meter, service
     ("login", "line"),  # the authenticator; the line

@@ -22,13 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..backends import BACKENDS as REGISTERED
+
 REPO = Path(__file__).resolve().parent.parent.parent
 
-#: What reads a setting: a section of the reference page each.
+#: What reads a setting: a section of the reference page each (a backend's own, as it is
+#: registered in :data:`hub_ext.backends.BACKENDS`).
 BACKENDS = {
     "core": "Core (both backends)",
-    "docker": "Docker backend",
-    "slurm": "Slurm backend",
+    **{name: registered.title for name, registered in REGISTERED.items()},
     "credits": "Credits service and `gpuhub credits`",
     "compose": "docker-compose.yml only",
 }

@@ -8,6 +8,7 @@ and ``secret=True`` for a value ``gpuhub config show`` masks and no error repeat
 
 from __future__ import annotations
 
+from ..backends import BACKENDS
 from ..common.limits import NAMED_SERVER_LIMIT
 from ..settings import (
     REPO,
@@ -33,7 +34,7 @@ ROWS: tuple[Setting, ...] = (
     Setting(
         "GPUHUB_BACKEND",
         "backend",
-        Choice("docker", "slurm"),
+        Choice(*BACKENDS),
         "docker",
         "core",
         "where members' servers run: Docker on this machine, or Slurm jobs",
