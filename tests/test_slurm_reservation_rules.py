@@ -18,6 +18,7 @@ from hub_ext.slurm.reservations import (
     nodes_needed,
     parse_reservations,
     slurm_name,
+    until_text,
     update_args,
     wanted,
 )
@@ -140,6 +141,16 @@ def test_a_non_member_sees_the_reserved_nodes_gpus_taken():
     assert ([n.free() for n in seen], why) == ([0, 2], r)
     seen, why = closed_gpus(nodes, [r], lambda r: True)
     assert ([n.free() for n in seen], why) == ([1, 2], None)
+
+
+def test_the_cards_words_carry_the_end_date_of_a_reservation_of_several_days():
+    nodes = [Node("node1", ["gpu"], "mixed", {"": 2}, {"": 1})]
+    [r] = parse_reservations(LINE.replace("node[1-2]", "node1")).values()
+    assert until_text(r, "ml101", nodes) == "2 GPUs reserved for ml101 until 11:23 UTC"
+    month = replace(r, end=r.start + timedelta(days=30))
+    assert until_text(month, "ml101", nodes) == (
+        "2 GPUs reserved for ml101 until Sat 2026-12-26 11:13 UTC"
+    )
 
 
 @pytest.mark.slurm

@@ -41,6 +41,7 @@ from traitlets import Float, Unicode
 from traitlets.config import LoggingConfigurable
 
 from ..reservations.backend import BackendRefused, BackendUnavailable
+from ..reservations.policy import until_text as policy_until
 from ..reservations.rules import Spec, occurrences
 from .cluster import Node, SlurmCluster, SlurmUnavailable
 from .submit import CommandFailed
@@ -453,9 +454,10 @@ class SlurmReservations(LoggingConfigurable):
 
 def until_text(r: SlurmReservation, group: str, nodes: list[Node]) -> str:
     """``2 GPUs reserved for ml101 until 16:00 UTC`` (the cards' and the board's words):
-    the GPUs of the reservation's ``nodes``."""
+    the GPUs of the reservation's ``nodes``; the end's date too when it is not on the day
+    the reservation began (:func:`hub_ext.reservations.policy.until_text`)."""
     gpus = sum(sum(n.gpus.values()) for n in nodes if n.name in r.nodes)
     return (
         f"{gpus} GPU{'s' if gpus != 1 else ''} reserved for {group} until "
-        f"{r.end.strftime('%H:%M')} UTC"
+        f"{policy_until(r.start, r.end)}"
     )
