@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -120,6 +121,10 @@ def test_an_update_changes_users_and_times_but_not_a_running_start():
     spec = Spec(group="g", gpus=1, start=have.start, end=have.end, id=7)
     same = wanted(spec, have.start, ["alice", "bob"], [2, 2], "gpu")
     assert update_args(same, have) is None
+    # a window open when it was made: Slurm started it then, not at the hub's start
+    late = replace(have, start=have.start + timedelta(seconds=2))
+    assert update_args(same, late) is None
+    assert update_args(same, replace(late, state="INACTIVE")) is not None
     joined = wanted(spec, have.start, ["alice", "bob", "carol"], [2, 2], "gpu")
     assert update_args(joined, have) == [
         "scontrol",
@@ -175,7 +180,8 @@ async def test_slurms_no_is_told_from_slurm_not_answering(slurm_cluster, tmp_pat
     with pytest.raises(BackendRefused, match="Slurm refused: .*Invalid user id"):
         await runner.run(*ask)
     conf = (slurm_cluster.dir / "slurm.conf").read_text()
-    (tmp_path / "slurm.conf").write_text(conf.replace("SlurmctldPort=6817", "SlurmctldPort=9"))
+    # the controller's port closed, whichever the cluster uses (GPUHUB_SLURM_PORT)
+    (tmp_path / "slurm.conf").write_text(re.sub(r"SlurmctldPort=\d+", "SlurmctldPort=9", conf))
     down = SlurmReservations(
         SlurmCluster(env={"SLURM_CONF": str(tmp_path / "slurm.conf")}, timeout=30)
     )

@@ -225,8 +225,10 @@ def create_args(w: Wanted) -> list[str]:
 
 def update_args(w: Wanted, have: SlurmReservation) -> list[str] | None:
     """``scontrol update ...`` turning ``have`` into ``w``; None when they agree.  The
-    start of a running reservation is not moved (Slurm refuses that)."""
-    if (have.start, have.end, tuple(sorted(have.users))) == (w.start, w.end, w.users):
+    start of a running reservation is not moved (Slurm refuses that), nor compared: Slurm
+    starts one asked to begin in the past (a window open when it was made) now."""
+    same_start = have.active or have.start == w.start
+    if same_start and (have.end, tuple(sorted(have.users))) == (w.end, w.users):
         return None
     return ["scontrol", "update", f"ReservationName={w.name}", *_fields(w, start=not have.active)]
 
