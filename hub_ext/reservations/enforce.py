@@ -297,7 +297,16 @@ class Reservations(SingletonConfigurable):
                 since = self._warned_since(holding, window, now)
                 warn[key] = (window, stop_at(window, holding.since, since, self.warning))
         for key, (window, when) in warn.items():
-            self._warned_at.setdefault(key, now)
+            if key not in self._warned_at:
+                self._warned_at[key] = now
+                self.log.info(
+                    "Warned %s: stopped at %s for reservation %s of %s (%s)",
+                    key,
+                    when.isoformat(),
+                    window.reservation,
+                    window.group,
+                    starts_text(window),
+                )
             left = (when - now).total_seconds()
             self._next = min(self._next, left)
             notices().post(
