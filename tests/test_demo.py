@@ -14,6 +14,7 @@ import secrets
 import signal
 import subprocess
 import time
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import httpx
@@ -145,6 +146,57 @@ async def test_gpuhub_credits_finds_the_demos_own_credits_service(demo):
     assert "Granted 5.00 credits to bob. Balance: 15.00" in out
     out = subprocess.run(
         [*gpuhub, "balance", "bob"], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "bob: 15.00 credits"
+
+
+async def test_the_readme_demos_course_is_run_by_its_instructor(demo):
+    """The demo ships ML101 (``deploy/demo/courses.json``): carol, a person on the demo
+    provider's page, is its instructor and bob its student, and its account has credits. She
+    lists her course, grants bob course credits and reserves a GPU for it."""
+    async with httpx.AsyncClient(timeout=30) as person:
+        authorize_url = await begin_login(person, demo.url)
+        page = await person.get(authorize_url, auth=("carol", demo.secret))
+        assert 'value="carol"' in page.text  # a button among the provider's people
+    async with httpx.AsyncClient(timeout=30) as bob:
+        r = await oidc_login(bob, demo.url, "bob", provider_auth=("bob", demo.secret))
+        assert r.status_code == 302, r.text
+    async with httpx.AsyncClient(base_url=demo.url, timeout=30) as carol:
+        r = await oidc_login(carol, demo.url, "carol", provider_auth=("carol", demo.secret))
+        assert r.status_code == 302, r.text  # her instructors' group may sign in
+        await carol.get("/hub/home")  # sets the _xsrf cookie
+        xsrf = {"X-XSRFToken": next(c.value for c in carol.cookies.jar if c.name == "_xsrf")}
+        r = await carol.get("/hub/api/users", headers=xsrf)
+        assert r.status_code == 200, r.text
+        assert [u["name"] for u in r.json()] == ["bob"]  # her course, no one else
+        grant = {"user": "bob", "amount": "5", "reason": "lab 1", "request_id": "demo-lab-1"}
+        deadline = time.monotonic() + 120  # demo.sh funds the account once the hub answers
+        while True:
+            r = await carol.post("/hub/api/gpuhub/courses/ml101/grants", json=grant, headers=xsrf)
+            if r.status_code == 201 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(1)
+        assert r.status_code == 201, r.text
+        assert r.json()["course_balance"] == "95.00"
+        tomorrow = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(1)
+        lab = {
+            "group": "ml101",
+            "gpus": 1,
+            "start": tomorrow.isoformat(),
+            "end": (tomorrow + timedelta(hours=1)).isoformat(),
+            "note": "ML101 lab",
+        }
+        r = await carol.post("/hub/api/gpuhub/reservations", json=lab, headers=xsrf)
+        assert r.status_code == 201, r.text
+        page = await carol.get("/hub/reservations")
+        assert page.status_code == 200 and "ML101" in page.text
+    env = {**demo.env, "GPUHUB_CREDITS_URL": ""}
+    out = subprocess.run(
+        [str(REPO / ".venv" / "bin" / "gpuhub"), "credits", "balance", "bob"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert out.strip() == "bob: 15.00 credits"
 
