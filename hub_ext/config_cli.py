@@ -16,7 +16,8 @@ settings name: the profile list (:func:`hub_ext.spawn.profiles.init_profiles`, a
 does), the datasets (the spawner's own ``datasets`` validation), the uid map (each entry
 as a spawn reads it).  A ``GPUHUB_*`` variable that no setting declares is an error here
 (the hub only warns).  ``--reach`` also asks, with short time-outs, whatever the settings
-use: the OIDC provider's discovery document, the Credits API (with the hub's token), the
+use: the OIDC provider's discovery document and whether it accepts the hub's client id
+and secret (:mod:`hub_ext.login.reach`), the Credits API (with the hub's token), the
 Docker engine, Slurm's controller (``scontrol ping``, on the submit host).
 Docs: reference/cli, how-to/check-settings.
 """
@@ -202,16 +203,9 @@ def check_reach(settings) -> list[str]:
 
     problems = []
     if settings.oidc_issuer:
-        from .login.oidc import discovery_url, provider_metadata
+        from .login.reach import check_provider
 
-        url = discovery_url(settings.oidc_issuer)
-        try:
-            r = httpx.get(url, timeout=TIMEOUT)
-            r.raise_for_status()
-            provider_metadata(r.json(), settings.oidc_issuer)
-            print(f"ok: the OIDC provider's discovery document ({url})")
-        except (httpx.HTTPError, ValueError) as e:
-            problems.append(f"GPUHUB_OIDC_ISSUER: {url}: {reason(e)}")
+        problems += check_provider(settings, TIMEOUT)
     if settings.credits and settings.credits_url:
         url = settings.credits_url.rstrip("/") + "/v1/accounts/gpuhub-config-check"
         try:

@@ -256,6 +256,36 @@ def test_check_reach_asks_the_provider_the_credits_api_and_docker(
     assert "not-the-token" not in r.stdout
 
 
+def test_check_reach_tells_a_wrong_client_secret(tmp_path, site, oidc_provider):
+    """A made-up code at the token endpoint: 400 invalid_grant with the right client secret,
+    401 invalid_client with a wrong one (or one sent the way the provider does not take)."""
+    client_id, secret = oidc_provider.register_client("https://hub.example/hub/oauth_callback")
+    env = {
+        **site,
+        "GPUHUB_OIDC_ISSUER": oidc_provider.url,
+        "GPUHUB_OIDC_CLIENT_ID": client_id,
+        "GPUHUB_OIDC_CLIENT_SECRET": secret,
+    }
+    r = gpuhub_config("check", "--reach", cwd=tmp_path, **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (
+        "ok: the OIDC provider accepts the hub's client id and secret (client_secret_basic)"
+        in r.stdout
+    )
+
+    for wrong in (
+        {"GPUHUB_OIDC_CLIENT_SECRET": "not-the-secret"},
+        {"GPUHUB_OIDC_TOKEN_AUTH": "client_secret_post"},
+    ):
+        r = gpuhub_config("check", "--reach", cwd=tmp_path, **{**env, **wrong})
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert (
+            "error: GPUHUB_OIDC_CLIENT_SECRET: the provider's token endpoint refused the hub's "
+            f"client id {client_id!r} and its secret (401 invalid_client" in r.stdout
+        ), r.stdout
+        assert "not-the-secret" not in r.stdout and secret not in r.stdout
+
+
 @pytest.mark.slurm
 def test_check_reach_asks_slurms_controller(tmp_path, site, slurm_cluster):
     env = {
