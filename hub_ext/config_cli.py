@@ -18,7 +18,9 @@ as a spawn reads it).  A ``GPUHUB_*`` variable that no setting declares is an er
 (the hub only warns).  ``--reach`` also asks, with short time-outs, whatever the settings
 use: the OIDC provider's discovery document and whether it accepts the hub's client id
 and secret (:mod:`hub_ext.login.reach`), the Credits API (with the hub's token), the
-Docker engine, Slurm's controller (``scontrol ping``, on the submit host).
+Docker engine, Slurm's controller (``scontrol ping``, on the submit host), and then
+whether each profile can ever start on what the backend has (the Docker host's memory,
+CPUs and GPUs; the memory, CPUs and GPUs of the nodes of a profile's Slurm partition).
 Docs: reference/cli, how-to/check-settings.
 """
 
@@ -223,5 +225,15 @@ def check_reach(settings) -> list[str]:
                 print(f"ok: the Credits API ({settings.credits_url}) accepts the hub's token")
         except httpx.HTTPError as e:
             problems.append(f"GPUHUB_CREDITS_URL: {settings.credits_url}: {reason(e)}")
-    problems += backend(settings.backend).reach(settings, TIMEOUT)
+    part = backend(settings.backend)
+    reached = part.reach(settings, TIMEOUT)
+    problems += reached
+    if not reached:  # the profiles, against what the backend has
+        from .config import hub_profiles
+
+        try:
+            profiles = hub_profiles(settings, ask=True)
+        except (OSError, ValueError):  # check_files names the file
+            profiles = []
+        problems += part.check_profiles(settings, profiles, TIMEOUT)
     return problems

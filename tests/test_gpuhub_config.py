@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -315,6 +316,90 @@ def test_check_reach_asks_slurms_controller(tmp_path, site, slurm_cluster):
     )
     assert r.returncode == 1
     assert "error: Slurm's controller does not answer (scontrol ping):" in r.stdout
+
+
+#: profiles no machine here can hold, with the words that name them (``{where}``: the
+#: backend's own, "this machine" or "the nodes of partition gpu")
+NEVER = [
+    {"display_name": "Huge", "slug": "huge", "spawner_override": {"mem_limit": "4096G"}},
+    {
+        "display_name": "Choose",
+        "slug": "choose",
+        "gpus": 1,
+        "profile_options": {
+            "gpus": {
+                "choices": {
+                    "1": {"default": True, "spawner_override": {"gpus": 1}},
+                    "8": {"spawner_override": {"gpus": 8}},
+                }
+            }
+        },
+    },
+]
+
+
+def never_starts(stdout: str, where: str, here: str) -> None:
+    assert re.search(
+        rf"error: profile 'huge' can never start {here}: it asks for 4096 GB of memory "
+        rf"\(at most [\d.]+ GB on {where}\)",
+        stdout,
+    ), stdout
+    assert (
+        f"error: profile 'choose (gpus: 8)' can never start {here}: it asks for 8 GPUs "
+        f"(at most 2 on {where})"
+    ) in stdout, stdout
+    assert "profile 'cpu'" not in stdout and "'choose'" not in stdout
+
+
+def test_check_reach_names_each_profile_that_can_never_start_on_this_machine(
+    tmp_path, site, oidc_provider
+):
+    env = {**site, "GPUHUB_OIDC_ISSUER": oidc_provider.url}
+    (tmp_path / "profiles.json").write_text(json.dumps([{"display_name": "CPU", "slug": "cpu"}]))
+    r = gpuhub_config("check", "--reach", cwd=tmp_path, **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"ok: every profile fits this machine \(\d+ MiB, \d+ CPUs, 2 GPUs\)", r.stdout)
+    # the built-in profiles, with the limits the hub gives them, fit too
+    r = gpuhub_config("check", "--reach", cwd=tmp_path, **{**env, "GPUHUB_PROFILES": ""})
+    assert r.returncode == 0 and "ok: every profile fits" in r.stdout, r.stdout + r.stderr
+
+    (tmp_path / "profiles.json").write_text(
+        json.dumps([{"display_name": "CPU", "slug": "cpu"}, *NEVER])
+    )
+    r = gpuhub_config("check", "--reach", cwd=tmp_path, **env)
+    assert r.returncode == 1
+    never_starts(r.stdout, "this machine", "here")
+
+
+@pytest.mark.slurm
+def test_check_reach_names_each_profile_no_node_of_its_partition_can_hold(
+    tmp_path, site, oidc_provider, slurm_cluster
+):
+    env = {
+        **site,
+        "GPUHUB_OIDC_ISSUER": oidc_provider.url,
+        "GPUHUB_BACKEND": "slurm",
+        "GPUHUB_SLURM_CONF": str(slurm_cluster.dir / "slurm.conf"),
+    }
+    r = gpuhub_config("check", "--reach", cwd=tmp_path, **{**env, "GPUHUB_PROFILES": ""})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok: every profile fits a node of the cluster (2 nodes)" in r.stdout
+
+    other = {
+        "display_name": "Other",
+        "slug": "other",
+        "spawner_override": {"req_partition": "a100"},
+    }
+    (tmp_path / "profiles.json").write_text(
+        json.dumps([{"display_name": "CPU", "slug": "cpu"}, *NEVER, other])
+    )
+    r = gpuhub_config("check", "--reach", cwd=tmp_path, **env)
+    assert r.returncode == 1
+    never_starts(r.stdout, "the nodes of partition gpu", "on the cluster")
+    assert (
+        "error: profile 'other' can never start on the cluster: it asks for the partition "
+        "'a100', which the cluster does not have"
+    ) in r.stdout
 
 
 def test_check_takes_a_slurm_profiles_own_keys_and_refuses_them_on_docker(tmp_path, site):
