@@ -35,7 +35,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from .backends import backend, reason
-from .settings import BACKENDS, Reading, declared, read, settings_of, unknown_warning
+from .settings import (
+    BACKENDS,
+    Reading,
+    declared,
+    read,
+    settings_of,
+    shadowed_error,
+    unknown_warning,
+)
 
 TIMEOUT = 5  # seconds, for each --reach question
 
@@ -112,6 +120,7 @@ def check(reading: Reading, reach: bool = False) -> int:
     """Print each problem on a line of its own; 0 when there is none, else 1."""
     problems = list(reading.errors)
     problems += [unknown_warning(n, c) for n, c in reading.unknown.items()]
+    problems += [shadowed_error(n, t, reading.dotenv_name) for n, t in reading.shadowed.items()]
     if not reading.errors:
         settings = settings_of(reading)
         file_problems = check_files(settings)

@@ -216,6 +216,28 @@ def test_show_masks_secrets_and_says_where_each_value_came_from(tmp_path, site):
         assert secret not in r.stdout + r.stderr
 
 
+def test_check_names_each_env_file_value_the_environment_overrides(tmp_path, site):
+    """docker-compose.yml's environment: pins GPUHUB_PORT: the .env file's value is never
+    the hub's, and check says so instead of passing on the pinned one."""
+    (tmp_path / ".env").write_text(
+        "GPUHUB_PORT=eighty\nGPUHUB_OIDC_CLIENT_SECRET=from-the-env-file\nGPUHUB_HUB_PORT=8081\n"
+    )
+    env = {**site, "GPUHUB_PORT": "8000", "GPUHUB_HUB_PORT": "8081"}
+    r = gpuhub_config("check", cwd=tmp_path, **env)
+    assert r.returncode == 1, r.stdout
+    assert (
+        "error: GPUHUB_PORT='eighty' in .env has no effect: the hub's environment sets '8000' "
+        "(docker-compose.yml's environment: pins it, or the hub's container was made before "
+        "the file changed; docs: reference/compose)"
+    ) in r.stdout
+    assert (
+        "error: GPUHUB_OIDC_CLIENT_SECRET in .env has no effect: the hub's environment sets "
+        "another value"
+    ) in r.stdout
+    assert "GPUHUB_HUB_PORT" not in r.stdout  # the same value: nothing to say
+    assert "from-the-env-file" not in r.stdout and site["GPUHUB_OIDC_CLIENT_SECRET"] not in r.stdout
+
+
 def test_show_reads_the_env_file_it_is_given(tmp_path, site):
     (tmp_path / "prod.env").write_text("GPUHUB_BACKEND=slurm\n")
     r = gpuhub_config("show", "--env-file", "prod.env", cwd=tmp_path, **site)
