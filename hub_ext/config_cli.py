@@ -3,6 +3,10 @@
     gpuhub config show  [--env-file .env]            every setting, its value, its source
     gpuhub config check [--env-file .env] [--reach]  exit 0 when the hub would start
 
+With docker-compose, ``docker-compose run --rm check`` runs ``gpuhub config check
+--env-file /etc/gpuhub/env --reach`` beside the hub, on ``.env`` as edited
+(``docker-compose run --rm check --no-reach`` before the stack is up).
+
 Both read the environment, then the ``.env`` file that ``gpuhub init`` writes and docker
 compose passes to the hub (``env_file: .env``; read with python-dotenv), then the declared
 defaults (:mod:`hub_ext.settings`).  Values set in docker-compose.yml's ``environment:``
@@ -66,9 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if name == "check":
             p.add_argument(
                 "--reach",
-                action="store_true",
+                action=argparse.BooleanOptionalAction,
+                default=False,
                 help="also ask the OIDC provider, the Credits API, the Docker "
-                "engine or Slurm's controller, as the settings use them",
+                "engine or Slurm's controller, as the settings use them, and check each "
+                "profile against what the backend has (--no-reach: do not; the default)",
             )
     parser.set_defaults(func=config)
 
