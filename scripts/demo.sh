@@ -64,6 +64,12 @@ except Exception as e:
   esac
 fi
 export GPUHUB_DEMO_LOGIN="${GPUHUB_DEMO_LOGIN:-1}"
+# the demo's own names, never production's (jupyter-<name>, volume jupyterhub-user-<name>):
+# a production hub on this machine later neither adopts the demo's servers nor gives its
+# members the demo's workspaces
+export GPUHUB_HUB_ID="${GPUHUB_HUB_ID:-demo}"
+export GPUHUB_CONTAINER_PREFIX="${GPUHUB_CONTAINER_PREFIX:-$GPUHUB_HUB_ID-jupyter}"
+export GPUHUB_WORKSPACE="${GPUHUB_WORKSPACE:-$GPUHUB_HUB_ID-user-{username\}}"
 export GPUHUB_DOCKER_NETWORK="${GPUHUB_DOCKER_NETWORK:-host}"
 state="${GPUHUB_STATE_DIR:-var}"
 mkdir -p "$state"
