@@ -3,6 +3,7 @@ database, nor an ssh server; the Slurm demo and the tests install those."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -49,4 +50,19 @@ def test_unknown_purpose_is_refused(purpose):
         timeout=30,
     )
     assert done.returncode == 2
-    assert "--for takes demo, slurm or tests" in done.stderr
+    assert "--for takes demo, slurm, tests or docs" in done.stderr
+
+
+def test_the_clusters_word_on_a_missing_sshd_names_a_setup_that_installs_it():
+    """``scripts/slurm-cluster.sh start`` without sshd (the Slurm demo's machine) says where
+    the hub submits instead and which ``setup.sh --for`` installs the submit host's server."""
+    script = (REPO / "scripts" / "slurm-cluster.sh").read_text()
+    words = re.search(r'say "(no submit host[^"]*)"', script)
+    assert words, "slurm-cluster.sh no longer says 'no submit host'"
+    named = re.findall(r"setup\.sh(?: --for (\w+))?", words.group(1))
+    assert named, words.group(1)
+    said = words.group(1)
+    for purpose in named:
+        assert purpose, f"plain 'scripts/setup.sh' is not what the Slurm demo ran: {said}"
+        assert "openssh-server" in packages("--for", purpose), said
+    assert "the hub submits on this machine" in said

@@ -221,7 +221,7 @@ class CreditsClient(LoggingConfigurable):
             "POST",
             account_path(username, "debits"),
             label=f"debit {username} {body['amount']} key={checked_key(key)}",
-            json=body,
+            body=body,
             key=key,
         )
         data = self._check("debit", response, username)
@@ -252,7 +252,7 @@ class CreditsClient(LoggingConfigurable):
             "POST",
             account_path(username, "refunds"),
             label=f"refund {username} {body['amount']} of {debit_id} key={checked_key(key)}",
-            json=body,
+            body=body,
             key=key,
         )
         data = self._check("refund", response, username)
@@ -279,7 +279,7 @@ class CreditsClient(LoggingConfigurable):
             "POST",
             account_path(username, "grants"),
             label=f"grant {username} {body['amount']} key={checked_key(key)}",
-            json=body,
+            body=body,
             key=key,
         )
         data = self._check("grant", response, username)
@@ -360,13 +360,21 @@ class CreditsClient(LoggingConfigurable):
         path: str,
         *,
         label: str,
-        json: dict | None = None,
+        body: dict | None = None,
         params: dict | None = None,
         key: str | None = None,
     ) -> httpx.Response:
-        """Send one API call, retrying transient failures; the same headers every try."""
+        """Send one API call, retrying transient failures; the same headers every try.
+
+        ``body`` goes as ASCII JSON (``\\u`` escapes), not httpx's ``json=`` (UTF-8), which
+        cannot encode a reason holding a lone surrogate: valid in a JSON string, so the
+        contract's to send."""
         client = self._client()
         headers = {"Accept": "application/json"}
+        content = None
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+            content = json.dumps(body, ensure_ascii=True).encode("ascii")
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         if key is not None:
@@ -376,7 +384,7 @@ class CreditsClient(LoggingConfigurable):
             retry_after: float | None = None
             try:
                 response = await client.request(
-                    method, path, json=json, params=params, headers=headers
+                    method, path, content=content, params=params, headers=headers
                 )
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 problem = f"{type(exc).__name__}: {self._scrub(str(exc)) or 'no detail'}"

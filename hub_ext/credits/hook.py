@@ -160,8 +160,9 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         help="""Who pays instead of the member (the course budget): a function
         ``(spawner, started) -> payer or None``; ``started`` False asks before any GPU is
         taken (may a course pay?), True at the debit (does it, for the GPUs held?).  A
-        payer has ``slug``, ``display_name``, ``account`` and ``until`` (aware UTC: the
-        intervals beginning before it are the course's).  Set from GPUHUB_COURSES by
+        payer has ``slug``, ``display_name``, ``account``, ``until`` (aware UTC: the
+        intervals beginning before it are the course's) and ``until_text()`` (how the
+        member reads it, "16:00 UTC", dated on another day).  Set from GPUHUB_COURSES by
         hub_ext.courses.hubconfig (hub_ext.reservations.budget); None: members pay.
 
             c.CreditsHook.course_payer = hub_ext.reservations.budget.CourseBudget(courses)
@@ -222,8 +223,7 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
             record.paid_until = payer.until
             spawner.emit(
                 25,
-                f"Paid by {payer.display_name} during its reservation until "
-                f"{payer.until:%H:%M} UTC",
+                f"Paid by {payer.display_name} during its reservation until {payer.until_text()}",
             )
         minutes = record.interval / 60
         span = f"{minutes:g} minutes" if minutes >= 1 else f"{record.interval:g} seconds"
@@ -266,7 +266,7 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         if payer is None:
             return "Paid by you", False
         return (
-            f"Paid by {payer.display_name} during its reservation until {payer.until:%H:%M} UTC",
+            f"Paid by {payer.display_name} during its reservation until {payer.until_text()}",
             True,
         )
 

@@ -208,6 +208,15 @@ ROWS: tuple[Setting, ...] = (
         secret=True,
     ),
     Setting(
+        "GPUHUB_OIDC_TOKEN_AUTH",
+        "oidc_token_auth",
+        Choice("client_secret_basic", "client_secret_post"),
+        "",
+        "core",
+        "how the client secret goes to the token endpoint: a Basic header or the POST body",
+        default_doc="from the discovery document: Basic when listed or nothing is listed",
+    ),
+    Setting(
         "GPUHUB_OIDC_AUTHORIZE_URL",
         "oidc_authorize_url",
         URL(),

@@ -55,7 +55,11 @@ __all__ = [
 #: unprivileged user namespaces) on the image's unpacked root filesystem, as the member's
 #: own uid; ``--disable-userns`` (bubblewrap 0.8) stops the member making nested user
 #: namespaces (``unshare -U``), and with them namespaces of every other kind: kernel code
-#: members need not reach.  Fields: see ``c.GPUSlurmSpawner.container_command`` (:mod:`.settings`).
+#: members need not reach.  The member has her name, home and bash there, as in the Docker
+#: images' terminal: ``/etc/passwd`` and ``/etc/group`` are the image's plus her entries
+#: (``member_passwd``, ``member_group`` of :data:`BATCH_SCRIPT`, read from file
+#: descriptors 7 and 8), and ``SHELL`` is bash, which JupyterLab's terminal runs.
+#: Fields: see ``c.GPUSlurmSpawner.container_command`` (:mod:`.settings`).
 BWRAP = (
     "bwrap --unshare-user --disable-userns --unshare-pid --unshare-ipc --die-with-parent"
     " --ro-bind {rootfs} / --proc /proc --dev /dev --tmpfs /tmp --tmpfs /home/jovyan"
@@ -63,6 +67,8 @@ BWRAP = (
     " --ro-bind {batchspawner} /tmp/gpuhub-batchspawner/batchspawner"
     " --setenv PYTHONPATH /tmp/gpuhub-batchspawner --setenv HOME /home/jovyan"
     " --setenv PATH {path} --chdir /home/jovyan"
+    " --perms 0644 --ro-bind-data 7 /etc/passwd --perms 0644 --ro-bind-data 8 /etc/group"
+    ' --setenv SHELL /bin/bash 7<<<"$(member_passwd {rootfs})" 8<<<"$(member_group {rootfs})"'
 )
 
 BATCH_SCRIPT = """#!/bin/bash
@@ -97,6 +103,17 @@ if [ -f {{token_file}} ]; then
   export JUPYTERHUB_API_TOKEN JPY_API_TOKEN=$JUPYTERHUB_API_TOKEN
 fi
 echo "gpuhub: job $SLURM_JOB_ID on $SLURMD_NODENAME, GPUs ${SLURM_JOB_GPUS:-none}"
+# the member's account in the container (her name, home and bash, as the Docker images'
+# terminal has): the image's /etc/passwd and /etc/group (under $1) with her entries in
+# place of any of the same uid or gid; bubblewrap reads them (container_command)
+member_passwd() {
+  grep -v "^[^:]*:[^:]*:$(id -u):" "$1/etc/passwd" || true
+  echo "$(id -un):x:$(id -u):$(id -g)::/home/jovyan:/bin/bash"
+}
+member_group() {
+  grep -v "^[^:]*:[^:]*:$(id -g):" "$1/etc/group" || true
+  echo "$(id -gn):x:$(id -g):"
+}
 # the member's files are hers alone (other cluster accounts share the nodes and storage)
 umask 077
 exec {{container}} {{cmd}}

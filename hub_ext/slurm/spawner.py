@@ -348,7 +348,12 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSettings, SlurmSpawner):
         )
         self.log.info("%s submits: %s", self._log_name, cmd)
         self.log.debug("%s's batch script:\n%s", self._log_name, job.script)
-        out = await self.run_command(cmd, input=job.script, env=self.get_env())
+        try:
+            out = await self.run_command(cmd, input=job.script, env=self.get_env())
+        except RuntimeError as e:  # sbatch refused it: run_command gives its error output
+            if str(e).startswith(SUBMIT_HOST_DOWN):
+                raise
+            raise await self.refused_by_sbatch(str(e)) from None
         try:
             self.job_id = job_id = self.parse_job_id(out)
         except Exception:
@@ -359,6 +364,34 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSettings, SlurmSpawner):
         self.persist_state()
         self.emit(15, f"Submitted job {job_id}")
         return job_id
+
+    async def refused_by_sbatch(self, stderr: str) -> web.HTTPError:
+        """The member's words for a job sbatch refused (:func:`.fit.sbatch_refusal`: what of
+        the profile's memory, CPUs and GPUs no node of its partition has), a 503 for
+        :meth:`start` to raise; Slurm's own words go to the log."""
+        from .fit import Request, job_request, sbatch_refusal
+
+        try:
+            request = job_request(
+                {
+                    "req_memory": self.req_memory,
+                    "req_nprocs": self.req_nprocs,
+                    "req_gres": self.req_gres,
+                }
+            )
+        except ValueError:
+            request = Request(None, None)
+        try:
+            nodes = await self.cluster.nodes()
+        except SlurmUnavailable:
+            nodes = []
+        partition = self.req_partition or self.cluster.default_partition
+        message = sbatch_refusal(
+            stderr, self.profile_name or "This server", request, partition, nodes
+        )
+        self.log.error("sbatch refused the job of %s: %s", self._log_name, stderr)
+        metrics.SPAWNS_REFUSED.labels(reason="sbatch").inc()
+        return web.HTTPError(503, message)
 
     async def take_back_job(self) -> bool:
         """Before a submission: this server's job left by a hub that stopped during the

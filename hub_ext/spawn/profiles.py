@@ -55,6 +55,7 @@ __all__ = [
     "job_max_seconds",
     "jobs_allowed",
     "profile_overrides",
+    "profile_requests",
     "quote",
     "select_profile",
     "slugify",
@@ -310,6 +311,21 @@ def profile_overrides(selection: Selection) -> dict:
         choice = profile["profile_options"][name]["choices"][key]
         _merge(merged, choice.get("spawner_override") or {})
     return merged
+
+
+def profile_requests(profiles: list[dict]):
+    """Each way a member may start each profile, as ``(label, overrides)``: the profile
+    with its options at their defaults (label: its slug), then each other choice of an
+    option with the rest at theirs (label ``"slug (option: choice)"``), as the spawn page
+    judges them (:mod:`hub_ext.spawn.page`)."""
+    for profile in init_profiles(profiles, overridable=None):
+        slug = profile["slug"]
+        yield slug, profile_overrides(select_profile([profile], {"profile": slug}))
+        for name, option in (profile.get("profile_options") or {}).items():
+            for key, choice in option["choices"].items():
+                if not choice["default"]:
+                    selection = select_profile([profile], {"profile": slug, name: key})
+                    yield f"{slug} ({name}: {key})", profile_overrides(selection)
 
 
 def _merge(dest: dict, src: dict) -> dict:

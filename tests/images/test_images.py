@@ -287,6 +287,13 @@ def test_every_image_keeps_kernels_on_unix_sockets(image):
     assert "KernelManager\n  .transport = 'ipc'" in shown, shown
 
 
+def test_every_image_serves_its_assets_compressed(image):
+    # /etc/jupyter/jupyter_server_config.json of the base: JupyterLab's 6 MB of JavaScript
+    # go gzipped to browsers that take it (tests/test_lab_assets_hub.py, through the proxy)
+    shown = image.exec("sh", "-c", "jupyter server --show-config 2>/dev/null")
+    assert "ServerApp" in shown and ".tornado_settings = {'compress_response': True}" in shown
+
+
 async def test_kernels_run_on_unix_sockets_in_the_private_runtime_folder(alice_server, alice_hub):
     # images/base jupyter_server_config.json: no kernel port on a loopback that servers with
     # host networking (or on one Slurm node) share; notebooks still run (issue 21)
