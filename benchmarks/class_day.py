@@ -24,7 +24,7 @@ defaults otherwise.
   starts one, waiting in the same line; the kernel keeps its GPU between bursts until it has
   been idle for the GPU kernels' idle time-out (``--kernel-idle``, class minutes, divided by
   ``--scale`` like the other time-outs; one run per value, 15 the default).  A GPU kernel is
-  what the hub runs it as (docs: explanation/gpu-kernels): a named server ``kernel-<12 hex>``
+  what the hub runs it as (issue 29): a named server ``kernel-<12 hex>``
   of the member on a GPU profile, started with ``wait``; here the member starts that named
   server herself through JupyterHub's REST API (:func:`start_kernel`) and the GPU-idle
   culler enforces the kernel's time-out (the profile's ``gpu_idle_timeout``): in this

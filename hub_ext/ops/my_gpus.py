@@ -11,7 +11,7 @@ Who sees what is JupyterHub RBAC, through the custom scope :data:`MINE_SCOPE`:
   which JupyterHub resolves, when it makes the token, to that one server
   (``!server=alice/``): the token sees that server's GPUs and those of its GPU kernels,
   the member's named servers ``kernel-<id>`` whose ``user_options["kernel"]["parent"]``
-  is that server (docs: explanation/gpu-kernels);
+  is that server (GPU kernels: issue 29);
 - nobody else holds it.  Whatever the filter, only the requesting member's own servers
   are read: a service, or a token of another member's server, gets an empty list, never
   a GPU it does not hold.
@@ -38,7 +38,7 @@ from ..common.services import define_scope, grant_scope
 __all__ = ["KERNEL_PREFIX", "MINE_SCOPE", "apply_my_gpus_config", "handlers", "held_servers"]
 
 MINE_SCOPE = "custom:gpuhub:gpus:mine"
-#: a GPU kernel's server name starts so (``kernel-<12 hex>``, docs: explanation/gpu-kernels)
+#: a GPU kernel's server name starts so (``kernel-<12 hex>``: GPU kernels, issue 29)
 KERNEL_PREFIX = "kernel-"
 #: the scopes of JupyterHub's default ``server`` role (its server tokens' when nothing is set)
 SERVER_ROLE = ("users:activity!user", "access:servers!server")
