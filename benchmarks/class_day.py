@@ -315,7 +315,7 @@ async def member_kernels(hub, client, node, user, steps, end, out) -> None:
     """(c): bursts in a GPU kernel of her CPU server, kept while she thinks until the
     kernels' idle time-out ends it; a new kernel (in line) when a burst finds none.  A
     burst whose kernel the time-out ended as it began runs again in a new one."""
-    kernel = None
+    kernel, answered = None, False
     for think, burst in steps:
         await asyncio.sleep(max(0.0, min(think, end - time.monotonic())))
         if time.monotonic() >= end:
@@ -327,15 +327,18 @@ async def member_kernels(hub, client, node, user, steps, end, out) -> None:
                     out["unstarted"].append(end - want)
                 return
             if kernel is None or await hub.server(user, kernel) is None:
-                if kernel is not None:  # ended by its idle time-out: forget it
-                    out["kernels_ended"] += 1
+                if kernel is not None:  # gone: forget it
+                    # it had answered: its idle time-out ended it; else its place in line
+                    # expired (GPUHUB_LINE_MAX_WAIT)
+                    out["kernels_idle" if answered else "kernels_expired"] += 1
                     await hub.api(
                         "DELETE", f"/users/{user}/servers/{kernel}", json={"remove": True}
                     )
-                kernel = await start_kernel(hub, user)
+                kernel, answered = await start_kernel(hub, user), False
                 out["kernels"] += 1
             if not await kernel_ready(hub, user, kernel, end):
                 continue  # it ended before it answered, or the span did
+            answered = True
             started = time.monotonic()
             if not waited:
                 out["waits"].append(started - want)
@@ -495,7 +498,8 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path, kernel_idle: float = 
                     "created": {},
                     "unstarted": [],
                     "kernels": 0,
-                    "kernels_ended": 0,
+                    "kernels_idle": 0,
+                    "kernels_expired": 0,
                     "interrupted": 0,
                 }
                 for u in plan
@@ -546,7 +550,8 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path, kernel_idle: float = 
             events, {k: v for o in outs.values() for k, v in o["created"].items()}
         ),
         **{
-            k: sum(o[k] for o in outs.values()) for k in ("kernels", "kernels_ended", "interrupted")
+            k: sum(o[k] for o in outs.values())
+            for k in ("kernels", "kernels_idle", "kernels_expired", "interrupted")
         },
         "kernel_ends": ended,
     }
@@ -578,8 +583,9 @@ def report(mode: str, r: dict) -> None:
         )
     if r["kernels"]:
         print(
-            f"GPU kernels started   {r['kernels']}, ended by the idle time-out "
-            f"{r['kernels_ended']}, bursts run again (ended as they began) {r['interrupted']}"
+            f"GPU kernels asked for {r['kernels']}; found gone at a burst: ended by the idle "
+            f"time-out {r['kernels_idle']}, place in line expired {r['kernels_expired']}; "
+            f"bursts run again (ended as they began) {r['interrupted']}"
         )
         print(f"GPU kernels' ends     {r['kernel_ends']} (run records, the span's end included)")
     for what in ("refused", "failed"):
