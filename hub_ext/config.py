@@ -185,6 +185,9 @@ def apply_config(c, settings: Settings) -> None:
     from .jobs.hubconfig import apply_jobs_config
 
     apply_jobs_config(c, settings)  # after the board's roles
+    from .ops.my_gpus import apply_my_gpus_config
+
+    apply_my_gpus_config(c)  # after the jobs' server token scopes
 
     from .ops.serving import apply_serving_config
 

@@ -64,6 +64,10 @@ class SkeletonSpawner(SpawnerCore):
     async def gpu_board(cls, handler):
         return {"inventory": "skeleton", "error": "", "devices": []}
 
+    @classmethod
+    async def held_gpus(cls, handler, user, servers):
+        return []  # a real backend names each GPU the servers hold
+
     # a start
     async def check_start(self):
         """Everything refused before anything is taken."""

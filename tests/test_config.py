@@ -17,6 +17,7 @@ from hub_ext.culling.hubconfig import HOOK, cull_every
 from hub_ext.jobs.handlers import JOBS_SCOPE
 from hub_ext.jobs.hubconfig import HOOK as JOBS_HOOK
 from hub_ext.ops.board import GPUS_SCOPE, LINE_ADMIN_SCOPE
+from hub_ext.ops.my_gpus import MINE_SCOPE
 from hub_ext.reservations.handlers import RESERVATIONS_SCOPE
 
 
@@ -477,12 +478,14 @@ def test_members_and_their_servers_hold_the_jobs_scope_for_their_own_jobs_only(
 ):
     c = configure(tmp_path, monkeypatch, GPUHUB_JOBS_PER_USER="2", GPUHUB_JOB_NOTEBOOK_MAX_MIB="5")
     assert JOBS_SCOPE in c.JupyterHub.custom_scopes
-    assert role(c, "user")["scopes"] == ["self", f"{JOBS_SCOPE}!user"]
-    # JupyterHub's own server role, and the member's jobs: what the Scheduler needs
+    assert role(c, "user")["scopes"] == ["self", f"{JOBS_SCOPE}!user", f"{MINE_SCOPE}!user"]
+    # JupyterHub's own server role, the member's jobs (what the Scheduler needs), and
+    # the GPUs of that one server and its GPU kernels (JupyterLab's status bar)
     assert c.Spawner.server_token_scopes == [
         "users:activity!user",
         "access:servers!server",
         f"{JOBS_SCOPE}!user",
+        f"{MINE_SCOPE}!server",
     ]
     routes = [route for route, _ in c.JupyterHub.extra_handlers]
     assert {"/api/gpuhub/jobs", "/api/gpuhub/jobs/environments"} <= set(routes)

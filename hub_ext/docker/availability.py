@@ -1,5 +1,6 @@
-"""The Docker backend's answers to the spawn page (:mod:`hub_ext.spawn.page`) and the GPU
-board (:mod:`hub_ext.ops.board`): free GPUs from the node's GPU pool
+"""The Docker backend's answers to the spawn page (:mod:`hub_ext.spawn.page`), the GPU board
+(:mod:`hub_ext.ops.board`) and a member's own GPUs (:mod:`hub_ext.ops.my_gpus`): free GPUs
+from the node's GPU pool
 (:class:`hub_ext.docker.pool.GPUPool`) less those reserved for a group the member is not
 in, the line's length, and what an image holds from its labels (Docker ``inspect``, read
 at most once a minute per image).
@@ -12,9 +13,10 @@ from dataclasses import dataclass
 
 from docker.errors import APIError, NotFound
 
+from ..common.server_key import ServerKey
 from ..spawn.page import GPUsNow, facts_from_labels
 from ..spawn.profiles import gpu_request
-from .inventory import Device
+from .inventory import Device, InventoryError, allocatable_units
 from .pool import GPUPool
 
 
@@ -83,6 +85,42 @@ async def pool_availability(config, log) -> dict:
         "unhealthy": summary.unhealthy,
         "error": pool.last_error,
     }
+
+
+async def pool_held_gpus(config, log, user, servers: list[str]) -> list[dict]:
+    """The units the hub's pool has allocated to ``user``'s ``servers``, with NVML's last
+    read of each (``c.GPUPool.refresh_interval``; no NVML call on the event loop),
+    ``simulated`` when the pool's inventory is the configured simulation (the rows of
+    :meth:`hub_ext.spawn.backend.SpawnBackend.held_gpus`)."""
+    pool = GPUPool.instance(config=config)
+    allocations = [pool.allocations.get(ServerKey(user.name, name)) for name in servers]
+    # a container the hub has no server for (left from a crash) is nobody's to read
+    held = [(a.owner.server, a) for a in allocations if a is not None and a.known]
+    if not held:
+        return []
+    try:
+        devices = await pool.devices()
+    except InventoryError as e:
+        log.warning("GPU inventory unavailable for %s's GPUs: %s", user.name, e)
+        devices = []
+    units = {unit.uuid: unit for unit in allocatable_units(devices)}
+    simulated = pool.inventory.kind == "simulated"
+    rows = []
+    for name, allocation in held:
+        for uuid in allocation.uuids:
+            unit = units.get(uuid)
+            rows.append(
+                {
+                    "uuid": uuid,
+                    "name": unit.name if unit else "GPU",
+                    "held_by": name,
+                    "utilization_pct": unit.utilization_pct if unit else None,
+                    "memory_used_mib": unit.memory_used_mib if unit else None,
+                    "memory_total_mib": unit.memory_total_mib if unit else None,
+                    "simulated": simulated,
+                }
+            )
+    return rows
 
 
 #: image name -> (time.monotonic() of the read, facts); shared by every spawner

@@ -680,6 +680,14 @@ class GPUDockerSpawner(SpawnerCore, DockerSettings, DockerSpawner):
 
         return await board_model(handler)
 
+    @classmethod
+    async def held_gpus(cls, handler, user, servers: list[str]) -> list[dict]:
+        """The pool's units of ``user``'s ``servers``
+        (:func:`hub_ext.docker.availability.pool_held_gpus`)."""
+        return await availability.pool_held_gpus(
+            handler.settings["config"], handler.log, user, servers
+        )
+
     def goes_first(self, gpus) -> bool:
         """A member of an open window's group passes the line
         (:meth:`Reservations.member_first`), so the card is not held back by it."""

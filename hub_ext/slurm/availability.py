@@ -1,7 +1,8 @@
-"""The Slurm backend's answers to the spawn page (:mod:`hub_ext.spawn.page`) and the GPU
-board: free GPUs per profile from ``sinfo`` (its partition and GRES type), those of a Slurm
-reservation of a group the member is not in counted as taken, and what an image holds from
-the labels saved beside its unpacked filesystem.
+"""The Slurm backend's answers to the spawn page (:mod:`hub_ext.spawn.page`), the GPU board
+and a member's own GPUs (:mod:`hub_ext.ops.my_gpus`): free GPUs per profile from ``sinfo``
+(its partition and GRES type), those of a Slurm reservation of a group the member is not in
+counted as taken, what an image holds from the labels saved beside its unpacked
+filesystem, and which GPUs a member's running jobs hold.
 
 The node list is read through the hub's one :class:`~hub_ext.slurm.cluster.SlurmCluster`
 per environment, in a subprocess (never on the event loop) and cached ``cache_seconds``
@@ -180,6 +181,57 @@ async def cluster_availability(cluster: SlurmCluster, log) -> dict:
         "unhealthy": sum(sum(n.gpus.values()) for n in nodes if not n.available),
         "error": "",
     }
+
+
+#: job id -> {node: GPU indexes} of a running job: they do not change while it runs, so a
+#: status bar that polls asks ``scontrol`` once per job, not once per poll
+_job_gpus: dict[str, dict[str, list[int]]] = {}
+
+
+async def jobs_held_gpus(cluster: SlurmCluster, log, user, servers: list[str]) -> list[dict]:
+    """The GPUs of the running Slurm jobs of ``user``'s ``servers`` (``scontrol -d show
+    job``, once per job; GRES types from the cached ``sinfo``), as ``<node>/gpu<index>``
+    like the GPU board.  The hub does not run on the nodes, so utilisation and memory are
+    None; with Slurm not answering, no rows (logged)."""
+    from .board import gpu_names
+
+    jobs = {}
+    for name in servers:
+        spawner = user.spawners.get(name)  # .get: never makes a spawner
+        if spawner is not None and spawner.job_id and spawner.active:
+            jobs[str(spawner.job_id)] = name
+    if not jobs:
+        return []
+    try:
+        for job_id in set(jobs) - set(_job_gpus):
+            for job in await cluster.job_gpus(job_id):
+                if job.job_id == job_id and job.state == "RUNNING" and job.gpus:
+                    _job_gpus[job_id] = job.gpus
+        types = {node.name: gpu_names(node) for node in await cluster.nodes()}
+    except SlurmUnavailable as e:
+        log.warning("%s for %s's GPUs: %s", e.what, user.name, e)
+        return []
+    rows = []
+    for job_id, server in jobs.items():
+        for node, indexes in sorted(_job_gpus.get(job_id, {}).items()):
+            for index in indexes:
+                kinds = types.get(node, [])
+                kind = kinds[index] if index < len(kinds) else ""
+                rows.append(
+                    {
+                        "uuid": f"{node}/gpu{index}",
+                        "name": f"{node} GPU {index}" + (f" ({kind})" if kind else ""),
+                        "held_by": server,
+                        "utilization_pct": None,
+                        "memory_used_mib": None,
+                        "memory_total_mib": None,
+                        "simulated": False,
+                    }
+                )
+    if len(_job_gpus) > 4096:  # ended jobs: forget the oldest half
+        for job_id in list(_job_gpus)[:2048]:
+            _job_gpus.pop(job_id, None)
+    return rows
 
 
 async def image_facts(rootfs: str) -> dict:

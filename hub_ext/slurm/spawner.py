@@ -789,6 +789,13 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSettings, SlurmSpawner):
         return await availability.cluster_availability(SlurmCluster.of_config(config), log)
 
     @classmethod
+    async def held_gpus(cls, handler, user, servers: list[str]) -> list[dict]:
+        """The GPUs of the running jobs of ``user``'s ``servers``
+        (:func:`hub_ext.slurm.availability.jobs_held_gpus`)."""
+        cluster = SlurmCluster.of_config(handler.settings["config"])
+        return await availability.jobs_held_gpus(cluster, handler.log, user, servers)
+
+    @classmethod
     async def gpu_board(cls, handler) -> dict:
         """The GPU board's rows for the cluster (:mod:`hub_ext.slurm.board`)."""
         from .board import board_model

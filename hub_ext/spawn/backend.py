@@ -157,6 +157,16 @@ class SpawnBackend:
         raise NotImplementedError
 
     @classmethod
+    async def held_gpus(cls, handler, user, servers: list[str]) -> list[dict]:
+        """The GPUs ``user``'s servers named in ``servers`` hold now, for ``GET
+        /hub/api/gpuhub/gpus/mine`` (:mod:`hub_ext.ops.my_gpus`, which says who may ask):
+        one row per GPU, ``{"uuid", "name", "held_by": <server name>,
+        "utilization_pct", "memory_used_mib", "memory_total_mib", "simulated"}``
+        (percent, MiB; None where the backend cannot say).  Never a GPU another server
+        holds; never raises for an unreadable inventory (the rows lose their figures)."""
+        raise NotImplementedError
+
+    @classmethod
     async def reservation_changed(cls, handler, spec, reservation_id: int) -> None:
         """Optional: a hub reservation was made or changed (``spec``, a
         :class:`hub_ext.reservations.rules.Spec`) or is being deleted (None), before the

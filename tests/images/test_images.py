@@ -369,6 +369,7 @@ SERVER_EXTENSIONS = {
     "jupyter_lsp": "/lsp/status",
     "notebook_shim": None,
     "jupyter_scheduler": "/scheduler/config",  # notebook jobs (gpuhub_scheduler)
+    "gpuhub_lab": "/gpuhub-lab/status",  # the status bar's GPUs and GPU kernels
     "jupyterhub": "/api/me",  # jupyterhub.singleuser's own extension
 }
 
