@@ -720,6 +720,15 @@ ROWS: tuple[Setting, ...] = (
         "added for the submit host (-i KEY -p PORT -o UserKnownHostsFile=F)",
     ),
     Setting(
+        "GPUHUB_SLURM_OUTBOUND",
+        "slurm_outbound",
+        Choice("none", "slirp4netns", "pasta"),
+        "none",
+        "slurm",
+        "outbound traffic of the jobs' sandboxes, through that tool on the nodes (none: "
+        "only the hub's API)",
+    ),
+    Setting(
         "GPUHUB_SLURM_ACCOUNTING",
         "slurm_accounting",
         Choice("auto", "on", "off"),
