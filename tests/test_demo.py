@@ -23,6 +23,7 @@ from jupyterhub.utils import random_port
 
 from tests.fixtures.hub import REPO
 from tests.fixtures.oidc import begin_login, oidc_login
+from tests.fixtures.probes import CONNECT
 from tests.test_container import exec_in
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
@@ -230,20 +231,6 @@ async def alices_container(demo, docker_client) -> str:
         filters={"label": f"io.gpuhub.hub={demo.env['GPUHUB_HUB_ID']}"}
     )
     return container["Id"]
-
-
-#: Run inside a member's container: connect to each "host:port" argument; prints
-#: "host:port open" or "host:port <errno name>" for each.
-CONNECT = """
-import errno, socket, sys
-for target in sys.argv[1:]:
-    host, port = target.rsplit(":", 1)
-    try:
-        socket.create_connection((host, int(port)), timeout=3).close()
-        print(target, "open")
-    except OSError as e:
-        print(target, errno.errorcode.get(e.errno, "timeout"))
-"""
 
 
 async def test_a_members_container_reaches_only_the_hub_api_on_the_demos_machine(

@@ -746,6 +746,31 @@ ROWS: tuple[Setting, ...] = (
         "where docker compose publishes the proxy",
     ),
     Setting(
+        "GPUHUB_HUB_ADDRESS",
+        None,
+        Text("an IP address"),
+        "172.31.255.2",
+        "compose",
+        "pod's (the hub's and proxy's) address on the members' network, which its rules "
+        "trust (deploy/network/gpuhub-network.sh)",
+    ),
+    Setting(
+        "GPUHUB_NETWORK_SUBNET",
+        None,
+        Text("an IPv4 network, /16 to /28"),
+        "172.31.255.0/24",
+        "compose",
+        "the members' network's subnet (deploy/network/gpuhub-network.sh create)",
+    ),
+    Setting(
+        "GPUHUB_NETWORK_OUTBOUND",
+        None,
+        Text("all, none or networks"),
+        "all",
+        "compose",
+        "where members' servers may connect outside their network (gpuhub-network.sh rules)",
+    ),
+    Setting(
         "GPUHUB_DOCKER_GID",
         None,
         Int(0),

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from hub_ext.ops.deploy import SECRETS
-from tests.compose.conftest import HUB_UID, PROBE, PROBE_RE
+from tests.compose.conftest import HUB_IMAGE, HUB_UID, PROBE, PROBE_RE
 from tests.fixtures.hub import terminal_run
 
 pytestmark = [pytest.mark.docker, pytest.mark.compose]
@@ -272,7 +272,7 @@ def test_no_secret_in_the_logs(stack):
         assert value not in logs, f"{name} is in the logs"
 
 
-@pytest.mark.parametrize("image", ["gpuhub/hub:latest", "postgres:15-bookworm"])
+@pytest.mark.parametrize("image", [HUB_IMAGE, "postgres:15-bookworm"])
 def test_no_secret_in_the_images(stack, docker_client, image):
     """Neither the values of this deployment's secrets nor any setting of a secret variable."""
     history = subprocess.run(
