@@ -315,7 +315,9 @@ def _serve_inside(folder: str, port: int, hub_listener: socket.socket) -> None:
 
 def report_port(api_url: str, token: str, port: int, attempts: int = 30) -> None:
     """``POST <api>/batchspawner {"port": port}`` with the server's token, as batchspawner's
-    wrapper does; tried again while the hub does not answer.  Raises the last error."""
+    wrapper does; tried again while the hub does not answer (raising the last error).  A
+    refusal is said on stderr and the server starts all the same, as batchspawner's wrapper
+    does (the hub's start then waits for a port it never gets, and ends it)."""
     request = urllib.request.Request(
         api_url.rstrip("/") + "/batchspawner",
         data=json.dumps({"port": port}).encode(),
@@ -326,8 +328,9 @@ def report_port(api_url: str, token: str, port: int, attempts: int = 30) -> None
         try:
             with urllib.request.urlopen(request, timeout=30):
                 return
-        except urllib.error.HTTPError:
-            raise
+        except urllib.error.HTTPError as e:
+            print(f"gpuhub: the hub refused the port report: {e.code} {e.reason}", file=sys.stderr)
+            return
         except OSError:
             if attempt == attempts - 1:
                 raise
