@@ -126,6 +126,27 @@ def test_the_jobs_log_is_rotated_past_its_size(tmp_path):
     assert b"earlier output in" in current.splitlines()[0]
 
 
+def test_the_sandbox_gets_the_descriptors_the_batch_script_opened(tmp_path):
+    # bubblewrap's --ro-bind-data N reads a file from a descriptor the script opened (a
+    # here-string), through the runner; the sandbox's output reaches the job's log
+    folder = tmp_path / "net"
+    folder.mkdir()
+    done = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f'exec python3 "$0" node --dir {folder} -- sh -c "cat <&7" 7<<<"from the script"',
+            sandbox_net.__file__,
+        ],
+        env={**os.environ, "JUPYTERHUB_API_URL": "http://127.0.0.1:9/hub/api"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (done.returncode, done.stdout) == (0, "from the script\n"), done.stderr
+    assert not folder.exists()  # the runner's folder goes with the job
+
+
 def test_the_node_runner_needs_only_the_standard_library():
     # the nodes run it with their own python3, without the hub's packages
     runner = REPO / "hub_ext" / "slurm" / "sandbox_net.py"

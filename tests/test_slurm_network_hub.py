@@ -214,5 +214,5 @@ async def test_outbound_traffic_reaches_outside_but_never_the_nodes_loopback(
         on_loopback.terminate()
     answers = dict(line.split(" ", 1) for line in out.splitlines() if line.startswith("http"))
     reached = answers[urls[0]] == "outside says hello"
-    assert reached == (outbound != "none"), answers
+    assert reached == (outbound != "none"), (answers, job_log(slurm_cluster, member)[-3000:])
     assert "hello" not in answers[urls[1]] + answers[urls[2]], answers

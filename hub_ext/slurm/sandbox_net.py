@@ -229,13 +229,16 @@ async def run_node(folder: str, outbound: str, log_max_bytes: int, command: list
     info_r = info_w = None
     if outbound != "none":
         info_r, info_w = os.pipe()
+        os.set_inheritable(info_w, True)
         command = [command[0], "--info-fd", str(info_w), *command[1:]]
+    # the sandbox keeps the descriptors the batch script gave this process (bubblewrap's
+    # --ro-bind-data reads its files from them); the runner's own are not inheritable
     child = await asyncio.create_subprocess_exec(
         *command,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
-        pass_fds=(info_w,) if info_w is not None else (),
+        close_fds=False,
     )
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         loop.add_signal_handler(sig, _forward_signal, child, sig)
