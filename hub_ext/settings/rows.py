@@ -729,6 +729,15 @@ ROWS: tuple[Setting, ...] = (
         "added for the submit host (-i KEY -p PORT -o UserKnownHostsFile=F)",
     ),
     Setting(
+        "GPUHUB_SLURM_OUTBOUND",
+        "slurm_outbound",
+        Choice("none", "slirp4netns", "pasta"),
+        "none",
+        "slurm",
+        "outbound traffic of the jobs' sandboxes, through that tool on the nodes (none: "
+        "only the hub's API)",
+    ),
+    Setting(
         "GPUHUB_SLURM_ACCOUNTING",
         "slurm_accounting",
         Choice("auto", "on", "off"),
@@ -744,6 +753,31 @@ ROWS: tuple[Setting, ...] = (
         "443",
         "compose",
         "where docker compose publishes the proxy",
+    ),
+    Setting(
+        "GPUHUB_HUB_ADDRESS",
+        None,
+        Text("an IP address"),
+        "172.31.255.2",
+        "compose",
+        "pod's (the hub's and proxy's) address on the members' network, which its rules "
+        "trust (deploy/network/gpuhub-network.sh)",
+    ),
+    Setting(
+        "GPUHUB_NETWORK_SUBNET",
+        None,
+        Text("an IPv4 network, /16 to /28"),
+        "172.31.255.0/24",
+        "compose",
+        "the members' network's subnet (deploy/network/gpuhub-network.sh create)",
+    ),
+    Setting(
+        "GPUHUB_NETWORK_OUTBOUND",
+        None,
+        Text("all, none or networks"),
+        "all",
+        "compose",
+        "where members' servers may connect outside their network (gpuhub-network.sh rules)",
     ),
     Setting(
         "GPUHUB_DOCKER_GID",
