@@ -82,6 +82,7 @@ class LineSpawner(LoggingConfigurable):
         if (
             wants_wait(options.get("wait"))
             or "job" in options  # a notebook job waits in line (hub_ext.spawn.choice)
+            or "kernel" in options  # a GPU kernel too
             or self.server_key in self.line().places
         ):
             self.start_timeout = int(self._start_timeout + self.line().max_wait + 60)
