@@ -123,6 +123,8 @@ class Kernels(SingletonConfigurable):
         self.starting: dict[str, asyncio.Task] = {}
         #: kernel id -> (reason, message) of a stop the hub asked for, read by its end
         self.ending: dict[str, tuple[str, str]] = {}
+        #: ids of kernels being created (stored, still checked): not the keeper's yet
+        self.creating: set[str] = set()
         self.users = None
         self._keeper = None
 
@@ -168,6 +170,8 @@ class Kernels(SingletonConfigurable):
                 )
 
     async def _check(self, db, line, row) -> None:
+        if row.id in self.creating:
+            return
         user = self.user(row.user)
         if user is None:
             end(db, row, "failed", "Its member was deleted.")
@@ -318,6 +322,7 @@ async def create(kernels: Kernels, user, body, parent: str) -> store.KernelRow:
     server_name = store.server_name_of(kernel_id)
     spawner = user.get_or_create_spawner(server_name, display_name(request.notebook))
     row = None
+    kernels.creating.add(kernel_id)
     try:
         try:
             workspace, uid, _ = await spawner.job_workspace()
@@ -357,6 +362,8 @@ async def create(kernels: Kernels, user, body, parent: str) -> store.KernelRow:
         if row is not None:
             store.delete(db, row)
         raise
+    finally:
+        kernels.creating.discard(kernel_id)
     kernels.log.info(
         "%s created GPU kernel %s (%s, profile %s) for %s in server %r",
         user.name,
