@@ -408,7 +408,12 @@ async def test_hostile_kernel_requests_are_refused_and_nothing_starts_or_is_char
         node(GPU_A, GPU_B),
         PROFILES,
         KEEPER,
-        **hub_env(workspaces, GPUHUB_MAX_GPUS_PER_USER="1", GPUHUB_KERNELS_PER_USER="1"),
+        **hub_env(
+            workspaces,
+            GPUHUB_MAX_GPUS_PER_USER="1",
+            GPUHUB_KERNELS_PER_USER="1",
+            GPUHUB_NAMED_SERVER_LIMIT="5",
+        ),
     )
     alice_name, bob_name, carol_name = members(credits_username, "alice", "bob", "carol")
     for name in (alice_name, bob_name):
@@ -417,13 +422,17 @@ async def test_hostile_kernel_requests_are_refused_and_nothing_starts_or_is_char
     carol = await start_member(hub, carol_name, workspaces)  # no credits
     bob_token = await hub.create_user(bob_name)
     token = server_token(hub, docker_client, alice_name)  # what her provisioner holds
-    kernels_dir = workspaces / alice_name / ".gpuhub" / "kernels"
-    for name, mode in (("ok", 0o700), ("open", 0o755)):
-        (kernels_dir / name).mkdir(parents=True, exist_ok=True)
-        os.chown(kernels_dir / name, 1000, 100)
-        (kernels_dir / name).chmod(mode)
-    os.chown(kernels_dir, 1000, 100)
-    os.symlink(workspaces, kernels_dir / "link")
+    for who, folders in (
+        (alice_name, (("ok", 0o700), ("open", 0o755))),
+        (carol_name, (("ok", 0o700),)),
+    ):
+        kernels_dir = workspaces / who / ".gpuhub" / "kernels"
+        for name, mode in folders:
+            (kernels_dir / name).mkdir(parents=True, exist_ok=True)
+            os.chown(kernels_dir / name, 1000, 100)
+            (kernels_dir / name).chmod(mode)
+        os.chown(kernels_dir, 1000, 100)
+    os.symlink(workspaces, workspaces / alice_name / ".gpuhub" / "kernels" / "link")
     before = await entries(ledger_admin, alice_name)
     good = {
         "profile": "gpu",
@@ -568,7 +577,7 @@ async def test_an_idle_gpu_kernel_is_shut_down_and_its_server_goes_on(
     # then idle: shut down, the GPU back, settled; her server and her own kernel go on
     ended = await alice.kernel("ended", timeout=60)
     assert ended["ended"]["reason"] == "idle", ended
-    assert "ran no cell for" in ended["ended"]["message"]
+    assert "ran no cell for 6 s" in ended["ended"]["message"]
     await settled(ledger_admin, alice_name)
     assert await eventually(lambda: _free(hub, 1), 30, "the GPU free")
     assert await hub.running(alice_name)

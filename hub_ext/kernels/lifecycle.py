@@ -43,6 +43,7 @@ from ..common import metrics
 from ..common.clock import now
 from ..common.periodic import ensure_task, every
 from ..common.server_key import ServerKey
+from ..culling.rules import duration
 from ..culling.watched import held_devices
 from ..jobs.lifecycle import forget, the_line
 from ..spawn.choice import json_size
@@ -196,23 +197,26 @@ class Kernels(SingletonConfigurable):
             await ended_unseen(user, row, spawner)
         elif spawner.ready and await spawner.poll() is not None:
             await stop_kernel_server(user, row.server_name)
-        elif self.idle_timeout and idle_seconds(spawner) > self.idle_timeout:
-            minutes = self.idle_timeout / 60
+        elif self.idle_timeout and idle_seconds(spawner, row) > self.idle_timeout:
             await stop(
                 user,
                 row,
                 "idle",
-                f"The GPU kernel ran no cell for {minutes:g} min, the GPU kernels' idle "
-                "time-out: its GPU went back to the pool. Start it again to go on.",
+                f"The GPU kernel ran no cell for {duration(self.idle_timeout)}, the GPU "
+                "kernels' idle time-out: its GPU went back to the pool. Start it again to "
+                "go on.",
             )
 
 
-def idle_seconds(spawner) -> float:
-    """Seconds since the kernel's server last had activity (JupyterHub's clock)."""
+def idle_seconds(spawner, row) -> float:
+    """Seconds since the kernel last had activity (its server's, in JupyterHub's clock:
+    a cell run, its GPUs busy), or since it started running (a wait in line is no
+    idleness)."""
+    since = datetime.fromtimestamp(row.started or now(), UTC).replace(tzinfo=None)
     last = spawner.orm_spawner.last_activity
-    if last is None:
-        return 0.0
-    return max(0.0, (hub_utcnow(with_tz=False) - last).total_seconds())
+    if last is not None and last > since:
+        since = last
+    return max(0.0, (hub_utcnow(with_tz=False) - since).total_seconds())
 
 
 async def parent_alive(user, parent: str) -> bool:
