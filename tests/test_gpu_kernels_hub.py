@@ -340,6 +340,8 @@ async def test_kill_9_of_the_hub_while_kernels_wait_and_run_loses_none_and_pays_
     r = await alice.server_api("DELETE", f"/kernels/{alices}")
     assert r.status_code == 204, r.text
     assert f"GPU: {GPU_A}" in await asyncio.wait_for(bobs_cell, 180)
+    assert (await bob.kernel("running"))["gpus"] == [GPU_A]  # the line's start, followed
+    assert (await alice.kernel("ended"))["ended"]["reason"] == "shutdown"
     ledger = await settled(ledger_admin, alice_name)
     assert [k for k, _, _ in ledger] == ["grant", "debit", "refund"], ledger  # paid once
 
