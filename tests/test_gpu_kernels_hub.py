@@ -239,6 +239,7 @@ async def test_a_notebook_on_the_cpu_profile_runs_on_a_gpu_kernel_that_hands_its
         "train.ipynb",
         "",
     )
+    assert hub_kernel["server_url"] == f"/user/{alice_name}/kernel-{hub_kernel['id']}/"
     folder = workspaces / alice_name / ".gpuhub" / "kernels" / kernel_id
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and folder.stat().st_uid == 1000
     assert stat.S_IMODE((folder / "connection.json").stat().st_mode) == 0o600

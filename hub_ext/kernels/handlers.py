@@ -46,7 +46,8 @@ KERNEL_ID = r"[0-9a-f]{12}"
 
 
 def model(row: store.KernelRow, base_url: str, place: dict | None = None) -> dict:
-    """A kernel as the API answers it (docs: reference/kernels-api)."""
+    """A kernel as the API answers it (docs: reference/kernels-api); ``base_url``:
+    JupyterHub's (``/``), under which the members' servers are."""
     state = row.state
     if state == "waiting" and place is None:
         state = "starting"
@@ -173,7 +174,7 @@ class KernelsBase(APIHandler):
 
     def answer(self, row: store.KernelRow) -> dict:
         place = self.place(row) if row.state == "waiting" else None
-        return model(row, self.hub.base_url, place)
+        return model(row, self.base_url, place)
 
     def reply(self, status: int, payload=None) -> None:
         self.set_status(status)
