@@ -563,6 +563,14 @@ class GPUDockerSpawner(
             self.release_gpus("stopped")
             notices().withdraw(self.user.name, self.name or "", LINE_TOPIC)
 
+    async def stop_object(self):
+        """DockerSpawner's ``docker stop``.  The container no longer runs, so its GPUs go
+        back to the pool now: the line's head gets them while the container is removed
+        and the stop hooks settle (a GPU kernel's hand-off), not after.  A stopped
+        container holds no device; reconciliation ignores it."""
+        await super().stop_object()
+        self.release_gpus("stopped")
+
     async def _container_exists(self) -> bool:
         """Whether Docker still has this server's container (True when it cannot tell)."""
         try:

@@ -229,7 +229,16 @@ class KernelAPIHandler(KernelsBase):
     """``GET|DELETE /hub/api/gpuhub/kernels/<id>``."""
 
     async def get(self, kernel_id: str):
+        """The model; with ``?check=1`` (the member's server found the kernel's side gone)
+        the kernel's server is polled first, and ended now if its container is gone, so
+        the answer says why at once."""
         row = self.row_or_404(kernel_id)
+        if self.get_argument("check", "") == "1" and row.state == "running":
+            user = self.owner(row)
+            spawner = lifecycle.spawner_of(user, row.server_name)
+            if spawner is not None and spawner.ready and await spawner.poll() is not None:
+                await lifecycle.stop_kernel_server(user, row.server_name)
+                row = store.get(self.db, kernel_id) or row
         self.reply(200, self.answer(row))
 
     async def delete(self, kernel_id: str):

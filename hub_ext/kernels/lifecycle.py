@@ -183,7 +183,7 @@ class Kernels(SingletonConfigurable):
             return
         if task is not None and not task.done():
             return
-        spawner = user.spawners[row.server_name] if row.server_name in user.orm_spawners else None
+        spawner = spawner_of(user, row.server_name)
         key = ServerKey(row.user, row.server_name)
         if row.state == "waiting":
             if spawner is not None and spawner.ready:
@@ -206,6 +206,11 @@ class Kernels(SingletonConfigurable):
                 "kernels' idle time-out: its GPU went back to the pool. Start it again to "
                 "go on.",
             )
+
+
+def spawner_of(user, name: str):
+    """JupyterHub's spawner of ``user``'s server ``name``, or None when she has none."""
+    return user.spawners[name] if name in user.orm_spawners else None
 
 
 def idle_seconds(spawner, row) -> float:
@@ -243,9 +248,7 @@ def held_back(user, row, line) -> bool:
         key = ServerKey(other.user, other.server_name)
         if key in line.places or key in line.granted:
             return True
-        spawner = (
-            user.spawners[other.server_name] if other.server_name in user.orm_spawners else None
-        )
+        spawner = spawner_of(user, other.server_name)
         if spawner is not None and spawner.pending == "spawn":
             return True
         task = Kernels.instance().starting.get(other.id)
@@ -462,7 +465,7 @@ async def _watch(user, kernel_id: str, name: str, start: asyncio.Future) -> None
 async def stop_kernel_server(user, name: str) -> None:
     """Stop a kernel's server (its stop hooks end the kernel: :mod:`.hook`) and forget
     it.  Also JupyterHub's poll callback when the kernel's container ended."""
-    spawner = user.spawners[name] if name in user.orm_spawners else None
+    spawner = spawner_of(user, name)
     if spawner is not None and spawner.active:
         if spawner.pending == "stop":
             return
@@ -507,7 +510,7 @@ async def stop(user, row, reason: str, message: str) -> None:
     line = the_line(db)
     key = ServerKey(user.name, row.server_name)
     task = kernels.starting.get(row.id)
-    spawner = user.spawners[row.server_name] if row.server_name in user.orm_spawners else None
+    spawner = spawner_of(user, row.server_name)
     if key in line.places:
         line.remove(key, "left", message)  # the waiting start ends; _watch ends the kernel
     elif task is not None and not task.done():

@@ -73,8 +73,10 @@ class HubKernels:
         body = {"profile": profile, "notebook": notebook, "cwd": cwd}
         return await self.request("POST", "", {**body, "connection_dir": connection_dir})
 
-    async def get(self, kernel_id: str) -> dict:
-        return await self.request("GET", f"/{kernel_id}")
+    async def get(self, kernel_id: str, check: bool = False) -> dict:
+        """The kernel's model; ``check``: the hub looks at its container first (the
+        server found it gone)."""
+        return await self.request("GET", f"/{kernel_id}" + ("?check=1" if check else ""))
 
     async def delete(self, kernel_id: str) -> None:
         await self.request("DELETE", f"/{kernel_id}")

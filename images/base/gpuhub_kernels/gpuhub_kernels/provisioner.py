@@ -73,6 +73,12 @@ class GPUHubProvisioner(KernelProvisionerBase):
         config=True,
         help="Seconds between the provisioner's questions to the hub about its kernel.",
     )
+    gone_wait = Float(
+        10.0,
+        config=True,
+        help="""Seconds the provisioner waits for the hub's word on a kernel whose
+        container it finds gone before it reports the kernel dead without it.""",
+    )
 
     @default("workspace")
     def _default_workspace(self):
@@ -92,6 +98,8 @@ class GPUHubProvisioner(KernelProvisionerBase):
         self.generation = 0
         self.launched = False
         self._asked_at = 0.0
+        self._asking: asyncio.Future | None = None
+        self._gone_since: float | None = None
         self._request: dict = {}
 
     # -- start ----------------------------------------------------------------------------
@@ -160,49 +168,57 @@ class GPUHubProvisioner(KernelProvisionerBase):
 
     # -- what it is doing -------------------------------------------------------------------
 
-    async def hub_model(self, force: bool = False) -> dict | None:
-        """The hub's model of the kernel, asked at most every ``hub_poll_interval``
-        seconds (``force``: now); the last one when the hub does not answer."""
+    async def hub_model(self, check: bool = False) -> dict | None:
+        """Ask the hub about the kernel now (``check``: and have it look at the kernel's
+        container first); the last answer when the hub does not answer.  Sets
+        :attr:`ended` (and the kernel's ``reason``) once the hub ended it."""
         if self.hub_kernel_id is None:
             return None
-        if force or time.monotonic() - self._asked_at >= self.hub_poll_interval:
-            self._asked_at = time.monotonic()
-            try:
-                self.last_model = await self.hub.get(self.hub_kernel_id)
-            except HubRefused as e:
-                if e.status == 404:  # forgotten by the hub: it ended long ago
-                    self.last_model = {
-                        "state": "ended",
-                        "ended": {"reason": "gone", "message": str(e)},
-                    }
-            except HubUnreachable:
-                pass  # a hub restarting: the kernel goes on meanwhile
+        self._asked_at = time.monotonic()
+        try:
+            self.last_model = await self.hub.get(self.hub_kernel_id, check=check)
+        except HubRefused as e:
+            if e.status == 404:  # forgotten by the hub: it ended long ago
+                self.last_model = {
+                    "state": "ended",
+                    "ended": {"reason": "gone", "message": str(e)},
+                }
+        except HubUnreachable:
+            pass  # a hub restarting: the kernel goes on meanwhile
         model = self.last_model
         if model and model.get("state") == "ended" and self.ended is None:
-            self.ended = model.get("ended") or {
-                "reason": "ended",
-                "message": "The GPU kernel ended.",
-            }
+            self.ended = model.get("ended") or {"reason": "ended", "message": "The GPU kernel ended."}
             self.parent.reason = self.ended.get("message", "")
             self.log.warning("GPU kernel %s ended: %s", self.kernel_id, self.parent.reason)
         return model
 
+    def _ask_soon(self, check: bool = False) -> None:
+        """Ask the hub in the background, at most every ``hub_poll_interval`` seconds
+        (``check``: now, the container looks gone).  :meth:`poll` never waits for the
+        hub: Jupyter's restarter decides between its own check of a shutdown under way
+        and its poll, so a poll that waited could let it restart a kernel being shut
+        down."""
+        if self._asking is not None and not self._asking.done():
+            return
+        if check or time.monotonic() - self._asked_at >= self.hub_poll_interval:
+            self._asked_at = time.monotonic()
+            self._asking = asyncio.ensure_future(self.hub_model(check=check))
+
     async def poll(self) -> int | None:
         if not self.launched:
             return 0
-        await self.hub_model()
+        self._ask_soon()
         if self.ended is not None:
             return 1
         if not self.transport.started():
             return None  # waiting for its GPU, or its container starting
         if not self.transport.alive():  # its container is gone: the hub says why
-            await self.hub_model(force=True)
-            if self.ended is None:
-                self.ended = {
-                    "reason": "died",
-                    "message": "The GPU kernel's container ended.",
-                }
-                self.parent.reason = self.ended["message"]
+            self._gone_since = self._gone_since or time.monotonic()
+            if time.monotonic() - self._gone_since < self.gone_wait:
+                self._ask_soon(check=True)
+                return None
+            self.ended = {"reason": "died", "message": "The GPU kernel's container ended."}
+            self.parent.reason = self.ended["message"]
             return 1
         state = self.transport.state()
         if state.get("generation", 0) >= self.generation and state.get("alive") is False:
@@ -249,7 +265,7 @@ class GPUHubProvisioner(KernelProvisionerBase):
                 await self.hub.delete(self.hub_kernel_id)
             except (HubRefused, HubUnreachable) as e:
                 self.log.warning("GPU kernel %s: the hub did not end it: %s", self.kernel_id, e)
-            await self.hub_model(force=True)
+            await self.hub_model()
 
     async def cleanup(self, restart: bool = False) -> None:
         if restart or not self.launched:
