@@ -34,12 +34,12 @@ import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 
 import docker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks.spawn_latency import _docker_time  # noqa: E402
 from tests.fixtures.hub import Hub  # noqa: E402
 from tests.fixtures.kernels import run_code  # noqa: E402
 from tests.fixtures.oidc import running_provider  # noqa: E402
@@ -91,14 +91,6 @@ class Member:
             parts.append(breakdown(self.hub, wall, opened - tic, done - tic))
         await self.close(session)
         return done - tic
-
-
-def _docker_time(text: str) -> float:
-    """Docker's RFC 3339 timestamp (nanoseconds, Z) as seconds since the epoch."""
-    day, _, rest = text.rstrip("Z").partition("T")
-    clock, _, fraction = rest.partition(".")
-    whole = datetime.fromisoformat(f"{day}T{clock}+00:00").timestamp()
-    return whole + float("0." + (fraction or "0"))
 
 
 def breakdown(hub: Hub, requested: float, opened: float, total: float) -> dict:

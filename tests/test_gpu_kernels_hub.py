@@ -61,17 +61,12 @@ def node(*uuids: str, busy: int = 90) -> dict:
 def kernel_image(docker_client, notebook_image) -> str:
     """The notebook image, with ``gpuhub-kernel`` and the provisioner (built from this tree
     by scripts/build-images.sh); skipped locally, failed in CI, when it is an older one."""
-    from tests.fixtures.hub import _need
+    from tests.fixtures.hub import _need, image_has
 
-    box = docker_client.create_container(
-        notebook_image, ["sh", "-c", "command -v gpuhub-kernel"], network_disabled=True
+    _need(
+        image_has(docker_client, notebook_image, "gpuhub-kernel"),
+        f"{notebook_image} has no gpuhub-kernel: run scripts/build-images.sh",
     )
-    try:
-        docker_client.start(box)
-        found = docker_client.wait(box, timeout=60)["StatusCode"] == 0
-    finally:
-        docker_client.remove_container(box, force=True)
-    _need(found, f"{notebook_image} has no gpuhub-kernel: run scripts/build-images.sh")
     return notebook_image
 
 
@@ -164,6 +159,26 @@ async def start_member(hub, name: str, workspaces: Path) -> Member:
     return member
 
 
+@pytest.fixture
+def kernel_hub(gpu_hub, ledger_admin, credits_username, workspaces):
+    """A hub factory: ``make(*names, doc=, extra=, paying=, **env)`` starts a hub on the
+    NVML stand-in's ``doc`` (default one busy GPU) and, for each short name, a member
+    with a running CPU server; those in ``paying`` (default all) get 10 credits.  Returns
+    ``(hub, [Member...])``."""
+
+    async def make(*names, doc=None, extra="", paying=None, **env):
+        hub = await gpu_hub(
+            doc or node(GPU_A), PROFILES, KEEPER + extra, **hub_env(workspaces, **env)
+        )
+        full = members(credits_username, *names)
+        for short, name in zip(names, full, strict=True):
+            if paying is None or short in paying:
+                await ledger_admin.grant(name, "10.00", key=f"test-grant-{name}")
+        return hub, [await start_member(hub, name, workspaces) for name in full]
+
+    return make
+
+
 async def entries(admin, account) -> list[tuple[str, str, str]]:
     return [
         (t.kind, str(t.amount), t.reason or "") async for t in admin.iter_transactions(account)
@@ -204,14 +219,10 @@ async def settled(admin, account, timeout: float = 30) -> list[tuple[str, str, s
 
 
 async def test_a_notebook_on_the_cpu_profile_runs_on_a_gpu_kernel_that_hands_its_gpu_on(
-    gpu_hub, ledger_admin, credits_username, workspaces, docker_client
+    kernel_hub, ledger_admin, workspaces, docker_client
 ):
-    hub = await gpu_hub(node(GPU_A), PROFILES, KEEPER, **hub_env(workspaces))
-    alice_name, bob_name = members(credits_username, "alice", "bob")
-    for name in (alice_name, bob_name):
-        await ledger_admin.grant(name, "10.00", key=f"test-grant-{name}")
-    alice = await start_member(hub, alice_name, workspaces)
-    bob = await start_member(hub, bob_name, workspaces)
+    hub, (alice, bob) = await kernel_hub("alice", "bob")
+    alice_name, bob_name = alice.name, bob.name
 
     # her server lists the GPU kernel beside "Python 3", as the hub names it
     r = await alice.server_api("GET", "/kernelspecs")
@@ -314,14 +325,10 @@ async def session_of(member: Member, kernel_id: str) -> str:
 
 
 async def test_kill_9_of_the_hub_while_kernels_wait_and_run_loses_none_and_pays_once(
-    gpu_hub, ledger_admin, credits_username, workspaces, docker_client
+    kernel_hub, ledger_admin, workspaces, docker_client
 ):
-    hub = await gpu_hub(node(GPU_A), PROFILES, KEEPER, **hub_env(workspaces))
-    alice_name, bob_name = members(credits_username, "alice", "bob")
-    for name in (alice_name, bob_name):
-        await ledger_admin.grant(name, "10.00", key=f"test-grant-{name}")
-    alice = await start_member(hub, alice_name, workspaces)
-    bob = await start_member(hub, bob_name, workspaces)
+    hub, (alice, bob) = await kernel_hub("alice", "bob")
+    alice_name, bob_name = alice.name, bob.name
     alices = await alice.open_notebook()
     assert f"GPU: {GPU_A}" in await alice.run(alices, WHICH_GPU)
     bobs = await bob.open_notebook()
@@ -360,14 +367,10 @@ async def test_kill_9_of_the_hub_while_kernels_wait_and_run_loses_none_and_pays_
 
 
 async def test_a_kernel_goes_with_its_container_or_its_server_and_is_settled_once(
-    gpu_hub, ledger_admin, credits_username, workspaces, docker_client
+    kernel_hub, ledger_admin, workspaces, docker_client
 ):
-    hub = await gpu_hub(node(GPU_A), PROFILES, KEEPER, **hub_env(workspaces))
-    alice_name, bob_name = members(credits_username, "alice", "bob")
-    for name in (alice_name, bob_name):
-        await ledger_admin.grant(name, "10.00", key=f"test-grant-{name}")
-    alice = await start_member(hub, alice_name, workspaces)
-    bob = await start_member(hub, bob_name, workspaces)
+    hub, (alice, bob) = await kernel_hub("alice", "bob")
+    alice_name, bob_name = alice.name, bob.name
 
     # the kernel's container dies: her server learns why, and starts no second one
     alices = await alice.open_notebook()
@@ -405,24 +408,19 @@ def server_token(hub, client, user: str) -> str:
 
 
 async def test_hostile_kernel_requests_are_refused_and_nothing_starts_or_is_charged(
-    gpu_hub, ledger_admin, credits_username, workspaces, docker_client
+    kernel_hub, ledger_admin, credits_username, workspaces, docker_client
 ):
-    hub = await gpu_hub(
-        node(GPU_A, GPU_B),
-        PROFILES,
-        KEEPER,
-        **hub_env(
-            workspaces,
-            GPUHUB_MAX_GPUS_PER_USER="1",
-            GPUHUB_KERNELS_PER_USER="1",
-            GPUHUB_NAMED_SERVER_LIMIT="5",
-        ),
+    hub, (alice, carol) = await kernel_hub(  # carol: no credits
+        "alice",
+        "carol",
+        doc=node(GPU_A, GPU_B),
+        paying=("alice",),
+        GPUHUB_MAX_GPUS_PER_USER="1",
+        GPUHUB_KERNELS_PER_USER="1",
+        GPUHUB_NAMED_SERVER_LIMIT="5",
     )
-    alice_name, bob_name, carol_name = members(credits_username, "alice", "bob", "carol")
-    for name in (alice_name, bob_name):
-        await ledger_admin.grant(name, "10.00", key=f"test-grant-{name}")
-    alice = await start_member(hub, alice_name, workspaces)
-    carol = await start_member(hub, carol_name, workspaces)  # no credits
+    alice_name, carol_name = alice.name, carol.name
+    (bob_name,) = members(credits_username, "bob")
     bob_token = await hub.create_user(bob_name)
     token = server_token(hub, docker_client, alice_name)  # what her provisioner holds
     for who, folders in (
@@ -520,13 +518,10 @@ async def test_hostile_kernel_requests_are_refused_and_nothing_starts_or_is_char
 
 
 async def test_another_members_server_cannot_reach_a_gpu_kernels_channels(
-    gpu_hub, ledger_admin, credits_username, workspaces, docker_client
+    kernel_hub, ledger_admin, workspaces, docker_client
 ):
-    hub = await gpu_hub(node(GPU_A), PROFILES, KEEPER, **hub_env(workspaces))
-    alice_name, bob_name = members(credits_username, "alice", "bob")
-    await ledger_admin.grant(alice_name, "10.00", key=f"test-grant-{alice_name}")
-    alice = await start_member(hub, alice_name, workspaces)
-    bob = await start_member(hub, bob_name, workspaces)
+    hub, (alice, bob) = await kernel_hub("alice", "bob", paying=("alice",))
+    bob_name = bob.name
     kernel_id = await alice.open_notebook()
     facts = facts_of(await alice.run(kernel_id, FACTS))
     info = facts["info"]
@@ -557,17 +552,15 @@ async def test_another_members_server_cannot_reach_a_gpu_kernels_channels(
 
 
 async def test_an_idle_gpu_kernel_is_shut_down_and_its_server_goes_on(
-    gpu_hub, ledger_admin, credits_username, workspaces, docker_client
+    kernel_hub, ledger_admin, docker_client
 ):
-    hub = await gpu_hub(
-        node(GPU_A, busy=0),
-        PROFILES,
-        KEEPER + "c.SpawnerCore.environment = {'GPUHUB_KERNEL_ACTIVITY_INTERVAL': '1'}\n",
-        **hub_env(workspaces, GPUHUB_KERNEL_IDLE_TIMEOUT="6"),
+    hub, (alice,) = await kernel_hub(
+        "alice",
+        doc=node(GPU_A, busy=0),
+        extra="c.SpawnerCore.environment = {'GPUHUB_KERNEL_ACTIVITY_INTERVAL': '1'}\n",
+        GPUHUB_KERNEL_IDLE_TIMEOUT="6",
     )
-    (alice_name,) = members(credits_username, "alice")
-    await ledger_admin.grant(alice_name, "10.00", key=f"test-grant-{alice_name}")
-    alice = await start_member(hub, alice_name, workspaces)
+    alice_name = alice.name
     local = await alice.open_notebook("work/cpu.ipynb", "python3")
     kernel_id = await alice.open_notebook()
     # cells running keep it: 12 s of them, twice the time-out

@@ -20,16 +20,14 @@ nothing.
 
 from __future__ import annotations
 
-import json
 from urllib.parse import quote
 
 from jupyterhub import orm
 from jupyterhub.apihandlers.base import APIHandler
-from jupyterhub.scopes import Scope
 from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
 
-from ..common.json_body import parse_json
+from ..common.member_api import allowed_users, json_body, own_member, reply
 from ..common.runs import JOB_PREFIX, KERNEL_PREFIX
 from ..jobs.handlers import place_message
 from ..jobs.lifecycle import the_line
@@ -71,30 +69,15 @@ class KernelsBase(APIHandler):
     """What the endpoints share: the scope and its filter, the requesting server, the row."""
 
     def allowed_users(self) -> set[str] | None:
-        """The members whose kernels this request may see and act on: None for all (the
-        scope unfiltered), else the names of its ``!user=`` filters.  Raises 403 without
-        the scope."""
-        if self.current_user is None:
-            raise web.HTTPError(403, "Missing or invalid credentials.")
-        sub = self.parsed_scopes.get(KERNELS_SCOPE)
-        if sub is None:
-            self.log.warning(
-                "%s may not use GPU kernels (needs %s)", self.current_user.name, KERNELS_SCOPE
-            )
-            raise web.HTTPError(403, "This token may not use GPU kernels.")
-        if sub == Scope.ALL:
-            return None
-        return set(sub.get("user", ()))
+        """The members whose kernels this request may see and act on: None for all.
+        Raises 403 without the scope (:func:`hub_ext.common.member_scope.allowed_users`)."""
+        return allowed_users(self, KERNELS_SCOPE, "GPU kernels")
 
     def member(self):
-        """The member a kernel is created for: the request's own user."""
-        who = self.current_user
-        allowed = self.allowed_users()
-        if getattr(who, "kind", "user") != "user" or (
-            allowed is not None and who.name not in allowed
-        ):
-            raise web.HTTPError(403, "Only a member's own server starts her GPU kernels.")
-        return who
+        """The member a new one is made for: the request's own user."""
+        return own_member(
+            self, KERNELS_SCOPE, "GPU kernels", "Only a member's own server starts her GPU kernels."
+        )
 
     def requesting_server(self) -> str | None:
         """The name of the member's server whose own token this request carries ("" the
@@ -127,19 +110,12 @@ class KernelsBase(APIHandler):
         return row
 
     def body(self):
-        if len(self.request.body) > MAX_BODY_BYTES:
-            raise web.HTTPError(
-                413,
-                f"The body is {len(self.request.body)} bytes; a GPU kernel's request takes "
-                f"at most {MAX_BODY_BYTES}.",
-            )
-        try:
-            return parse_json(self.request.body or b"null")
-        except ValueError:
-            raise web.HTTPError(
-                400,
-                'The body is not JSON: send {"profile", "notebook", "cwd", "connection_dir"}.',
-            ) from None
+        return json_body(
+            self,
+            MAX_BODY_BYTES,
+            "a GPU kernel's request",
+            '{"profile", "notebook", "cwd", "connection_dir"}',
+        )
 
     def place(self, row: store.KernelRow) -> dict | None:
         """A waiting kernel's place: ``position`` (1: next; None while it waits behind the
@@ -177,13 +153,7 @@ class KernelsBase(APIHandler):
         return model(row, self.base_url, place)
 
     def reply(self, status: int, payload=None) -> None:
-        self.set_status(status)
-        if payload is None:
-            self.finish()
-            return
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(payload))
+        reply(self, status, payload)
 
     @property
     def kernels(self) -> lifecycle.Kernels:

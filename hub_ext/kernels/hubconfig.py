@@ -12,7 +12,7 @@ the GPU admins and ``gpuhub-cli`` hold it unfiltered (every kernel: the board's 
 
 from __future__ import annotations
 
-from ..common.services import CLI_SERVICE, ROLE_NAME, define_scope, grant_scope
+from ..common.services import grant_member_scope
 from ..jobs.hubconfig import NamedServerLimit
 from . import store
 from .handlers import KERNELS_SCOPE, handlers
@@ -31,19 +31,13 @@ def apply_kernels_config(c, settings) -> None:
     (:class:`KernelsNamedServerLimit`); set ``c.Kernels.per_user`` and
     ``c.Kernels.idle_timeout``; in the hub itself, start the kernels' keeper with the hub.
     Raises ValueError when the admin roles are not made yet."""
-    define_scope(
+    grant_member_scope(
         c,
         KERNELS_SCOPE,
         "GPU kernels: create, list, read and shut them down "
         "(filter with !user=<name> for one member's).",
+        "apply_kernels_config",
     )
-    scopes = {ROLE_NAME: KERNELS_SCOPE, CLI_SERVICE: KERNELS_SCOPE, "user": MEMBER_SCOPE}
-    found = grant_scope(c, scopes, {ROLE_NAME, CLI_SERVICE}, "apply_kernels_config")
-    if "user" not in found:  # JupyterHub's default user role, and the members' kernels
-        c.JupyterHub.load_roles = [
-            *c.JupyterHub.load_roles,
-            {"name": "user", "scopes": ["self", MEMBER_SCOPE]},
-        ]
     have = list(c.Spawner.server_token_scopes) if "server_token_scopes" in c.Spawner else []
     c.Spawner.server_token_scopes = [s for s in have if s != MEMBER_SCOPE] + [MEMBER_SCOPE]
     extra = list(c.JupyterHub.extra_handlers) if "extra_handlers" in c.JupyterHub else []
