@@ -129,6 +129,9 @@ class LineSpawner(LoggingConfigurable):
         if ahead:
             if not self.wait_requested:
                 raise self._line_refusal(ahead, what)
+            refused = self._queue_limit(line, count)
+            if refused is not None:
+                raise refused
             return  # joins the line
         refused = self.pool.refusal(
             devices, key, count, mig_profile=mig, claimed=self._claimed_units(units, line)
@@ -263,15 +266,25 @@ class LineSpawner(LoggingConfigurable):
     async def _check_may_queue(self, line, count: int) -> None:
         """The per-member GPU limit, counting the GPUs of the member's places too.  (That
         they can pay was asked before any reservation: ``check_hooks``.)"""
+        refused = self._queue_limit(line, count)
+        if refused is not None:
+            raise refused
+
+    def _queue_limit(self, line, count: int):
+        """The refusal (``HTTPError(409)``) of ``count`` more units in line past the
+        per-member GPU limit, counting what the member holds (servers, notebook jobs, GPU
+        kernels) and waits for; None when within it."""
         limit = self.pool.max_gpus_per_user
-        if limit:
-            held = self.pool.held_by(self.user.name) + line.queued_units(self.user.name)
-            if held + count > limit:
-                raise self._refuse_gpus(
-                    "user_limit",
-                    f"You already hold or wait for {held} GPU(s) and each "
-                    f"member may hold {limit}. Leave the line or stop another server first.",
-                )
+        if not limit:
+            return None
+        held = self.pool.held_by(self.user.name) + line.queued_units(self.user.name)
+        if held + count <= limit:
+            return None
+        return self._refuse_gpus(
+            "user_limit",
+            f"You already hold or wait for {held} GPU(s) and each "
+            f"member may hold {limit}. Leave the line or stop another server first.",
+        )
 
     def _share_hours(self, line) -> float:
         """GPU-hours of this member in the last ``c.Line.fair_share_days`` (0 when off)."""
