@@ -34,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import docker
@@ -123,18 +124,52 @@ async def gpu_free(hub: Hub) -> None:
         await asyncio.sleep(0.05)
 
 
-async def hand_off(hub: Hub, first: Member, second: Member) -> float:
+def hub_time(hub: Hub, words: str, after: float) -> float | None:
+    """When the hub's log (UTC, to the millisecond) first says ``words`` after ``after``
+    (seconds since the epoch)."""
+    for line in hub.log().splitlines():
+        if words in line and line.startswith("[I "):
+            stamp = datetime.strptime(line[3:26], "%Y-%m-%d %H:%M:%S.%f")
+            seconds = stamp.replace(tzinfo=UTC).timestamp()
+            if seconds >= after:
+                return seconds
+    return None
+
+
+async def hand_off(hub: Hub, first: Member, second: Member, parts: list) -> float:
     """``first``'s GPU kernel runs, ``second``'s waits with a cell sent: seconds from
-    ``first``'s shutdown to ``second``'s cell answering."""
+    ``first``'s shutdown to ``second``'s cell answering; ``parts`` gets where they went
+    (the hub's log and Docker's timestamps)."""
     session, kernel = await first.open("gpuhub-gpu", "first.ipynb")
     await first.answer(kernel)
     waiting_session, waiting = await second.open("gpuhub-gpu", "second.ipynb")
     answered = asyncio.ensure_future(second.answer(waiting))
     await asyncio.sleep(3)  # its cell is sent, the kernel waits in line
     assert not answered.done()
-    tic = time.perf_counter()
+    tic, wall = time.perf_counter(), time.time()
     await first.close(session)
     seconds = await answered - tic
+    released = hub_time(hub, "released GPU(s)", wall - 0.01) or wall
+    client = docker.APIClient()
+    [container] = client.containers(
+        filters={
+            "label": [
+                f"io.gpuhub.hub={hub.id}",
+                f"io.gpuhub.user={second.name}",
+                "io.gpuhub.kernel",
+            ]
+        }
+    )
+    info = client.inspect_container(container["Id"])
+    created, started = _docker_time(info["Created"]), _docker_time(info["State"]["StartedAt"])
+    parts.append(
+        {
+            "release": released - wall,
+            "start": created - released,
+            "docker": started - created,
+            "kernel": wall + seconds - started,
+        }
+    )
     await second.close(waiting_session)
     await gpu_free(hub)
     return seconds
@@ -201,10 +236,10 @@ async def main(runs: int, image: str, with_credits: bool) -> None:
                     seconds = await ann.start(spec, f"start-{i}.ipynb", where)
                     (local if spec == "python3" else gpu).append(seconds)
                 await gpu_free(hub)
-            handoffs = []
+            handoffs, handoff_parts = [], []
             for i in range(runs):
                 first, second = (ann, ben) if i % 2 == 0 else (ben, ann)
-                handoffs.append(await hand_off(hub, first, second))
+                handoffs.append(await hand_off(hub, first, second, handoff_parts))
         except BaseException:
             client = docker.APIClient()
             for c in hub.containers(client):
@@ -236,6 +271,14 @@ async def main(runs: int, image: str, with_credits: bool) -> None:
         f"max {max(handoffs):.3f} s  runs {[round(x, 3) for x in handoffs]} "
         f"(target median <= 1 s: {'met' if med <= 1.0 else 'NOT met'})"
     )
+    for part, what in (
+        ("release", "the shutdown until the hub released the GPU (docker stop)"),
+        ("start", "the release until the next container is created (grant, debit)"),
+        ("docker", "docker create to started"),
+        ("kernel", "started to the cell's answer: gpuhub-kernel, ipykernel, the channels"),
+    ):
+        values = [x[part] for x in handoff_parts]
+        print(f"    {part:<8}: median {statistics.median(values):.3f} s  ({what})")
 
 
 if __name__ == "__main__":

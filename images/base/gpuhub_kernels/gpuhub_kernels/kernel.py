@@ -33,12 +33,11 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
-import urllib.request
-from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .transport import CONNECTION, CONTROL, LOCK, STATE, read_json, write_json
+
+# http.server, urllib.request, zmq and datetime are imported once ipykernel is started:
+# nothing before it but what reading the folder needs (the kernel's first answer waits)
 
 __all__ = ["main"]
 
@@ -51,6 +50,8 @@ TICK = 0.02
 
 def address(argv: list[str]) -> tuple[str, int]:
     """Where to answer HTTP: ``--ip=``/``--port=``, else ``JUPYTERHUB_SERVICE_URL``."""
+    import urllib.parse
+
     ip, port = "", 0
     for arg in argv:
         if arg.startswith("--ip="):
@@ -75,8 +76,7 @@ class Runner:
         self.child: subprocess.Popen | None = None
         self.stopping = threading.Event()
         self.busy_since: float | None = None
-        self.http: ThreadingHTTPServer | None = None
-        self._control_seen: tuple = ()
+        self.http = None  # the readiness answer (http.server), once the sockets are bound
         self._interrupt = None
 
     def path(self, name: str) -> str:
@@ -164,6 +164,8 @@ class Runner:
         bound sockets on."""
         if self.http is not None:
             return
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
         runner = self
 
         class Answer(BaseHTTPRequestHandler):
@@ -267,6 +269,10 @@ class Runner:
 
 def report_activity() -> None:
     """``POST /hub/api/users/<name>/activity`` for this server: a cell ran now."""
+    import urllib.parse
+    import urllib.request
+    from datetime import UTC, datetime
+
     api = os.environ.get("JUPYTERHUB_API_URL", "").rstrip("/")
     user = os.environ.get("JUPYTERHUB_USER", "")
     server = os.environ.get("JUPYTERHUB_SERVER_NAME", "")

@@ -187,7 +187,8 @@ class GPUHubProvisioner(KernelProvisionerBase):
             pass  # a hub restarting: the kernel goes on meanwhile
         model = self.last_model
         if model and model.get("state") == "ended" and self.ended is None:
-            self.ended = model.get("ended") or {"reason": "ended", "message": "The GPU kernel ended."}
+            ended = {"reason": "ended", "message": "The GPU kernel ended."}
+            self.ended = model.get("ended") or ended
             self.parent.reason = self.ended.get("message", "")
             self.log.warning("GPU kernel %s ended: %s", self.kernel_id, self.parent.reason)
         return model
