@@ -129,6 +129,10 @@ class LineSpawner(LoggingConfigurable):
         if ahead:
             if not self.wait_requested:
                 raise self._line_refusal(ahead, what)
+            try:
+                line.check_one_place(key, self.profile_slug, self.profile_name)
+            except LineRefused:
+                return  # start() says so (a GPU kernel waits behind her other one)
             refused = self._queue_limit(line, count)
             if refused is not None:
                 raise refused
