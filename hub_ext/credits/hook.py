@@ -239,6 +239,9 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
             price,
             self.interval,
         )
+        if spawner.kernel:  # a GPU kernel: the ledger names it and its notebook
+            record.kernel = str(spawner.kernel.get("id", ""))
+            record.notebook = str(spawner.kernel.get("notebook") or "")
         payer = self.paying_course(spawner)
         if payer is not None:
             record.course, record.course_account = payer.slug, payer.account

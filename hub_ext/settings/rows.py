@@ -389,12 +389,30 @@ ROWS: tuple[Setting, ...] = (
         "the largest notebook a GPU notebook job takes",
     ),
     Setting(
+        "GPUHUB_KERNELS_PER_USER",
+        "kernels_per_user",
+        COUNT,
+        4,
+        "core",
+        "GPU kernels one member may have waiting or running (0: no limit)",
+    ),
+    Setting(
+        "GPUHUB_KERNEL_IDLE_TIMEOUT",
+        "kernel_idle_timeout",
+        SECONDS,
+        900,
+        "core",
+        "a GPU kernel may run no cell (its GPUs idle too) before the hub shuts it down and "
+        "its GPU goes back (0: never)",
+    ),
+    Setting(
         "GPUHUB_NAMED_SERVER_LIMIT",
         "named_server_limit",
         COUNT,
         NAMED_SERVER_LIMIT,
         "core",
-        "named servers per member besides the default one, notebook jobs not counted (0: no limit)",
+        "named servers per member besides the default one, notebook jobs and GPU kernels "
+        "not counted (0: no limit)",
     ),
     Setting(
         "GPUHUB_ACTIVE_SERVER_LIMIT",
