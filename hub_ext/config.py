@@ -185,9 +185,13 @@ def apply_config(c, settings: Settings) -> None:
     from .jobs.hubconfig import apply_jobs_config
 
     apply_jobs_config(c, settings)  # after the board's roles
+    from .kernels.hubconfig import apply_kernels_config
+
+    apply_kernels_config(c, settings)  # after the jobs' (server token scopes, the limit)
+
     from .ops.my_gpus import apply_my_gpus_config
 
-    apply_my_gpus_config(c)  # after the jobs' server token scopes
+    apply_my_gpus_config(c)  # after the jobs' and kernels' server token scopes
 
     from .ops.serving import apply_serving_config
 

@@ -70,7 +70,20 @@ export GPUHUB_DEMO_LOGIN="${GPUHUB_DEMO_LOGIN:-1}"
 export GPUHUB_HUB_ID="${GPUHUB_HUB_ID:-demo}"
 export GPUHUB_CONTAINER_PREFIX="${GPUHUB_CONTAINER_PREFIX:-$GPUHUB_HUB_ID-jupyter}"
 export GPUHUB_WORKSPACE="${GPUHUB_WORKSPACE:-$GPUHUB_HUB_ID-user-{username\}}"
-export GPUHUB_DOCKER_NETWORK="${GPUHUB_DOCKER_NETWORK:-host}"
+if [ "$GPUHUB_BACKEND" = docker ] && [ -z "${GPUHUB_DOCKER_NETWORK:-}" ]; then
+  # each member's server in a network namespace of its own, on a bridge network of the
+  # demo's (GPUHUB_DEMO_NETWORK; GPUHUB_DEMO_SUBNET: three octets of a /24), firewalled as
+  # production's: a server reaches the hub API on the bridge's gateway and nothing else of
+  # this machine, and no other server (deploy/network/gpuhub-network.sh, which also removes
+  # it: `... remove` with these variables; docs/explanation/security.md)
+  subnet="${GPUHUB_DEMO_SUBNET:-10.217.0}"
+  export GPUHUB_NETWORK="${GPUHUB_DEMO_NETWORK:-gpuhub-demo}" \
+    GPUHUB_NETWORK_SUBNET="$subnet.0/24" GPUHUB_NETWORK_BRIDGE="ghd-$(echo "${subnet#*.}" | tr . -)" \
+    GPUHUB_HUB_ADDRESS="$subnet.1" GPUHUB_NETWORK_HUB_PORTS="${GPUHUB_HUB_PORT:-8081}"
+  bash deploy/network/gpuhub-network.sh create
+  bash deploy/network/gpuhub-network.sh rules
+  export GPUHUB_DOCKER_NETWORK="$GPUHUB_NETWORK" GPUHUB_HUB_IP="$subnet.1"
+fi
 state="${GPUHUB_STATE_DIR:-var}"
 mkdir -p "$state"
 
@@ -97,8 +110,9 @@ export GPUHUB_INITIAL_CREDITS="${GPUHUB_INITIAL_CREDITS:-10}"
 export GPUHUB_COURSES="${GPUHUB_COURSES:-$PWD/deploy/demo/courses.json}"
 user() { printf '{"sub":"%s","preferred_username":"%s","email":"%s@example.org","groups":%s}' \
   "$1" "$1" "$1" "$2"; }
-# a fresh secret per run: the provider asks for it before it hands out an identity, so a
-# member's container on the host network cannot sign in as admin (hub_ext/login/demo_provider.py)
+# a fresh secret per run: the provider asks for it before it hands out an identity, so code
+# that shares its loopback (a member's container with GPUHUB_DOCKER_NETWORK=host) cannot
+# sign in as admin (hub_ext/login/demo_provider.py)
 (umask 077; .venv/bin/python -c "import secrets; print(secrets.token_urlsafe(12))" \
   > "$state/demo-login-secret")
 demo_secret="$(cat "$state/demo-login-secret")"
@@ -132,5 +146,9 @@ if [ "${GPUHUB_CREDITS:-on}" = on ] && [ -z "${GPUHUB_CREDITS_URL:-}" ]; then
       --reason "the demo course's budget" >/dev/null 2>&1 && exit 0
     sleep 1
   done) &
+fi
+if [ -n "${GPUHUB_HUB_IP:-}" ]; then
+  echo "demo: the hub API listens on $GPUHUB_HUB_IP; gpuhub commands in another shell need"
+  echo "      GPUHUB_HUB_IP=$GPUHUB_HUB_IP (e.g. GPUHUB_HUB_IP=$GPUHUB_HUB_IP .venv/bin/gpuhub gpus)"
 fi
 .venv/bin/jupyterhub -f jupyterhub_config.py

@@ -4,10 +4,12 @@
 #   system packages, the Docker engine (scripts/start-dockerd.sh), the Python virtual
 #   environment .venv with this project, configurable-http-proxy (npm), and the images.
 # Usage: scripts/setup.sh [--for demo|slurm|tests|docs] [--list-packages] [IMAGE ...]
-#   --for demo    what the Docker demo needs (scripts/demo.sh): Docker, mmdebstrap, Node, the
-#                 hub and the demo's OIDC provider; no Slurm, no databases, no browser
+#   --for demo    what the Docker demo needs (scripts/demo.sh): Docker, iptables (the members'
+#                 network, deploy/network/gpuhub-network.sh), mmdebstrap, Node, the hub and
+#                 the demo's OIDC provider; no Slurm, no databases, no browser
 #   --for slurm   the demo on the Slurm backend (scripts/demo.sh --backend slurm): the above
-#                 plus Slurm, munge, bubblewrap, slurmdbd and MariaDB (its accounting)
+#                 plus Slurm, munge, bubblewrap, slirp4netns and passt (the jobs' outbound
+#                 traffic, GPUHUB_SLURM_OUTBOUND), slurmdbd and MariaDB (its accounting)
 #   --for tests   (the default) everything the test tiers use: the above plus PostgreSQL,
 #                 Chromium, docker-compose, openssh (the Slurm submit host), the test extras
 #                 and the docs' (Sphinx, which the tests run)
@@ -30,8 +32,8 @@ while [ "$#" -gt 0 ]; do
     *) break ;;
   esac
 done
-demo_packages=(docker.io mmdebstrap gcc openssl curl)
-slurm_packages=(slurm-wlm munge iproute2 bubblewrap slurmdbd mariadb-server)
+demo_packages=(docker.io iptables mmdebstrap gcc openssl curl)
+slurm_packages=(slurm-wlm munge iproute2 bubblewrap slirp4netns passt slurmdbd mariadb-server)
 test_packages=(docker-compose postgresql chromium openssh-server openssh-client)
 case "$purpose" in
   demo) packages=("${demo_packages[@]}"); extras=demo ;;

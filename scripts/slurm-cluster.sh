@@ -129,6 +129,9 @@ write_config() {
     done
     gres+="NodeName=$n Name=gpu File=$DIR/dev/$n/nvidia[0-$((GPUS_PER_NODE - 1))]"$'\n'
   done
+  # the jobs' outbound traffic (GPUHUB_SLURM_OUTBOUND: slirp4netns, pasta) opens /dev/net/tun
+  # as the member, which Debian's own mode (0666) allows; some machines ship it 0600
+  if [ -c /dev/net/tun ]; then chmod 0666 /dev/net/tun; fi
   local mode proctrack task cgplugin constrain
   mode=$(cgroup_mode)
   case $mode in

@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import signal
+import socket
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
@@ -27,6 +28,7 @@ from hub_ext.config import DEFAULT_PROFILES
 from hub_ext.spawn.profiles import init_profiles, jobs_allowed
 from tests.fixtures.hub import REPO, until_ready
 from tests.fixtures.oidc import begin_login, oidc_login
+from tests.fixtures.probes import CONNECT
 from tests.test_container import exec_in
 from tests.test_jobs_hub import notebook
 
@@ -43,14 +45,18 @@ async def demo(tmp_path, docker_client, notebook_image):
         yield running
 
 
-async def run_demo(tmp_path, docker_client, *args: str):
-    """``scripts/demo.sh ARGS`` as a person runs it, on ports and names of its own; yields
-    what a test needs of it once its hub answers, and stops it afterwards."""
+async def run_demo(tmp_path, docker_client, *args: str, **settings: str):
+    """``scripts/demo.sh ARGS`` as a person runs it, on ports and names of its own (its
+    members' network too: :func:`demo_network`), with ``settings`` added to its
+    environment; yields what a test needs of it once its hub answers, and stops it
+    afterwards (its network removed)."""
     hub_id = "d" + secrets.token_hex(4)
     port = random_port()
+    network = demo_network()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("GPUHUB_", "JUPYTERHUB_"))},
         **{k: os.environ[k] for k in CLUSTER if k in os.environ},
+        **network,
         "GPUHUB_PORT": str(port),
         "GPUHUB_HUB_PORT": str(random_port()),
         "GPUHUB_PROXY_API_PORT": str(random_port()),
@@ -59,6 +65,7 @@ async def run_demo(tmp_path, docker_client, *args: str):
         "GPUHUB_STATE_DIR": str(tmp_path / "var"),
         # demo.sh names the containers and workspaces after it
         "GPUHUB_HUB_ID": hub_id,
+        **settings,
     }
     log = open(tmp_path / "demo.log", "wb")
     proc = subprocess.Popen(
@@ -100,7 +107,33 @@ async def run_demo(tmp_path, docker_client, *args: str):
             docker_client.remove_container(c["Id"], force=True)
         for volume in docker_client.volumes(filters={"name": hub_id})["Volumes"] or []:
             docker_client.remove_volume(volume["Name"])
+        remove_demo_network(network)
         log.close()
+
+
+def demo_network() -> dict[str, str]:
+    """The demo's members' network for this checkout's tests: the /24 128 above the hub
+    tests' (``GPUHUB_TEST_SUBNET``, tests/fixtures/network.py), so that two checkouts'
+    demos never share one."""
+    a, b, c = os.environ.get("GPUHUB_TEST_SUBNET", "10.216.0").split(".")
+    subnet = f"{a}.{b}.{(int(c) + 128) % 256}"
+    return {
+        "GPUHUB_DEMO_SUBNET": subnet,
+        "GPUHUB_DEMO_NETWORK": "gpuhub-demo-" + subnet.replace(".", "-"),
+    }
+
+
+def remove_demo_network(network: dict[str, str]) -> None:
+    """``deploy/network/gpuhub-network.sh remove`` for the network demo.sh made."""
+    subnet = network["GPUHUB_DEMO_SUBNET"]
+    env = {
+        **os.environ,
+        "GPUHUB_NETWORK": network["GPUHUB_DEMO_NETWORK"],
+        "GPUHUB_NETWORK_SUBNET": f"{subnet}.0/24",
+        "GPUHUB_NETWORK_BRIDGE": "ghd-" + "-".join(subnet.split(".")[1:]),
+    }
+    script = REPO / "deploy" / "network" / "gpuhub-network.sh"
+    subprocess.run(["bash", str(script), "remove"], env=env, capture_output=True, check=False)
 
 
 def printed_secret(log) -> str:
@@ -211,7 +244,7 @@ async def test_the_readme_demos_course_is_run_by_its_instructor(demo):
 
 
 #: Run inside alice's container: the demo's login flow as admin, as code in her terminal
-#: would try it (host networking: the hub and the provider are on its loopback too).
+#: would try it (with host networking the hub and the provider are on its loopback too).
 SIGN_IN_AS_ADMIN = """
 import sys, urllib.error, urllib.request
 hub, provider = sys.argv[1], sys.argv[2]
@@ -234,7 +267,8 @@ print("home", call(provider + "/")[0])
 """
 
 
-async def test_code_in_a_members_container_cannot_sign_in_at_the_demo_provider(demo, docker_client):
+async def alices_container(demo, docker_client) -> str:
+    """alice signs in at the demo and starts a CPU server; its container's id."""
     async with httpx.AsyncClient(timeout=30, follow_redirects=True) as alice:
         r = await oidc_login(alice, demo.url, "alice", provider_auth=("alice", demo.secret))
         assert r.status_code == 302, r.text
@@ -257,20 +291,60 @@ async def test_code_in_a_members_container_cannot_sign_in_at_the_demo_provider(d
     [container] = docker_client.containers(
         filters={"label": f"io.gpuhub.hub={demo.env['GPUHUB_HUB_ID']}"}
     )
-    provider = f"http://127.0.0.1:{demo.oidc_port}"
-    code, out = exec_in(
-        docker_client, container["Id"], "python3", "-c", SIGN_IN_AS_ADMIN, demo.url, provider
-    )
-    assert code == 0, out
-    assert out.split() == ["authorize", "401", "pick", "401", "claims", "401", "home", "401"]
+    return container["Id"]
 
-    # the same flow with the printed secret is how a person signs in as admin
-    async with httpx.AsyncClient(timeout=30) as person:
-        authorize_url = await begin_login(person, demo.url)
-        r = await person.get(authorize_url)
-        assert r.status_code == 401 and "printed on the demo's console" in r.text
-        r = await oidc_login(person, demo.url, "admin", provider_auth=("admin", demo.secret))
-        assert r.status_code == 302, r.text
+
+async def test_a_members_container_reaches_only_the_hub_api_on_the_demos_machine(
+    demo, docker_client
+):
+    # the demo's members' network (deploy/network/gpuhub-network.sh): a server of its own
+    # loopback reaches the hub API on the bridge's gateway and no other service of the
+    # machine, on the gateway or loopback (issue 28: the identity provider's :9400)
+    container = await alices_container(demo, docker_client)
+    gateway = demo.env["GPUHUB_DEMO_SUBNET"] + ".1"
+    service = socket.create_server(("0.0.0.0", 0))  # a service of the host, every address
+    try:
+        others = [
+            f"{host}:{port}"
+            for host in ("127.0.0.1", gateway)
+            for port in (
+                service.getsockname()[1],
+                demo.oidc_port,
+                demo.env["GPUHUB_PORT"],
+                demo.env["GPUHUB_CREDITS_PORT"],
+            )
+        ]
+        hub_api = f"{gateway}:{demo.env['GPUHUB_HUB_PORT']}"
+        code, out = exec_in(docker_client, container, "python3", "-c", CONNECT, hub_api, *others)
+    finally:
+        service.close()
+    assert code == 0, out
+    reached = dict(line.split() for line in out.splitlines())
+    assert reached.pop(hub_api) == "open", out
+    assert set(reached.values()) == {"ECONNREFUSED"}, out
+
+
+async def test_code_in_a_members_container_cannot_sign_in_at_the_demo_provider(
+    tmp_path, docker_client, notebook_image
+):
+    # with host networking (GPUHUB_DOCKER_NETWORK=host) the container shares the loopback
+    # of the hub and the provider: the provider's printed password still keeps admin safe
+    async for demo in run_demo(tmp_path, docker_client, GPUHUB_DOCKER_NETWORK="host"):
+        container = await alices_container(demo, docker_client)
+        provider = f"http://127.0.0.1:{demo.oidc_port}"
+        code, out = exec_in(
+            docker_client, container, "python3", "-c", SIGN_IN_AS_ADMIN, demo.url, provider
+        )
+        assert code == 0, out
+        assert out.split() == ["authorize", "401", "pick", "401", "claims", "401", "home", "401"]
+
+        # the same flow with the printed secret is how a person signs in as admin
+        async with httpx.AsyncClient(timeout=30) as person:
+            authorize_url = await begin_login(person, demo.url)
+            r = await person.get(authorize_url)
+            assert r.status_code == 401 and "printed on the demo's console" in r.text
+            r = await oidc_login(person, demo.url, "admin", provider_auth=("admin", demo.secret))
+            assert r.status_code == 302, r.text
 
 
 # -- every shipped profile, as a server and as a job ----------------------------------------

@@ -61,6 +61,9 @@ def test_docs_command_installs_what_it_lacks(tmp_path):
     skip = shutil.ignore_patterns("_build", "_incoming", "__pycache__", "*.egg-info")
     for part in ("docs", "hub_ext", "scripts"):
         shutil.copytree(REPO / part, repo / part, ignore=skip)
+    # the how-to "Write a backend" shows the tests' skeleton backend
+    (repo / "tests").mkdir()
+    shutil.copy(REPO / "tests" / "skeleton_backend.py", repo / "tests" / "skeleton_backend.py")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, repo / name)
     subprocess.run(["python3", "-m", "venv", str(repo / ".venv")], check=True, timeout=120)

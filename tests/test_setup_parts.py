@@ -10,7 +10,15 @@ import pytest
 
 from tests.fixtures.hub import REPO
 
-SLURM_ONLY = {"slurm-wlm", "munge", "bubblewrap", "slurmdbd", "mariadb-server"}
+SLURM_ONLY = {
+    "slurm-wlm",
+    "munge",
+    "bubblewrap",
+    "slirp4netns",  # the jobs' outbound traffic (GPUHUB_SLURM_OUTBOUND)
+    "passt",
+    "slurmdbd",
+    "mariadb-server",
+}
 TESTS_ONLY = {"openssh-server", "postgresql", "chromium", "docker-compose"}
 
 
@@ -27,7 +35,7 @@ def packages(*args: str) -> set[str]:
 
 def test_docker_demo_installs_no_slurm_database_or_ssh_server():
     demo = packages("--for", "demo")
-    assert "docker.io" in demo
+    assert {"docker.io", "iptables"} <= demo  # iptables: the members' network's rules
     assert not demo & (SLURM_ONLY | TESTS_ONLY)
 
 

@@ -475,8 +475,9 @@ def test_a_memory_limit_slurm_cannot_be_asked_for_is_refused_naming_it():
 
 
 def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exported():
-    """The same container as a server's, behind batchspawner's wrapper (it reports the port
-    and runs the command with runpy), with gpuhub-notebook-job in place of JupyterLab and
+    """The same container as a server's, behind the sandbox network's wrapper (it reports
+    the port, as batchspawner's does: hub_ext/slurm/sandbox_net.py), with
+    gpuhub-notebook-job in place of JupyterLab and
     GPUHUB_JOB among the variables sbatch exports into the job, with
     GPUHUB_JOB_EXIT_AFTER_REPORT (the runner ends the batch job by itself once reported)."""
     from hub_ext.jobs.workload import NotebookJob
@@ -493,10 +494,10 @@ def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exported():
         "GPUHUB_JOB_EXIT_AFTER_REPORT\n"
     ) in job
     assert "#SBATCH --job-name=gpuhub-notebook-ann-" in job
-    container = server.rsplit("exec ", 1)[1].split(" python3 -m batchspawner.singleuser ")[0]
+    wrapper = " python3 /tmp/gpuhub-net.py inside -- "
+    container = server.rsplit("exec ", 1)[1].split(wrapper)[0]
     assert job.rsplit("exec ", 1)[1] == (
-        f"{container} python3 -m batchspawner.singleuser gpuhub-notebook-job "
-        "--KernelManager.transport=ipc"
+        f"{container}{wrapper}gpuhub-notebook-job --KernelManager.transport=ipc"
     )
     assert spawner.core_environment()["GPUHUB_JOB"] == json.dumps(
         spawner.workload.value, sort_keys=True

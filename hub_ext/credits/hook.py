@@ -217,6 +217,9 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
             price,
             self.interval,
         )
+        # what the ledger names of the workload (a GPU kernel: its id and notebook)
+        for name, value in spawner.workload.ledger().items():
+            setattr(record, name, value)
         payer = self.paying_course(spawner)
         if payer is not None:
             record.course, record.course_account = payer.slug, payer.account

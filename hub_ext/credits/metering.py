@@ -148,6 +148,10 @@ class MeterRecord:
     course: str | None = None
     course_account: str | None = None
     paid_until: datetime | None = None
+    #: a GPU kernel's (hub_ext.kernels): its id and the notebook it runs for
+    #: (workspace-relative), named in the ledger's reasons and metadata; None for a server
+    kernel: str | None = None
+    notebook: str | None = None
 
     @classmethod
     def new(
@@ -178,6 +182,19 @@ class MeterRecord:
         """``user`` or ``user/server``, for logs and reasons."""
         return f"{self.username}/{self.server_name}" if self.server_name else self.username
 
+    @property
+    def title(self) -> str:
+        """What the ledger's reasons call the run: "Server alice/dev", or for a GPU
+        kernel "GPU kernel alice/kernel-0a1b2c3d4e5f for work/train.ipynb"."""
+        if self.kernel is None:
+            return f"Server {self.label}"
+        return f"GPU kernel {self.label} for {self.notebook or 'a notebook'}"
+
+    @property
+    def refunded(self) -> str:
+        """What a refund's reason names: ``user/server``, or a GPU kernel's :attr:`title`."""
+        return self.label if self.kernel is None else self.title
+
     def course_pays(self, index: int) -> bool:
         """Whether interval ``index`` is the course's (it begins before the window's end)."""
         return bool(
@@ -201,7 +218,7 @@ class MeterRecord:
         span = f"{minutes:g} min" if minutes >= 1 else f"{self.interval:g} s"
         paid = f"Course {self.course}: " if self.course_pays(index) else ""
         return (
-            f"{paid}Server {self.label} ({self.profile or 'default profile'}) at "
+            f"{paid}{self.title} ({self.profile or 'default profile'}) at "
             f"{self.credits_per_hour.normalize():f} credits/hour: {span} from "
             f"{self.interval_start(index).isoformat(timespec='seconds')}"
         )
@@ -218,6 +235,8 @@ class MeterRecord:
         }
         if self.course_pays(index):
             data.update(member=self.username, course=self.course or "")
+        if self.kernel is not None:
+            data.update(kernel=self.kernel, notebook=self.notebook or "")
         return data
 
     def to_state(self) -> dict:
@@ -240,6 +259,8 @@ class MeterRecord:
             "course": self.course,
             "course_account": self.course_account,
             "paid_until": self.paid_until.isoformat() if self.paid_until else None,
+            "kernel": self.kernel,
+            "notebook": self.notebook,
         }
 
     @classmethod
@@ -266,6 +287,8 @@ class MeterRecord:
                 course=state.get("course"),
                 course_account=state.get("course_account"),
                 paid_until=datetime.fromisoformat(paid_until) if paid_until else None,
+                kernel=state.get("kernel"),
+                notebook=state.get("notebook"),
             )
         except (KeyError, TypeError, ArithmeticError) as e:
             raise ValueError(f"malformed credits record: {e!r}") from e

@@ -218,6 +218,13 @@ class PoolLine:
         if ahead:
             if not ask.wait:
                 raise self._line_refusal(ask, ahead)
+            try:
+                self.line.check_one_place(ask.key, ask.profile, ask.profile_name)
+            except LineRefused:
+                return False  # start() says so (a GPU kernel waits behind her other one)
+            refused = self.queue_limit(ask)
+            if refused is not None:
+                raise refused
             return False  # joins the line
         refused = self.pool.refusal(
             devices, ask.key, ask.count, mig_profile=ask.mig, claimed=claimed
@@ -298,14 +305,24 @@ class PoolLine:
     def _check_may_queue(self, ask: GPUAsk) -> None:
         """The per-member GPU limit, counting the GPUs of the member's places too.  (That
         they can pay was asked before any reservation: the hooks' ``before_reserve``.)"""
+        refused = self.queue_limit(ask)
+        if refused is not None:
+            raise refused
+
+    def queue_limit(self, ask: GPUAsk) -> web.HTTPError | None:
+        """The refusal (``HTTPError(409)``) of ``ask``'s units in line past the per-member
+        GPU limit, counting what the member holds (servers, notebook jobs, GPU kernels) and
+        waits for; None when within it."""
         limit = self.pool.max_gpus_per_user
-        if limit:
-            user = ask.key.user
-            held = self.pool.held_by(user) + self.line.queued_units(user)
-            if held + ask.count > limit:
-                raise self.refuse(
-                    ask,
-                    "user_limit",
-                    f"You already hold or wait for {held} GPU(s) and each "
-                    f"member may hold {limit}. Leave the line or stop another server first.",
-                )
+        if not limit:
+            return None
+        user = ask.key.user
+        held = self.pool.held_by(user) + self.line.queued_units(user)
+        if held + ask.count <= limit:
+            return None
+        return self.refuse(
+            ask,
+            "user_limit",
+            f"You already hold or wait for {held} GPU(s) and each "
+            f"member may hold {limit}. Leave the line or stop another server first.",
+        )

@@ -64,6 +64,10 @@ class GPUDockerSpawner(SpawnerCore, DockerSettings, DockerSpawner):
     #: Seconds between asking Docker whether a starting server's container still runs.
     _exit_check_interval = 0.5
 
+    #: GPU kernels (hub_ext.kernels) run here: a container of their own, their connection
+    #: files in the member's workspace
+    runs_gpu_kernels = True
+
     #: ``(count, unit kind)`` this start was admitted with by the spawn gate
     #: (:meth:`check_spawn`), until its reservation is made or refused (None: no claim)
     gpu_claim = None
@@ -595,6 +599,14 @@ class GPUDockerSpawner(SpawnerCore, DockerSettings, DockerSpawner):
             if getattr(e, "status_code", None) not in (404, 409):
                 raise
             self.log.info("Container of %s already gone: %s", self._log_name, e)
+
+    async def stop_object(self):
+        """DockerSpawner's ``docker stop``.  The container no longer runs, so its GPUs go
+        back to the pool now: the line's head gets them while the container is removed
+        and the stop hooks settle (a GPU kernel's hand-off), not after.  A stopped
+        container holds no device; reconciliation ignores it."""
+        await super().stop_object()
+        self.release("stopped")
 
     async def stop_failed(self) -> bool:
         """The pool keeps the GPUs of a container that may still run as held by one the

@@ -25,7 +25,6 @@ class NotebookJob(Workload):
     noun = "notebook jobs"
     command = ("gpuhub-notebook-job",)
     waits = True
-    culled = False
     ends_by_itself = True
     ended_reason = "job_ended"
 
@@ -52,6 +51,11 @@ class NotebookJob(Workload):
 
     def max_seconds(self) -> int:
         return int(self.value.get("max_seconds") or 0)
+
+    def overrides(self) -> dict:
+        """No culling of the core's kinds: nobody browses a job, and its maximum run time
+        is the jobs keeper's (:mod:`.lifecycle`)."""
+        return {"gpu_idle_timeout": 0, "cull_idle_timeout": 0, "cull_max_age": 0}
 
 
 def job_of(spawner) -> dict | None:

@@ -33,13 +33,12 @@ from jupyterhub.apihandlers.base import APIHandler
 from jupyterhub.scopes import Scope
 from tornado import web
 
+from ..common.runs import KERNEL_PREFIX
 from ..common.services import define_scope, grant_scope
 
-__all__ = ["KERNEL_PREFIX", "MINE_SCOPE", "apply_my_gpus_config", "handlers", "held_servers"]
+__all__ = ["MINE_SCOPE", "apply_my_gpus_config", "handlers", "held_servers"]
 
 MINE_SCOPE = "custom:gpuhub:gpus:mine"
-#: a GPU kernel's server name starts so (``kernel-<12 hex>``: GPU kernels, issue 29)
-KERNEL_PREFIX = "kernel-"
 #: the scopes of JupyterHub's default ``server`` role (its server tokens' when nothing is set)
 SERVER_ROLE = ("users:activity!user", "access:servers!server")
 

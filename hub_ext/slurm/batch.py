@@ -34,6 +34,7 @@ from traitlets import TraitError
 
 from ..common import metrics
 from ..spawn.member_dirs import MemberDirRefused, member_dir
+from .network import NetworkScript
 
 __all__ = [
     "BATCH_SCRIPT",
@@ -59,7 +60,9 @@ __all__ = [
 #: images' terminal: ``/etc/passwd`` and ``/etc/group`` are the image's plus her entries
 #: (``member_passwd``, ``member_group`` of :data:`BATCH_SCRIPT`, read from file
 #: descriptors 7 and 8), and ``SHELL`` is bash, which JupyterLab's terminal runs.
-#: Fields: see ``c.GPUSlurmSpawner.container_command`` (:mod:`.settings`).
+#: ``{network}``: a network namespace of its own and the sockets that reach it
+#: (:mod:`hub_ext.slurm.network`).  Fields: see ``c.GPUSlurmSpawner.container_command``
+#: (:mod:`.settings`).
 BWRAP = (
     "bwrap --unshare-user --disable-userns --unshare-pid --unshare-ipc --die-with-parent"
     " --ro-bind {rootfs} / --proc /proc --dev /dev --tmpfs /tmp --tmpfs /home/jovyan"
@@ -68,7 +71,8 @@ BWRAP = (
     " --setenv PYTHONPATH /tmp/gpuhub-batchspawner --setenv HOME /home/jovyan"
     " --setenv PATH {path} --chdir /home/jovyan"
     " --perms 0644 --ro-bind-data 7 /etc/passwd --perms 0644 --ro-bind-data 8 /etc/group"
-    ' --setenv SHELL /bin/bash 7<<<"$(member_passwd {rootfs})" 8<<<"$(member_group {rootfs})"'
+    " --setenv SHELL /bin/bash {network}"
+    ' 7<<<"$(member_passwd {rootfs})" 8<<<"$(member_group {rootfs})"'
 )
 
 BATCH_SCRIPT = """#!/bin/bash
@@ -116,7 +120,7 @@ member_group() {
 }
 # the member's files are hers alone (other cluster accounts share the nodes and storage)
 umask 077
-exec {{container}} {{cmd}}
+{{network_prologue}}exec {{network_runner}}{{container}} {{cmd}}
 """
 
 
@@ -297,6 +301,7 @@ def make_batch_job(
     batchspawner_dir: str,
     container_path: str,
     environment: list[str],
+    network: NetworkScript | None = None,
     reservation: str = "",
     command: str = "",
     user_options: dict | None = None,
@@ -305,9 +310,12 @@ def make_batch_job(
     ``req_*`` values by name without the prefix: partition, gres, memory, ...), the member
     (``workspace`` mounted at ``workspace_mount``; ``datasets``: name -> path on the nodes),
     the image unpacked at ``rootfs`` run by ``container_command`` (its fields filled),
-    ``environment`` (names sbatch exports besides ``keepvars``) and ``reservation`` (Slurm's
-    reservation of the member's group, or "").  Every value a member or profile gives is
-    shell-quoted.  A pure function (batchspawner fills ``template`` the same way)."""
+    ``environment`` (names sbatch exports besides ``keepvars``), ``network`` (the job's own
+    network namespace: :class:`hub_ext.slurm.network.NetworkScript`; None: the node's) and
+    ``reservation`` (Slurm's reservation of the member's group, or "").  Every value a
+    member or profile gives is shell-quoted.  A pure function (batchspawner fills
+    ``template`` the same way)."""
+    network = network or NetworkScript()
     options = dict(request)
     keepvars = options.get("keepvars", "").split(",")
     # the core's variables (a job's GPUHUB_JOB) go into the job (sbatch --export names all)
@@ -324,6 +332,8 @@ def make_batch_job(
         token_file=shlex.quote(token_file),
         job_name=job_name,
         gpu_device=gpu_device,
+        network_prologue=network.prologue,
+        network_runner=network.runner,
         container=container_command.format(
             rootfs=shlex.quote(rootfs),
             image=shlex.quote(image),
@@ -333,6 +343,7 @@ def make_batch_job(
             gpu_binds='"${gpu_binds[@]}"',
             batchspawner=shlex.quote(batchspawner_dir),
             path=shlex.quote(container_path),
+            network=network.binds,
         ),
     )
     # batchspawner's order: the request, the command, then the member's choices

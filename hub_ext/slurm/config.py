@@ -126,6 +126,8 @@ class SlurmBackend(Backend):
         ):
             if value:
                 slurm[trait] = value
+        # the sandbox's own network (hub_ext.slurm.network)
+        c.SandboxNetwork.outbound = settings.slurm_outbound
         submit = submit_host(settings)
         if submit.host:
             slurm.submit_host = submit.host

@@ -163,8 +163,10 @@ class SlurmSettings(LoggingConfigurable):
         help="""The container runtime's command line in the batch script, the notebook
         command appended.  Fields: {rootfs}, {image}, {workspace}, {workspace_mount},
         {dataset_binds}, {gpu_binds} (a bash array of bubblewrap --dev-bind arguments),
-        {batchspawner} (the wrapper package's folder), {path}.  docs/howto/slurm.md ("What
-        the cluster needs") has Apptainer and Enroot templates.
+        {batchspawner} (the wrapper package's folder), {path}, {network} (bubblewrap's
+        arguments for the sandbox's own network, ``c.SandboxNetwork``; a command without it
+        shares the node's network).  docs/howto/slurm.md ("What the cluster needs") has
+        Apptainer and Enroot templates.
 
             c.GPUSlurmSpawner.container_command = "apptainer exec --nv {image} "
 

@@ -60,6 +60,7 @@ from .batch import (
 from .cluster import MEMBER_PREFIX, SlurmCluster, SlurmUnavailable, job_end, parse_gres_request
 from .enforce import SlurmHeld, attach_enforcement, device_nodes
 from .line import attach_line, left_jobs, report_place, write_token
+from .network import NetworkScript, SandboxNetwork
 from .port_report import replace_batchspawner_handler
 from .reservations import (
     choose_reservation,
@@ -479,6 +480,7 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSettings, SlurmSpawner):
             batchspawner_dir=str(Path(batchspawner.__file__).parent),
             container_path=self.container_path,
             environment=list(self.core_environment()),
+            network=self.network_script(),
             reservation=self._reservation,
             command=command,
             user_options=self.user_options if isinstance(self.user_options, dict) else {},
@@ -491,13 +493,28 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSettings, SlurmSpawner):
 
     def cmd_formatted_for_batch(self):
         """batchspawner's command in the batch script: its wrapper (it reports the port to
-        the hub, then runs the command with ``runpy``) around JupyterLab, or around the
-        workload's command (a notebook job's ``gpuhub-notebook-job``)."""
-        if not self.workload.command:
-            return super().cmd_formatted_for_batch()
-        return " ".join(
-            [self.batchspawner_singleuser_cmd, *self.workload.command, *self.get_args()]
-        )
+        the hub, then runs the command with ``runpy``), or in an isolated sandbox the
+        network's (:mod:`hub_ext.slurm.sandbox_net`, which does the same through the
+        sandbox's forwarders), around JupyterLab, or around the workload's command (a
+        notebook job's ``gpuhub-notebook-job``)."""
+        wrapper = self.network_script().wrapper or self.batchspawner_singleuser_cmd
+        command = list(self.workload.command or self.cmd)
+        return " ".join([wrapper, *command, *self.get_args()])
+
+    def network_script(self) -> NetworkScript:
+        """The batch script's part of the job's network (:mod:`hub_ext.slurm.network`,
+        ``c.SandboxNetwork``): none for a ``container_command`` without its ``{network}``
+        field."""
+        settings = SandboxNetwork(parent=self)
+        if "{network}" not in self.container_command:
+            if settings.isolated:
+                self.log.warning(
+                    "%s: container_command has no {network} field: the job shares the "
+                    "node's network (c.SandboxNetwork.isolated)",
+                    self._log_name,
+                )
+            return NetworkScript()
+        return settings.script()
 
     @property
     def job_name(self) -> str:

@@ -46,6 +46,12 @@ class SpawnBackend:
     #: takes it back (Slurm: the job keeps its place in the queue); default: undone.
     keeps_start_at_shutdown = False
 
+    #: Optional: the backend runs GPU kernels (:mod:`hub_ext.kernels`: a container of the
+    #: kernel's profile running ``gpuhub-kernel``, its connection files in the member's
+    #: workspace, mounted in her server at the same path); default: it does not, and the
+    #: hub refuses kernels with 501.
+    runs_gpu_kernels = False
+
     #: Optional: a notebook job's runner ends its server by itself once the hub has
     #: acknowledged its report (``GPUHUB_JOB_EXIT_AFTER_REPORT=1``), for a backend whose
     #: scheduler keeps an account of how each job ended (Slurm); default: the hub stops it.

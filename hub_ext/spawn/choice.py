@@ -186,11 +186,8 @@ def read_choice(
         choice.selection = select_profile(visible, options, everything)
     except ProfileError as e:
         raise Refused(400, str(e)) from None
-    choice.overrides = profile_overrides(choice.selection)
-    if not choice.workload.culled:
-        # a notebook job is never idle (nobody browses it) and has its own maximum run
-        # time, enforced by hub_ext.jobs: no culling of the core's kinds
-        choice.overrides.update(gpu_idle_timeout=0, cull_idle_timeout=0, cull_max_age=0)
+    # what the workload sets over its profile (a notebook job is never culled)
+    choice.overrides = {**profile_overrides(choice.selection), **choice.workload.overrides()}
     choice.accepted = {"profile": choice.selection.slug, **choice.selection.choices}
     if choice.workload.option:  # kept: a restarted hub knows what the server runs
         choice.accepted[choice.workload.option] = choice.workload.value

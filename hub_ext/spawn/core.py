@@ -215,11 +215,11 @@ class SpawnerCore(SpawnBackend, Spawner):
 
     workloads = List(
         Unicode(),
-        ["hub_ext.jobs.workload.NotebookJob"],
+        ["hub_ext.jobs.workload.NotebookJob", "hub_ext.kernels.workload.GPUKernel"],
         config=True,
         help="""What a server may run besides JupyterLab: import strings of
         :class:`hub_ext.spawn.workload.Workload` subclasses, each asked for by its own
-        ``user_options`` key (a notebook job: ``job``).
+        ``user_options`` key (a notebook job: ``job``; a GPU kernel: ``kernel``).
 
             c.SpawnerCore.workloads = ["hub_ext.jobs.workload.NotebookJob"]
         """,

@@ -11,6 +11,7 @@ A z2jh ``profile_list`` moves over with few changes.  Each profile is a dict::
      "allowed_groups": ["ml-course"],   # empty or missing: everyone
      "jobs": True,                      # GPU notebook jobs may run on it (default: GPU ones)
      "job_max_seconds": 86400,          # a job's longest run (0: no limit)
+     "kernels": True,                   # offered as a GPU kernel to every server (default: no)
      "spawner_override": {"image": "gpuhub/pytorch:latest", "mem_limit": "16G"},
      "profile_options": {
          "gpus": {"display_name": "GPUs",
@@ -54,6 +55,7 @@ __all__ = [
     "init_profiles",
     "job_max_seconds",
     "jobs_allowed",
+    "kernels_allowed",
     "profile_overrides",
     "profile_requests",
     "quote",
@@ -180,9 +182,12 @@ JOB_MAX_SECONDS = 86400
 
 
 def _check_job_keys(profile: dict) -> None:
-    jobs = profile.get("jobs")
-    if jobs is not None and not isinstance(jobs, bool):
-        raise ProfileError(f"profile {profile['slug']!r}: jobs must be true or false, not {jobs!r}")
+    for key in ("jobs", "kernels"):
+        value = profile.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise ProfileError(
+                f"profile {profile['slug']!r}: {key} must be true or false, not {value!r}"
+            )
     limit = profile.get("job_max_seconds")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
         raise ProfileError(
@@ -197,6 +202,13 @@ def jobs_allowed(profile: dict) -> bool:
     if profile.get("jobs") is not None:
         return bool(profile["jobs"])
     return gpu_request(profile_overrides(Selection(profile)).get("gpus", 0))[0] > 0
+
+
+def kernels_allowed(profile: dict) -> bool:
+    """Whether ``profile`` is offered as a GPU kernel (a notebook's kernel in a container of
+    its own, :mod:`hub_ext.kernels`): its ``kernels`` key, false when missing (docs:
+    howto/gpu-kernels)."""
+    return profile.get("kernels") is True
 
 
 def job_max_seconds(profile: dict) -> int:

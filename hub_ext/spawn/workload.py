@@ -1,12 +1,14 @@
 """What a server runs: a :class:`Workload`, one small description per kind.
 
-An interactive server (:class:`Server`, the default) and a notebook job
-(:class:`hub_ext.jobs.workload.NotebookJob`, ``user_options["job"]``) go through the same
-lifecycle on every backend (docs/explanation/spawn.md); what differs between them is
+An interactive server (:class:`Server`, the default), a notebook job
+(:class:`hub_ext.jobs.workload.NotebookJob`, ``user_options["job"]``) and a GPU kernel
+(:class:`hub_ext.kernels.workload.GPUKernel`, ``user_options["kernel"]``) go through the
+same lifecycle (docs/explanation/spawn.md); what differs between them is
 described here: the command in place of ``jupyterhub-singleuser``, its environment and
-labels, whether it waits in line without being asked, whether the cullers apply, how its
-end reads.  The kinds other than the server are registered by import string
-(``c.SpawnerCore.workloads``), as hooks are, so the core names no package above it.
+labels, whether it waits in line without being asked, what it sets over its profile (the
+cullers' time-outs), how its end reads and what the ledger names.  The kinds other than
+the server are registered by import string (``c.SpawnerCore.workloads``), as hooks are, so
+the core names no package above it.
 """
 
 from __future__ import annotations
@@ -31,8 +33,6 @@ class Workload:
     command: tuple[str, ...] | None = None
     #: it waits in the line for its GPUs without ``user_options["wait"]``
     waits = False
-    #: the idle and maximum-age cullers apply (its profile's timeouts)
-    culled = True
     #: its process ends by itself when its work is done (a notebook job's runner), so a
     #: server found ended is its normal end, recorded as ``ended_reason``
     ends_by_itself = False
@@ -61,6 +61,16 @@ class Workload:
     def max_seconds(self) -> int:
         """Its longest run in seconds (0: none of its own), for a scheduler's time limit."""
         return 0
+
+    def overrides(self) -> dict:
+        """Spawner traits it sets over its profile's (a notebook job turns the cullers'
+        time-outs off: nobody browses it)."""
+        return {}
+
+    def ledger(self) -> dict:
+        """What the credits ledger's record of its run names besides the server (a GPU
+        kernel: its id and notebook)."""
+        return {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.value!r})"

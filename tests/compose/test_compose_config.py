@@ -58,6 +58,11 @@ def test_production_file_validates_with_the_env_of_gpuhub_init(project):
         assert services[name]["network_mode"] == "service:pod", name
     hub = services["hub"]
     assert hub["environment"]["GPUHUB_DOCKER_NETWORK"] == "gpuhub"
+    # pod at the address the network's rules trust: the default subnet's .2
+    # (deploy/network/gpuhub-network.sh)
+    assert services["pod"]["networks"]["default"]["ipv4_address"] == "172.31.255.2"
+    script = (REPO / "deploy" / "network" / "gpuhub-network.sh").read_text()
+    assert 'SUBNET="${GPUHUB_NETWORK_SUBNET:-172.31.255.0/24}"' in script
     assert hub["group_add"] == [str(os.stat("/var/run/docker.sock").st_gid)]
 
 
@@ -142,7 +147,7 @@ def test_test_override_puts_every_started_service_on_host_networking(project):
     r = config(project, project / "docker-compose.yml", OVERRIDE, env=env)
     assert r.returncode == 0, r.stderr
     services = yaml.safe_load(r.stdout)["services"]
+    assert services.pop("pod")["profiles"] == ["bridge-networks-only"]  # never started
     for name, service in services.items():
         assert service["network_mode"] == "host", name
-    assert services["pod"]["profiles"] == ["bridge-networks-only"]  # never started
     assert services["hub"]["environment"]["GPUHUB_DOCKER_NETWORK"] == "host"
