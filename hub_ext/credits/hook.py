@@ -59,7 +59,7 @@ from .affordability import UNREACHABLE, Affordability, _money, too_little
 from .client import CreditsClient
 from .errors import AccountNotFound, CreditsAuthError, CreditsError, InsufficientCredits
 from .meter import CreditsMeter, MeteredRun, written_ahead
-from .metering import MeterRecord, as_decimal
+from .metering import MeterRecord, as_decimal, run_title
 from .unsettled import Owed, UnsettledStore
 from .voids import UNCERTAIN as _UNCERTAIN
 from .voids import Void
@@ -238,6 +238,8 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
             price,
             self.interval,
         )
+        orm_spawner = getattr(spawner, "orm_spawner", None)
+        record.title = run_title(server_name, getattr(orm_spawner, "display_name", None))
         payer = self.paying_course(spawner)
         if payer is not None:
             record.course, record.course_account = payer.slug, payer.account

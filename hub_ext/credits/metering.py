@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 
+from ..common.runs import JOB_PREFIX
+
 __all__ = [
     "CENT",
     "MeterRecord",
@@ -31,6 +33,7 @@ __all__ = [
     "interval_index",
     "refund_amount",
     "refund_key",
+    "run_title",
     "server_id",
 ]
 
@@ -121,6 +124,13 @@ def refund_key(sid: str, index: int) -> str:
     return f"gpuhub-refund-{sid}-{index}"
 
 
+def run_title(server_name: str, display_name: str | None) -> str:
+    """What the ledger calls a run that is not a plain server: a GPU notebook job's server
+    (``job-…``) by its JupyterHub display name, "Notebook job: train" (hub_ext.jobs names
+    it); ``""`` for any other server (the ledger says "Server alice/name")."""
+    return (display_name or "") if server_name.startswith(JOB_PREFIX) else ""
+
+
 @dataclass
 class MeterRecord:
     """The metering of one run of one server, as kept in ``spawner.hook_state["credits"]``.
@@ -148,6 +158,8 @@ class MeterRecord:
     course: str | None = None
     course_account: str | None = None
     paid_until: datetime | None = None
+    #: what the ledger calls a run that is not a plain server (:func:`run_title`); ""
+    title: str = ""
 
     @classmethod
     def new(
@@ -200,8 +212,14 @@ class MeterRecord:
         minutes = self.interval / 60
         span = f"{minutes:g} min" if minutes >= 1 else f"{self.interval:g} s"
         paid = f"Course {self.course}: " if self.course_pays(index) else ""
+        profile = self.profile or "default profile"
+        what = (
+            f"{self.title} ({self.label}, {profile})"
+            if self.title
+            else f"Server {self.label} ({profile})"
+        )
         return (
-            f"{paid}Server {self.label} ({self.profile or 'default profile'}) at "
+            f"{paid}{what} at "
             f"{self.credits_per_hour.normalize():f} credits/hour: {span} from "
             f"{self.interval_start(index).isoformat(timespec='seconds')}"
         )
@@ -240,6 +258,7 @@ class MeterRecord:
             "course": self.course,
             "course_account": self.course_account,
             "paid_until": self.paid_until.isoformat() if self.paid_until else None,
+            "title": self.title,
         }
 
     @classmethod
@@ -266,6 +285,7 @@ class MeterRecord:
                 course=state.get("course"),
                 course_account=state.get("course_account"),
                 paid_until=datetime.fromisoformat(paid_until) if paid_until else None,
+                title=str(state.get("title") or ""),
             )
         except (KeyError, TypeError, ArithmeticError) as e:
             raise ValueError(f"malformed credits record: {e!r}") from e

@@ -1,0 +1,113 @@
+"""What a job request may cost the hub: one at a time per member, the notebook read and
+parsed away from the hub's event loop.
+
+JupyterHub serves every request from one event loop: a request that computes holds up all
+the others, the hub API's and the pages' alike.  A job request is the one request of a
+member that reads a file of up to ``GPUHUB_JOB_NOTEBOOK_MAX_MIB`` and parses it, so:
+
+- :class:`MemberTurns`: a member's job requests are taken one at a time, in the order they
+  came (the per-member limit and the idempotency token are then counted with nothing in
+  between), and at most :attr:`MemberTurns.waiting` more wait their turn; past that the
+  request is refused at once (429);
+- :func:`load_notebook`: the notebook is read in a thread (``os.read`` lets go of Python's
+  GIL) and parsed in a child process (:mod:`hub_ext.jobs.notebook_check`: a parse holds
+  the GIL, so a thread would stall the loop as much), at most :data:`CHECKS_AT_ONCE` at a
+  time for the whole hub, each bounded in memory and CPU time.
+
+A request refused for what it says (its body, its size, the limit, the profile, the price)
+is refused before any of this (:func:`hub_ext.jobs.lifecycle.create`); the story and the
+figures are in docs/benchmarks (the hub API while a member floods refused job requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import weakref
+
+from . import notebook_check
+from .checks import JobRefused, notebook_refusal, read_notebook
+
+__all__ = ["CHECKS_AT_ONCE", "WAITING", "MemberTurns", "load_notebook"]
+
+#: notebooks checked at once in child processes, for the whole hub
+CHECKS_AT_ONCE = 2
+#: a member's job requests that may wait for her turn (past it: 429)
+WAITING = 16
+#: the event loop -> its semaphore of :data:`CHECKS_AT_ONCE`
+_checks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class MemberTurns:
+    """One job request of a member at a time (:meth:`turn`), in the order they came, with
+    at most ``waiting`` more of hers waiting (one hub process; asyncio's ``Lock`` is
+    first come, first served)."""
+
+    def __init__(self, waiting: int = WAITING):
+        self.waiting = waiting
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._queued: dict[str, int] = {}
+
+    def queued(self, name: str) -> int:
+        """``name``'s requests taken or waiting now."""
+        return self._queued.get(name, 0)
+
+    @contextlib.asynccontextmanager
+    async def turn(self, name: str):
+        """Wait for ``name``'s turn.  Raises :class:`~.checks.JobRefused` (429) when
+        ``waiting`` of her requests wait already."""
+        if self.queued(name) > self.waiting:
+            raise JobRefused(
+                429,
+                f"You have {self.queued(name)} job requests waiting for an answer; send the "
+                "next one once they are answered.",
+            )
+        self._queued[name] = self.queued(name) + 1
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            self._queued[name] -= 1
+            if not self._queued[name]:
+                del self._queued[name], self._locks[name]
+
+
+async def check_apart(data: bytes) -> str:
+    """The verdict of :func:`hub_ext.jobs.notebook_check.verdict` on ``data``, found in a
+    child process (the same Python, isolated: ``-I``), at most :data:`CHECKS_AT_ONCE` at
+    once.  A child that ends without a verdict (killed past its memory) reads as
+    ``too_big``."""
+    loop = asyncio.get_running_loop()
+    if loop not in _checks:
+        _checks[loop] = asyncio.Semaphore(CHECKS_AT_ONCE)
+    async with _checks[loop]:
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            "-S",
+            notebook_check.__file__,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        try:
+            out, _ = await child.communicate(data)
+        finally:
+            if child.returncode is None:  # cancelled: the request went away
+                child.kill()
+                await child.wait()
+    found = out.decode(errors="replace").strip()
+    return found if found in notebook_check.VERDICTS else "too_big"
+
+
+async def load_notebook(workspace: str, path: str, max_bytes: int) -> bytes:
+    """The bytes of the notebook ``path`` in ``workspace``, read in a thread
+    (:func:`~.checks.read_notebook`) and checked in a child process (:func:`check_apart`).
+    Raises :class:`~.checks.JobRefused` (400, 403, 404, 413)."""
+    data = await asyncio.to_thread(read_notebook, workspace, path, max_bytes)
+    refusal = notebook_refusal(await check_apart(data), path)
+    if refusal is not None:
+        raise refusal
+    return data
