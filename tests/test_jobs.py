@@ -347,3 +347,19 @@ def test_the_ledger_names_a_notebook_job_by_its_name():
     assert MeterRecord.from_state(record.to_state()).reason(0) == record.reason(0)
     # a server of the member's own keeps its words, whatever its display name
     assert run_title("exp", "My experiment") == ""
+
+
+async def test_a_members_next_job_request_is_taken_an_interval_after_her_last():
+    turns = MemberTurns(interval=0.2)
+    loop = asyncio.get_running_loop()
+    began = []
+
+    async def request(name):
+        async with turns.turn(name):
+            began.append((name, loop.time()))
+
+    await request("alice")
+    await asyncio.gather(request("alice"), request("bob"))  # bob's first is not held up
+    (_, first), (who, other), (_, second) = sorted(began, key=lambda b: b[1])
+    assert who == "bob" and other - first < 0.2
+    assert second - first >= 0.2

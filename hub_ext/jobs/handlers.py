@@ -190,9 +190,9 @@ class JobsAPIHandler(JobsBase):
 
     async def post(self):
         user = self.member()
-        body = self.body()
         try:
-            row = await lifecycle.create(self.jobs, user, body)
+            async with self.jobs.turns.turn(user.name):  # one of hers at a time: intake
+                row = await lifecycle.create(self.jobs, user, self.body())
         except JobRefused as e:
             self.log.info("Job of %s refused (%s): %s", user.name, e.status, e.message)
             raise web.HTTPError(e.status, e.message) from None

@@ -7,8 +7,9 @@ member that reads a file of up to ``GPUHUB_JOB_NOTEBOOK_MAX_MIB`` and parses it,
 
 - :class:`MemberTurns`: a member's job requests are taken one at a time, in the order they
   came (the per-member limit and the idempotency token are then counted with nothing in
-  between), and at most :attr:`MemberTurns.waiting` more wait their turn; past that the
-  request is refused at once (429);
+  between), at most one each ``c.Jobs.request_interval`` seconds, and at most
+  :attr:`MemberTurns.waiting` more wait their turn; past that the request is refused at
+  once (429);
 - :func:`load_notebook`: the notebook is read in a thread (``os.read`` lets go of Python's
   GIL) and parsed in a child process (:mod:`hub_ext.jobs.notebook_check`: a parse holds
   the GIL, so a thread would stall the loop as much), at most :data:`CHECKS_AT_ONCE` at a
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import sys
 import weakref
 
@@ -40,14 +42,20 @@ _checks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class MemberTurns:
-    """One job request of a member at a time (:meth:`turn`), in the order they came, with
-    at most ``waiting`` more of hers waiting (one hub process; asyncio's ``Lock`` is
-    first come, first served)."""
+    """One job request of a member at a time (:meth:`turn`), in the order they came, each
+    at least ``interval`` seconds after her one before, with at most ``waiting`` more of
+    hers waiting (one hub process; asyncio's ``Lock`` is first come, first served).
 
-    def __init__(self, waiting: int = WAITING):
-        self.waiting = waiting
+    The interval is what bounds a flood: a client waits for each answer before it sends
+    again, so a member's requests reach the hub no faster than the hub takes them, and
+    those waiting their turn cost the event loop nothing."""
+
+    def __init__(self, waiting: int = WAITING, interval: float = 0.0):
+        self.waiting, self.interval = waiting, interval
         self._locks: dict[str, asyncio.Lock] = {}
         self._queued: dict[str, int] = {}
+        #: member -> when (the event loop's clock) her last turn began
+        self._last: dict[str, float] = {}
 
     def queued(self, name: str) -> int:
         """``name``'s requests taken or waiting now."""
@@ -67,6 +75,11 @@ class MemberTurns:
         lock = self._locks.setdefault(name, asyncio.Lock())
         try:
             async with lock:
+                loop = asyncio.get_running_loop()
+                wait = self._last.get(name, -math.inf) + self.interval - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                self._last[name] = loop.time()
                 yield
         finally:
             self._queued[name] -= 1

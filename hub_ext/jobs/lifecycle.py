@@ -8,10 +8,10 @@ holding no GPU and no debit: ``user_options["job"]`` asks to wait,
 :mod:`hub_ext.spawn.choice`), the pool's exclusive GPUs, the debit, the meter, the run
 record.  Its container runs ``gpuhub-notebook-job`` instead of JupyterLab.
 
-- :func:`create`: every check of :mod:`.checks`, cheapest first (the body, the profile,
-  the size of the job's options; then, in the member's turn, the per-member limit and the
-  credits hook's question on the job's own spawner; the notebook last, read and parsed
-  away from the event loop: :mod:`.intake`); only then the input is copied into the job's
+- :func:`create`, in the member's turn (:mod:`.intake`): every check of :mod:`.checks`,
+  cheapest first (the body, the profile, the size of the job's options, the per-member
+  limit, the credits hook's question on the job's own spawner; the notebook last, read
+  and parsed away from the event loop); only then the input is copied into the job's
   output folder in the workspace (owned by the member) and the job is QUEUED.  A refusal
   leaves nothing: no row, no server, no file, no debit.
 - :func:`start_next`: a member's queued jobs on one profile start one after the other,
@@ -84,6 +84,16 @@ class Jobs(SingletonConfigurable):
             c.Jobs.notebook_max_mib = 20
         """,
     )
+    request_interval = Float(
+        0.5,
+        config=True,
+        help="""Seconds at least between two job requests of one member that the hub
+        takes (the next waits its turn; 0: none).  A member's requests are taken one at
+        a time in any case (hub_ext.jobs.intake).
+
+            c.Jobs.request_interval = 0.5
+        """,
+    )
     check_interval = Float(
         5.0,
         config=True,
@@ -99,7 +109,7 @@ class Jobs(SingletonConfigurable):
         #: job id -> the task watching its start
         self.starting: dict[str, asyncio.Task] = {}
         #: each member's job requests, one at a time (:mod:`.intake`)
-        self.turns = MemberTurns()
+        self.turns = MemberTurns(interval=self.request_interval)
         self.users = None
         self._keeper = None
 
@@ -258,15 +268,15 @@ def job_options(row) -> dict:
 
 
 async def create(jobs: Jobs, user, body) -> store.JobRow:
-    """Check and create a job of ``user`` from a ``CreateJob`` body; returns its row
+    """Check and create a job of ``user`` from a ``CreateJob`` body, in the member's turn
+    (:attr:`Jobs.turns`: nothing else of hers is created meanwhile); returns its row
     (QUEUED, its start launched or waiting behind her other job on the same profile), or
     the job made before with the same idempotency token.  Raises
-    :class:`~.checks.JobRefused` (400, 402, 403, 404, 409, 413, 429, 501, 503) having left
+    :class:`~.checks.JobRefused` (400, 402, 403, 404, 409, 413, 501, 503) having left
     nothing behind.
 
-    What is cheap is asked first (:mod:`.checks`): the body, the profile and the size of
-    the job's options before anything waits; then, in the member's turn
-    (:attr:`Jobs.turns`), the idempotency token, the per-member limit and the price; the
+    What is cheap is asked first (:mod:`.checks`): the body, the profile, the size of the
+    job's options, the idempotency token, the per-member limit, then the price; the
     notebook is read and parsed last, away from the event loop (:mod:`.intake`)."""
     request = read_request(body)
     visible, everything = await user.spawner.get_profiles()
@@ -304,14 +314,6 @@ async def create(jobs: Jobs, user, body) -> store.JobRow:
             f"The job's parameters and file names come to {size} bytes; a job takes at "
             f"most {limit}. Give fewer or shorter parameters, or a shorter path.",
         )
-    async with jobs.turns.turn(user.name):
-        row = await _create_in_turn(jobs, user, request, values)
-    start_next(user, row.profile)
-    return row
-
-
-async def _create_in_turn(jobs: Jobs, user, request, values: dict) -> store.JobRow:
-    """:func:`create`'s part in the member's turn: nothing else of hers is created meanwhile."""
     db = user.db
     if request.idempotency_token:
         earlier = store.by_token(db, user.name, request.idempotency_token)
@@ -355,6 +357,7 @@ async def _create_in_turn(jobs: Jobs, user, request, values: dict) -> store.JobR
         row.profile,
         request.input_uri,
     )
+    start_next(user, row.profile)
     return row
 
 
