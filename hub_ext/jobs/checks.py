@@ -3,23 +3,24 @@
 Every refusal is a :class:`JobRefused` with an HTTP status and a sentence for the member
 (the REST answer's ``message``); nothing is stored, copied, started or debited before all
 checks pass.  :func:`hub_ext.jobs.lifecycle.create` asks what is cheap first, so that a
-request refused for its body, its size, the per-member limit, the profile or the price
-never makes the hub open the notebook:
+request refused for its body, its size, the per-member limit or the profile never makes
+the hub open the notebook, and one refused for its notebook never makes it write to its
+database:
 
 - :func:`read_request`: the body, Jupyter Scheduler's ``CreateJob`` (400);
 - the job's ``user_options`` at most ``user_options_max_bytes`` (413; the lifecycle);
 - the per-member limit (``GPUHUB_JOBS_PER_USER``, 409; the lifecycle);
 - :func:`job_profile`: the profile exists (404), is open to the member (403: the spawn
   page's rule, :func:`hub_ext.spawn.profiles.visible_profiles`) and runs jobs (403);
-- the first interval's price (402, the credits hook's own ``before_reserve``: the same
-  sentence as for a server; the lifecycle, which has the spawner);
 - :func:`read_notebook`: the input is a workspace-relative path (400) to a regular file
   inside the workspace, every component opened without following a link (403: a symbolic
   link anywhere on the way, as :mod:`hub_ext.spawn.member_dirs` opens folders), at most
   ``GPUHUB_JOB_NOTEBOOK_MAX_MIB`` (413, from its size before it is read);
 - :func:`notebook_refusal`: it reads as a notebook (400: nbformat 4 JSON, not nested
   deeper than a parser goes), checked apart from the hub's event loop
-  (:mod:`hub_ext.jobs.intake`).
+  (:mod:`hub_ext.jobs.intake`);
+- the first interval's price (402, the credits hook's own ``before_reserve``: the same
+  sentence as for a server; the lifecycle, which makes the job's server to ask it).
 """
 
 from __future__ import annotations

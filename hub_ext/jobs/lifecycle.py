@@ -10,8 +10,8 @@ record.  Its container runs ``gpuhub-notebook-job`` instead of JupyterLab.
 
 - :func:`create`, in the member's turn (:mod:`.intake`): every check of :mod:`.checks`,
   cheapest first (the body, the profile, the size of the job's options, the per-member
-  limit, the credits hook's question on the job's own spawner; the notebook last, read
-  and parsed away from the event loop); only then the input is copied into the job's
+  limit; the notebook, read and parsed away from the event loop; the credits hook's
+  question on the job's own spawner); only then the input is copied into the job's
   output folder in the workspace (owned by the member) and the job is QUEUED.  A refusal
   leaves nothing: no row, no server, no file, no debit.
 - :func:`start_next`: a member's queued jobs on one profile start one after the other,
@@ -276,8 +276,11 @@ async def create(jobs: Jobs, user, body) -> store.JobRow:
     nothing behind.
 
     What is cheap is asked first (:mod:`.checks`): the body, the profile, the size of the
-    job's options, the idempotency token, the per-member limit, then the price; the
-    notebook is read and parsed last, away from the event loop (:mod:`.intake`)."""
+    job's options, the idempotency token, the per-member limit; then the notebook, read
+    and parsed away from the event loop (:mod:`.intake`); then the price, which needs the
+    job's server and row in the hub database (the jobs hook checks a start against its
+    row): writes that hold up the event loop, so none is made for a request refused
+    before."""
     request = read_request(body)
     visible, everything = await user.spawner.get_profiles()
     profile = job_profile(visible, everything, request.profile)
@@ -326,6 +329,13 @@ async def create(jobs: Jobs, user, body) -> store.JobRow:
             f"You have {active} notebook jobs queued or running; each member may have "
             f"{jobs.per_user}. Wait for one to end, or stop one.",
         )
+    try:
+        workspace, uid, gid = await user.spawner.job_workspace()
+    except NotImplementedError:
+        raise JobRefused(501, "This hub's backend runs no notebook jobs.") from None
+    except web.HTTPError as e:
+        raise JobRefused(e.status_code, e.log_message or e.reason or "Refused.") from None
+    data = await load_notebook(workspace, request.input_uri, jobs.notebook_max_mib * 2**20)
     server_name = values["server_name"]
     spawner = user.get_or_create_spawner(server_name, display_name(values["name"]))
     row = None
@@ -336,11 +346,6 @@ async def create(jobs: Jobs, user, body) -> store.JobRow:
         spawner.user_options = job_options(row)
         await spawner.load_profile()
         await spawner.check_hooks()
-        try:
-            workspace, uid, gid = await spawner.job_workspace()
-        except NotImplementedError:
-            raise JobRefused(501, "This hub's backend runs no notebook jobs.") from None
-        data = await load_notebook(workspace, request.input_uri, jobs.notebook_max_mib * 2**20)
         await asyncio.to_thread(write_input, workspace, row.input_path, data, uid, gid)
     except web.HTTPError as e:
         forget(user, server_name, row)
