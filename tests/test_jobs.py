@@ -170,8 +170,7 @@ async def test_a_members_job_requests_are_taken_one_at_a_time_and_a_flood_is_ref
     # one of alice's at a time, bob's beside hers; alice's fourth is refused at once
     assert order == [("alice", 0, "in"), ("bob", 0, "in")]
     with pytest.raises(JobRefused) as e:
-        async with turns.turn("alice"):
-            pass
+        await asyncio.wait_for(request("alice", 3), 1)  # refused at once, never waits
     assert e.value.status == 429 and "3 job requests waiting" in e.value.message
     release.set()
     await asyncio.gather(*tasks, other)
