@@ -15,9 +15,10 @@ member that reads a file of up to ``GPUHUB_JOB_NOTEBOOK_MAX_MIB`` and parses it,
   the GIL, so a thread would stall the loop as much), at most :data:`CHECKS_AT_ONCE` at a
   time for the whole hub, each bounded in memory and CPU time.
 
-A request refused for what it says (its body, its size, the limit, the profile, the price)
-is refused before any of this (:func:`hub_ext.jobs.lifecycle.create`); the story and the
-figures are in docs/benchmarks (the hub API while a member floods refused job requests).
+A request refused for what it says (its body, its size, the limit, the profile) is refused
+before the notebook is opened (:func:`hub_ext.jobs.lifecycle.create`); the order is told in
+docs/reference/jobs-api ("How a job request is taken"), the figures in docs/benchmarks
+("Job requests": the hub API while a member floods refused job requests).
 """
 
 from __future__ import annotations

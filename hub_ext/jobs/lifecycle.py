@@ -283,32 +283,7 @@ async def create(jobs: Jobs, user, body) -> store.JobRow:
     before."""
     request = read_request(body)
     visible, everything = await user.spawner.get_profiles()
-    profile = job_profile(visible, everything, request.profile)
-    job_id = store.new_id()
-    created = store.ms()
-    out, outputs, input_copy = output_names(
-        request.input_uri, job_id, created, request.output_formats
-    )
-    title = request.name or os.path.splitext(os.path.basename(request.input_uri))[0]
-    values = dict(
-        id=job_id,
-        user=user.name,
-        name=title,
-        profile=profile["slug"],
-        server_name=store.server_name_of(job_id),
-        input_path=input_copy,
-        input_filename=os.path.basename(request.input_uri),
-        cwd=os.path.dirname(os.path.normpath(request.input_uri)),
-        output_dir=out,
-        outputs=outputs,
-        output_formats=request.output_formats,
-        parameters=request.parameters,
-        idempotency_token=request.idempotency_token,
-        status="CREATED",
-        create_time=created,
-        update_time=created,
-        max_seconds=job_max_seconds(profile),
-    )
+    values = new_job(user.name, request, job_profile(visible, everything, request.profile))
     limit = user.spawner.user_options_max_bytes
     size = json_size(job_options(store.JobRow(**values)))
     if size > limit:  # load_profile's 413, in a job's words
@@ -334,7 +309,7 @@ async def create(jobs: Jobs, user, body) -> store.JobRow:
     except NotImplementedError:
         raise JobRefused(501, "This hub's backend runs no notebook jobs.") from None
     except web.HTTPError as e:
-        raise JobRefused(e.status_code, e.log_message or e.reason or "Refused.") from None
+        raise refused(e) from None
     data = await load_notebook(workspace, request.input_uri, jobs.notebook_max_mib * 2**20)
     server_name = values["server_name"]
     spawner = user.get_or_create_spawner(server_name, display_name(values["name"]))
@@ -349,7 +324,7 @@ async def create(jobs: Jobs, user, body) -> store.JobRow:
         await asyncio.to_thread(write_input, workspace, row.input_path, data, uid, gid)
     except web.HTTPError as e:
         forget(user, server_name, row)
-        raise JobRefused(e.status_code, e.log_message or e.reason or "Refused.") from None
+        raise refused(e) from None
     except BaseException:
         forget(user, server_name, row)
         raise
@@ -364,6 +339,42 @@ async def create(jobs: Jobs, user, body) -> store.JobRow:
     )
     start_next(user, row.profile)
     return row
+
+
+def new_job(user: str, request, profile: dict) -> dict:
+    """The columns of a new job of ``user`` from its checked ``request``
+    (:class:`~.checks.JobRequest`) on ``profile``: its id and server, where its input copy
+    and outputs go (:func:`~.checks.output_names`), its maximum run time; CREATED (QUEUED
+    once it passed every check)."""
+    job_id = store.new_id()
+    created = store.ms()
+    out, outputs, input_copy = output_names(
+        request.input_uri, job_id, created, request.output_formats
+    )
+    return dict(
+        id=job_id,
+        user=user,
+        name=request.name or os.path.splitext(os.path.basename(request.input_uri))[0],
+        profile=profile["slug"],
+        server_name=store.server_name_of(job_id),
+        input_path=input_copy,
+        input_filename=os.path.basename(request.input_uri),
+        cwd=os.path.dirname(os.path.normpath(request.input_uri)),
+        output_dir=out,
+        outputs=outputs,
+        output_formats=request.output_formats,
+        parameters=request.parameters,
+        idempotency_token=request.idempotency_token,
+        status="CREATED",
+        create_time=created,
+        update_time=created,
+        max_seconds=job_max_seconds(profile),
+    )
+
+
+def refused(error: web.HTTPError) -> JobRefused:
+    """A spawner's refusal (``tornado.web.HTTPError``) as the job's."""
+    return JobRefused(error.status_code, error.log_message or error.reason or "Refused.")
 
 
 def forget(user, server_name: str, row=None) -> None:
