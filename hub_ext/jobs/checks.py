@@ -12,10 +12,10 @@ database:
 - the per-member limit (``GPUHUB_JOBS_PER_USER``, 409; the lifecycle);
 - :func:`job_profile`: the profile exists (404), is open to the member (403: the spawn
   page's rule, :func:`hub_ext.spawn.profiles.visible_profiles`) and runs jobs (403);
-- :func:`read_notebook`: the input is a workspace-relative path (400) to a regular file
+- :func:`open_notebook`: the input is a workspace-relative path (400) to a regular file
   inside the workspace, every component opened without following a link (403: a symbolic
   link anywhere on the way, as :mod:`hub_ext.spawn.member_dirs` opens folders), at most
-  ``GPUHUB_JOB_NOTEBOOK_MAX_MIB`` (413, from its size before it is read);
+  ``GPUHUB_JOB_NOTEBOOK_MAX_MIB`` (413, from its size before anything is read);
 - :func:`notebook_refusal`: it reads as a notebook (400: nbformat 4 JSON, not nested
   deeper than a parser goes), checked apart from the hub's event loop
   (:mod:`hub_ext.jobs.intake`);
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ..spawn.profiles import ProfileError, jobs_allowed, quote, select_profile
-from .notebook_check import verdict
+from .notebook_check import read_all, verdict
 
 __all__ = [
     "OUTPUT_FORMATS",
@@ -42,7 +42,9 @@ __all__ = [
     "check_notebook",
     "job_profile",
     "notebook_refusal",
+    "open_notebook",
     "read_notebook",
+    "read_open",
     "read_request",
 ]
 
@@ -182,16 +184,17 @@ def open_in(workspace: str, parts: list[str]) -> int:
             os.close(d)
 
 
-def read_notebook(workspace: str, path: str, max_bytes: int) -> bytes:
-    """The bytes of the notebook at ``path`` (relative) in the folder ``workspace``.
+def open_notebook(workspace: str, path: str, max_bytes: int) -> int:
+    """A read-only descriptor of the notebook at ``path`` (relative) in the folder
+    ``workspace``; the caller closes it.
 
     Each component is opened relative to its parent's descriptor with ``O_NOFOLLOW``: a
     symbolic link anywhere on the way is refused, whatever it points to, so a member's
     link cannot make the hub read a file outside the workspace.  Blocking (the hub calls
-    it in a thread); the bytes are not parsed here (:func:`notebook_refusal`).  Raises
-    :class:`JobRefused`: 400 for a path that leaves the workspace or a name without
-    ``.ipynb``, 403 for a link or a non-regular file, 404 for a missing file, 413 for one
-    over ``max_bytes`` (from its size, before it is read).
+    it in a thread); nothing is read here.  Raises :class:`JobRefused`: 400 for a path
+    that leaves the workspace or a name without ``.ipynb``, 403 for a link or a
+    non-regular file, 404 for a missing file, 413 for one over ``max_bytes`` (from its
+    size).
     """
     parts = relative_path(path)
     if not parts[-1].endswith(".ipynb"):
@@ -218,16 +221,30 @@ def read_notebook(workspace: str, path: str, max_bytes: int) -> bytes:
                 f"{quote(path)} is {info.st_size / 2**20:.1f} MiB; a job takes notebooks "
                 f"of at most {max_bytes / 2**20:g} MiB. Clear its outputs and try again.",
             )
-        data = os.read(fd, max_bytes + 1)
-        chunk = data
-        while chunk and len(data) <= max_bytes:
-            chunk = os.read(fd, max_bytes + 1 - len(data))
-            data += chunk
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
+
+
+def read_open(fd: int, path: str, max_bytes: int) -> bytes:
+    """The bytes of the notebook open as ``fd`` (:func:`open_notebook`), from its start
+    (``os.pread``: the descriptor's offset is left alone).  Blocking.  Raises
+    :class:`JobRefused` (413) when it grew over ``max_bytes``."""
+    data = read_all(fd, max_bytes)
     if len(data) > max_bytes:
         raise JobRefused(413, f"{quote(path)} is larger than {max_bytes / 2**20:g} MiB.")
     return data
+
+
+def read_notebook(workspace: str, path: str, max_bytes: int) -> bytes:
+    """The bytes of the notebook at ``path`` in ``workspace``: :func:`open_notebook`, then
+    :func:`read_open`; not parsed (:func:`check_notebook`).  Blocking."""
+    fd = open_notebook(workspace, path, max_bytes)
+    try:
+        return read_open(fd, path, max_bytes)
+    finally:
+        os.close(fd)
 
 
 def notebook_refusal(found: str, path: str) -> JobRefused | None:

@@ -10,10 +10,12 @@ member that reads a file of up to ``GPUHUB_JOB_NOTEBOOK_MAX_MIB`` and parses it,
   between), at most one each ``c.Jobs.request_interval`` seconds, and at most
   :attr:`MemberTurns.waiting` more wait their turn; past that the request is refused at
   once (429);
-- :func:`load_notebook`: the notebook is read in a thread (``os.read`` lets go of Python's
-  GIL) and parsed in a child process (:mod:`hub_ext.jobs.notebook_check`: a parse holds
-  the GIL, so a thread would stall the loop as much), at most :data:`CHECKS_AT_ONCE` at a
-  time for the whole hub, each bounded in memory and CPU time.
+- :func:`load_notebook`: the notebook is opened in a thread, read and parsed in a child
+  process (:mod:`hub_ext.jobs.notebook_check`: a parse holds Python's GIL, so a thread
+  would stall the loop as much), at most :data:`CHECKS_AT_ONCE` at a time for the whole
+  hub, each bounded in memory and CPU time and at the lowest CPU priority; only a
+  notebook is then read by the hub (in a thread, ``os.pread`` and SHA-256 let go of the
+  GIL), to be copied.
 
 A request refused for what it says (its body, its size, the limit, the profile) is refused
 before the notebook is opened (:func:`hub_ext.jobs.lifecycle.create`); the order is told in
@@ -25,12 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import math
+import os
 import sys
 import weakref
 
+from ..spawn.profiles import quote
 from . import notebook_check
-from .checks import JobRefused, notebook_refusal, read_notebook
+from .checks import JobRefused, notebook_refusal, open_notebook, read_open
 
 __all__ = ["CHECKS_AT_ONCE", "WAITING", "MemberTurns", "load_notebook"]
 
@@ -88,11 +93,12 @@ class MemberTurns:
                 del self._queued[name], self._locks[name]
 
 
-async def check_apart(data: bytes) -> str:
-    """The verdict of :func:`hub_ext.jobs.notebook_check.verdict` on ``data``, found in a
-    child process (the same Python, isolated: ``-I``), at most :data:`CHECKS_AT_ONCE` at
-    once.  A child that ends without a verdict (killed past its memory) reads as
-    ``too_big``."""
+async def check_apart(fd: int, most: int) -> tuple[str, str]:
+    """The verdict of :func:`hub_ext.jobs.notebook_check.verdict` on the file open as
+    ``fd`` (at most ``most`` bytes) and the SHA-256 of what was checked, found in a child
+    process (the same Python, isolated: ``-I -S``) that reads the file itself through
+    ``fd``, at most :data:`CHECKS_AT_ONCE` at once.  A child that ends without a verdict
+    (killed past its memory or CPU time) reads as ``too_big``."""
     loop = asyncio.get_running_loop()
     if loop not in _checks:
         _checks[loop] = asyncio.Semaphore(CHECKS_AT_ONCE)
@@ -102,26 +108,45 @@ async def check_apart(data: bytes) -> str:
             "-I",
             "-S",
             notebook_check.__file__,
-            stdin=asyncio.subprocess.PIPE,
+            str(fd),
+            str(most),
+            stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
+            pass_fds=(fd,),
         )
         try:
-            out, _ = await child.communicate(data)
+            out, _ = await child.communicate()
         finally:
             if child.returncode is None:  # cancelled: the request went away
                 child.kill()
                 await child.wait()
-    found = out.decode(errors="replace").strip()
-    return found if found in notebook_check.VERDICTS else "too_big"
+    found, _, digest = out.decode(errors="replace").strip().partition(" ")
+    return (found, digest) if found in notebook_check.VERDICTS else ("too_big", "")
+
+
+def _read_hashed(fd: int, path: str, most: int) -> tuple[bytes, str]:
+    data = read_open(fd, path, most)
+    return data, hashlib.sha256(data).hexdigest()  # hashlib lets go of the GIL
 
 
 async def load_notebook(workspace: str, path: str, max_bytes: int) -> bytes:
-    """The bytes of the notebook ``path`` in ``workspace``, read in a thread
-    (:func:`~.checks.read_notebook`) and checked in a child process (:func:`check_apart`).
-    Raises :class:`~.checks.JobRefused` (400, 403, 404, 413)."""
-    data = await asyncio.to_thread(read_notebook, workspace, path, max_bytes)
-    refusal = notebook_refusal(await check_apart(data), path)
-    if refusal is not None:
-        raise refusal
+    """The bytes of the notebook ``path`` in ``workspace``: opened in a thread
+    (:func:`~.checks.open_notebook`), checked in a child process (:func:`check_apart`),
+    and only when it is a notebook read by the hub (in a thread).  Raises
+    :class:`~.checks.JobRefused` (400, 403, 404, 413; 409 when it changed between the
+    check and the read)."""
+    fd = await asyncio.to_thread(open_notebook, workspace, path, max_bytes)
+    try:
+        found, checked = await check_apart(fd, max_bytes)
+        refusal = notebook_refusal(found, path)
+        if refusal is not None:
+            raise refusal
+        data, digest = await asyncio.to_thread(_read_hashed, fd, path, max_bytes)
+    finally:
+        os.close(fd)
+    if digest != checked:
+        raise JobRefused(
+            409, f"{quote(path)} changed while the hub read it; save it and try again."
+        )
     return data
