@@ -218,6 +218,12 @@ async def run(seconds: float, clients: int, mib: float, rounds: int) -> dict:
             for i in range(rounds):
                 for kind in kinds[i % len(kinds) :] + kinds[: i % len(kinds)]:
                     times, answers, cpu = await phase(hub, kind, tokens, clients, seconds)
+                    figures = summary(times)
+                    print(
+                        f"    round {i + 1} {kind}: p50 {figures['p50']:.1f} ms, p99 "
+                        f"{figures['p99']:.1f} ms, hub CPU {100 * cpu:.0f}%",
+                        file=sys.stderr,
+                    )
                     found[kind]["times"] += times
                     found[kind]["cpu"].append(cpu)
                     for code, n in answers.items():

@@ -43,6 +43,8 @@ __all__ = ["CHECKS_AT_ONCE", "WAITING", "MemberTurns", "load_notebook"]
 CHECKS_AT_ONCE = 2
 #: a member's job requests that may wait for her turn (past it: 429)
 WAITING = 16
+#: the CPU priority of a check (``nice``): the lowest, the hub's event loop goes first
+NICENESS = 19
 #: the event loop -> its semaphore of :data:`CHECKS_AT_ONCE`
 _checks: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -96,14 +98,17 @@ class MemberTurns:
 async def check_apart(fd: int, most: int) -> tuple[str, str]:
     """The verdict of :func:`hub_ext.jobs.notebook_check.verdict` on the file open as
     ``fd`` (at most ``most`` bytes) and the SHA-256 of what was checked, found in a child
-    process (the same Python, isolated: ``-I -S``) that reads the file itself through
-    ``fd``, at most :data:`CHECKS_AT_ONCE` at once.  A child that ends without a verdict
-    (killed past its memory or CPU time) reads as ``too_big``."""
+    process (the same Python, isolated: ``-I -S``, at :data:`NICENESS`) that reads the
+    file itself through ``fd``, at most :data:`CHECKS_AT_ONCE` at once.  A child that ends
+    without a verdict (killed past its memory or CPU time) reads as ``too_big``."""
     loop = asyncio.get_running_loop()
     if loop not in _checks:
         _checks[loop] = asyncio.Semaphore(CHECKS_AT_ONCE)
     async with _checks[loop]:
         child = await asyncio.create_subprocess_exec(
+            "nice",  # from its start (Python's own start-up included)
+            "-n",
+            str(NICENESS),
             sys.executable,
             "-I",
             "-S",

@@ -4,7 +4,7 @@ Standard library only, so that it runs as a script in a child process of the hub
 (:func:`hub_ext.jobs.intake.check_apart`): parsing a notebook of 20 MiB holds Python's
 GIL for as long as it takes, so a thread of the hub would stall the hub's event loop as
 much as the loop itself; a child process does not, and its memory and CPU time are bounded
-(``RLIMIT_AS``, ``RLIMIT_CPU``) and its CPU priority the lowest (``nice`` 19).  Run as a
+(``RLIMIT_AS``, ``RLIMIT_CPU``) and its CPU priority the lowest (``nice -n 19``).  Run as a
 script it reads the notebook itself, through the descriptor the hub opened (so nothing of
 it goes through a pipe, and the hub reads a notebook only once it is known to be one), and
 writes one of the :data:`VERDICTS` on stdout (:func:`main`).
@@ -64,11 +64,10 @@ def read_all(fd: int, most: int) -> bytes:
 
 
 def _limit(most: int) -> None:
-    """Bound this process: address space for a notebook of ``most`` bytes, CPU time, and
-    the lowest CPU priority (the hub's event loop goes first on a busy machine)."""
+    """Bound this process: address space for a notebook of ``most`` bytes, CPU time (the
+    hub starts it at the lowest CPU priority, ``nice``)."""
     import resource
 
-    os.nice(19)
     memory = max(MEMORY_FLOOR, MEMORY_PER_BYTE * most)
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS))
