@@ -16,7 +16,8 @@ posting job requests back to back, of one kind:
   request of the member's at a time: hub_ext/jobs/intake.py).
 
 The phases (idle, then each flood) run ``--rounds`` times in a rotating order, so that the
-shared machine's own load weighs on each kind alike.  Printed per kind, over its phases:
+shared machine's own load weighs on each kind alike.  Each phase's p50 and p99 go to
+stderr as it ends; printed at the end per kind, over its phases:
 the probe's p50, p99 and max (ms), the hub's CPU (its process and the checks it ran, in %
 of one core) and the flood's answers (per second, count per status).  Target: the probe's
 p99 during each flood within 2x of idle.  Run with ``PYTHONPATH`` at another checkout to
