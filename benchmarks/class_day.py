@@ -2,7 +2,9 @@
 notebook jobs, on the same demand.
 
     .venv/bin/python benchmarks/class_day.py [--members 12] [--gpus 2] [--span 300]
-                                             [--scale 18] [--seed 7] [--modes servers,jobs]
+                                             [--scale 18] [--seed 7]
+                                             [--modes servers,jobs,kernels]
+                                             [--kernel-idle 5,10,15]
 
 Each of ``--members`` members alternates thinking and a "training" burst, both drawn once
 from a fixed seed (think 5-25 min, burst 5-20 min of class time), so both ways see the
@@ -17,6 +19,18 @@ defaults otherwise.
   server whose GPU stayed idle for its time-out.
 - ``jobs``: (b) each member has a CPU server (no GPU) and runs each burst as a notebook job
   on the GPU profile (``POST /hub/api/gpuhub/jobs``), a notebook that sleeps for the burst.
+- ``kernels``: (c) each member has a CPU server and runs her bursts in a GPU kernel, which
+  she keeps while she thinks (as people do): when a burst is due and she has no kernel, she
+  starts one, waiting in the same line; the kernel keeps its GPU between bursts until it has
+  been idle for the GPU kernels' idle time-out (``--kernel-idle``, class minutes, divided by
+  ``--scale`` like the other time-outs; one run per value, 15 the default).  A GPU kernel is
+  what the hub runs it as (issue 29): a named server ``kernel-<12 hex>``
+  of the member on a GPU profile, started with ``wait``; here the member starts that named
+  server herself through JupyterHub's REST API (:func:`start_kernel`) and the GPU-idle
+  culler enforces the kernel's time-out (the profile's ``gpu_idle_timeout``): in this
+  benchmark a kernel is busy exactly while its GPU is, so "idle" is the same either way.
+  The hub's kernels API (``POST /hub/api/gpuhub/kernels``) replaces :func:`start_kernel`
+  once it is in.
 
 Printed for each, inside the span: GPU-seconds held (sampled from the containers holding GPUs, every
 0.25 s), GPU-seconds busy (the bursts' own seconds inside the span), utilisation =
@@ -36,6 +50,7 @@ import asyncio
 import contextlib
 import json
 import random
+import secrets
 import statistics
 import subprocess
 import sys
@@ -51,6 +66,32 @@ PROFILES = [
     {"display_name": "CPU", "slug": "cpu", "gpus": 0, "credits_per_hour": 0, "default": True},
     {"display_name": "PyTorch", "slug": "gpu", "gpus": 1, "credits_per_hour": 1},
 ]
+#: What (c)'s GPU kernel's container runs until the kernels API is in: what gpuhub-kernel
+#: does before the hub sees it ready (Python starts, ipykernel is imported, the server
+#: port answers), not a whole Jupyter server.
+KERNEL_STANDIN = """
+import http.server, os, sys, urllib.parse
+import ipykernel.kernelapp  # noqa: F401 - the kernel's own start-up
+arg = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
+url = urllib.parse.urlsplit(os.environ["JUPYTERHUB_SERVICE_URL"])
+class Up(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+    def log_message(self, *args):
+        pass
+address = (arg.get("ip") or url.hostname or "127.0.0.1", int(arg.get("port") or url.port))
+http.server.ThreadingHTTPServer(address, Up).serve_forever()
+"""
+#: (c)'s GPU kernels: the GPU profile, with the kernels' idle time-out (``gpu_idle_timeout``,
+#: seconds, set per run) and, like the hub's GPU kernels, no idle culling by the browser's
+#: activity (nobody browses a kernel's server)
+KERNEL_PROFILE = {"display_name": "PyTorch kernel", "slug": "gpu-kernel", "gpus": 1,
+                  "credits_per_hour": 1, "cull_idle_timeout": 0}  # fmt: skip
+#: the GPU kernels' idle time-out, class minutes, when none is given (issue 29's default)
+KERNEL_IDLE_DEFAULT = 15
 
 BURST_NOTEBOOK = {
     "cells": [
@@ -248,6 +289,91 @@ async def member_jobs(hub, user, token, steps, end, out) -> None:
             return
 
 
+async def start_kernel(hub, user: str) -> str:
+    """A GPU kernel of ``user``'s, waiting in line for its GPU: its server name.  Until
+    the kernels API is in, the named server the hub would make for it (module doc)."""
+    name = f"kernel-{secrets.token_hex(6)}"
+    r = await hub.spawn(user, {"profile": KERNEL_PROFILE["slug"], "wait": True}, server=name)
+    if r.status_code not in (201, 202):
+        raise RuntimeError(f"kernel refused: {r.status_code} {r.text[:200]}")
+    return name
+
+
+async def kernel_ready(hub, user: str, kernel: str, until: float) -> bool:
+    """Until ``user``'s kernel answers (True), or it ended or ``until`` passed (False)."""
+    while time.monotonic() < until:
+        server = await hub.server(user, kernel)
+        if server is None:
+            return False
+        if server.get("ready"):
+            return True
+        await asyncio.sleep(0.25)
+    return False
+
+
+async def member_kernels(hub, client, node, user, steps, end, out) -> None:
+    """(c): bursts in a GPU kernel of her CPU server, kept while she thinks until the
+    kernels' idle time-out ends it; a new kernel (in line) when a burst finds none.  A
+    burst whose kernel the time-out ended as it began runs again in a new one."""
+    kernel, answered = None, False
+    for think, burst in steps:
+        await asyncio.sleep(max(0.0, min(think, end - time.monotonic())))
+        if time.monotonic() >= end:
+            return
+        want, waited = time.monotonic(), False
+        while True:
+            if time.monotonic() >= end:
+                if not waited:
+                    out["unstarted"].append(end - want)
+                return
+            if kernel is None or await hub.server(user, kernel) is None:
+                if kernel is not None:  # gone: forget it
+                    # it had answered: its idle time-out ended it; else its place in line
+                    # expired (GPUHUB_LINE_MAX_WAIT)
+                    out["kernels_idle" if answered else "kernels_expired"] += 1
+                    await hub.api(
+                        "DELETE", f"/users/{user}/servers/{kernel}", json={"remove": True}
+                    )
+                kernel, answered = await start_kernel(hub, user), False
+                out["kernels"] += 1
+            if not await kernel_ready(hub, user, kernel, end):
+                continue  # it ended before it answered, or the span did
+            answered = True
+            started = time.monotonic()
+            if not waited:
+                out["waits"].append(started - want)
+                waited = True
+            uuid = gpu_of(hub, client, user, kernel)
+            node.set(uuid, 100)
+            ran = 0.0
+            while ran < burst and time.monotonic() < end:
+                await asyncio.sleep(max(0.0, min(0.5, burst - ran, end - time.monotonic())))
+                ran = time.monotonic() - started
+                if ran < burst and not await hub.running(user, kernel):
+                    break  # the time-out ended it as the cell began
+            node.set(uuid, 0)
+            out["busy"] += min(ran, burst)
+            if ran >= burst:
+                out["done"] += 1
+                break
+            if time.monotonic() >= end:
+                return
+            out["interrupted"] += 1
+
+
+def kernel_ends(hub_db: Path) -> dict[str, int]:
+    """How the GPU kernels' servers ended, by the run records' stop reason (the hub's own
+    table, ``gpuhub_server_runs``); the stops that settle the span's end included."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(hub_db)) as db:
+        rows = db.execute(
+            "SELECT stop_reason, count(*) FROM gpuhub_server_runs "
+            "WHERE server_name LIKE 'kernel-%' AND stop_reason IS NOT NULL GROUP BY stop_reason"
+        ).fetchall()
+    return dict(rows)
+
+
 def handoffs(events: list[dict], created: dict[str, float]) -> list[float]:
     """Seconds from a job container's ``die`` to the ``start`` of the next job container
     whose job was already waiting then (created before the ``die``): a GPU handed from a
@@ -272,7 +398,10 @@ def handoffs(events: list[dict], created: dict[str, float]) -> list[float]:
     return out
 
 
-async def run_mode(mode: str, args, plan: dict, tmp: Path) -> dict:
+async def run_mode(mode: str, args, plan: dict, tmp: Path, kernel_idle: float = 0) -> dict:
+    """One run of ``mode`` ("servers", "jobs" or "kernels"; ``kernel_idle``: the GPU
+    kernels' idle time-out in class minutes) on ``plan``: the figures :func:`report`
+    prints."""
     import docker
 
     from tests.fixtures.credits import running_credits_service
@@ -290,9 +419,11 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path) -> dict:
     nvml = NVMLNode(tmp / "node.json", lib)
     node = Node(nvml, args.gpus)
     profiles = tmp / "profiles.json"
-    profiles.write_text(
-        json.dumps([{**p, "spawner_override": {"image": NOTEBOOK_IMAGE}} for p in PROFILES])
-    )
+    kernel = {**KERNEL_PROFILE, "gpu_idle_timeout": int(kernel_idle * 60 / args.scale)}
+    listed = [{**p, "spawner_override": {"image": NOTEBOOK_IMAGE}} for p in PROFILES]
+    command = ["python3", "-c", KERNEL_STANDIN]
+    kernel["spawner_override"] = {"image": NOTEBOOK_IMAGE, "cmd": command}
+    profiles.write_text(json.dumps([*listed, kernel]))
     client = docker.APIClient(timeout=120)
     with contextlib.ExitStack() as stack:
         oidc = stack.enter_context(running_provider(tmp / "oidc.log"))
@@ -313,6 +444,7 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path) -> dict:
                 "GPUHUB_CONCURRENT_SPAWN_LIMIT": "0",
                 "GPUHUB_ACTIVE_SERVER_LIMIT": "0",
                 "GPUHUB_JOBS_PER_USER": "4",
+                "GPUHUB_NAMED_SERVER_LIMIT": "0",  # (c): a kernel is a named server
             },
             extra_config="c.JupyterHub.log_level = 'INFO'\n"
             "c.GPUPool.refresh_interval = 0.5\nc.Culler.check_interval = 1\n",
@@ -326,10 +458,12 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path) -> dict:
             tokens = {u: await hub.create_user(u) for u in plan}
             for u in plan:
                 await admin.grant(u, "100.00", key=f"class-day-{u}-{time.time()}")
-            if mode == "jobs":
+            if mode in ("jobs", "kernels"):
                 await asyncio.gather(*(hub.spawn(u, {"profile": "cpu"}) for u in plan))
                 for u in plan:
                     await hub.wait_ready(u, timeout=300)
+            if mode == "jobs":
+                for u in plan:
                     r = await hub.client.put(
                         f"/user/{u}/api/contents/work/burst.ipynb",
                         headers={"Authorization": f"token {tokens[u]}"},
@@ -363,6 +497,10 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path) -> dict:
                     "failed": [],
                     "created": {},
                     "unstarted": [],
+                    "kernels": 0,
+                    "kernels_idle": 0,
+                    "kernels_expired": 0,
+                    "interrupted": 0,
                 }
                 for u in plan
             }
@@ -371,6 +509,8 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path) -> dict:
                     member_servers(hub, client, node, u, tokens[u], plan[u], end, outs[u])
                     for u in plan
                 ]
+            elif mode == "kernels":
+                tasks = [member_kernels(hub, client, node, u, plan[u], end, outs[u]) for u in plan]
             else:
                 tasks = [member_jobs(hub, u, tokens[u], plan[u], end, outs[u]) for u in plan]
             await asyncio.gather(*tasks)
@@ -383,10 +523,13 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path) -> dict:
                         f"/hub/api/gpuhub/jobs/{job}/stop",
                         headers={"Authorization": f"token {tokens[u]}"},
                     )
-                with contextlib.suppress(Exception):
-                    await hub.stop_server(u, timeout=120)
+                model = (await hub.api("GET", f"/users/{u}")).json()
+                for name in sorted(model["servers"], reverse=True):  # kernels, then ""
+                    with contextlib.suppress(Exception):
+                        await hub.stop_server(u, name, timeout=120)
             await asyncio.sleep(3)
             charged = [100 - float((await admin.balance(u)).balance) for u in plan]
+            ended = kernel_ends(hub.state_dir / "jupyterhub.sqlite")
         finally:
             await hub.close(client)
             await admin.aclose()
@@ -406,6 +549,11 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path) -> dict:
         "handoffs": handoffs(
             events, {k: v for o in outs.values() for k, v in o["created"].items()}
         ),
+        **{
+            k: sum(o[k] for o in outs.values())
+            for k in ("kernels", "kernels_idle", "kernels_expired", "interrupted")
+        },
+        "kernel_ends": ended,
     }
 
 
@@ -433,9 +581,43 @@ def report(mode: str, r: dict) -> None:
             f"hand-off die->start   median {statistics.median(h):.2f} s   p90 "
             f"{percentile(h, 0.9):.2f} s   ({len(h)} hand-offs)"
         )
+    if r["kernels"]:
+        print(
+            f"GPU kernels asked for {r['kernels']}; found gone at a burst: ended by the idle "
+            f"time-out {r['kernels_idle']}, place in line expired {r['kernels_expired']}; "
+            f"bursts run again (ended as they began) {r['interrupted']}"
+        )
+        print(f"GPU kernels' ends     {r['kernel_ends']} (run records, the span's end included)")
     for what in ("refused", "failed"):
         if r[what]:
             print(f"{what}: {len(r[what])}, first: {r[what][0]}")
+
+
+def table(results: list[tuple[str, dict]]) -> None:
+    """The runs side by side, as docs/benchmarks.md shows them, with the targets of (c) at
+    the default time-out against (a)."""
+    rows = [
+        ("GPU-seconds held", lambda r: f"{r['held']:.1f}"),
+        ("GPU-seconds busy", lambda r: f"{r['busy']:.1f}"),
+        ("utilisation (busy/held)", lambda r: f"{r['busy'] / r['held']:.2f}" if r["held"] else "-"),
+        ("bursts completed", lambda r: str(r["done"])),
+        ("wait to start, median / p90", lambda r: f"{r['wait_p50']:.1f} / {r['wait_p90']:.1f} s"),
+        ("bursts never started", lambda r: str(len(r["unstarted"]))),
+        ("GPUs held at once / double-booked", lambda r: f"{r['most']} / {r['double']}"),
+    ]
+    print("\n| | " + " | ".join(name for name, _ in results) + " |")
+    print("|---|" + "---|" * len(results))
+    for label, cell in rows:
+        print(f"| {label} | " + " | ".join(cell(r) for _, r in results) + " |")
+    found = dict(results)
+    a, c = found.get("(a) GPU servers"), found.get(f"(c) kernels, {KERNEL_IDLE_DEFAULT} min")
+    if a and c and a["held"] and c["held"]:
+        ratio = c["done"] / a["done"] if a["done"] else float("inf")
+        gain = c["busy"] / c["held"] - a["busy"] / a["held"]
+        print(
+            f"\n(c) at {KERNEL_IDLE_DEFAULT} min against (a): bursts completed x{ratio:.2f} "
+            f"(target >= 1.5), utilisation {gain:+.2f} (target >= +0.15)"
+        )
 
 
 def main() -> None:
@@ -445,7 +627,12 @@ def main() -> None:
     parser.add_argument("--span", type=float, default=300, help="seconds of each run")
     parser.add_argument("--scale", type=float, default=18, help="class seconds per second")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--modes", default="servers,jobs")
+    parser.add_argument("--modes", default="servers,jobs,kernels")
+    parser.add_argument(
+        "--kernel-idle",
+        default=f"5,10,{KERNEL_IDLE_DEFAULT}",
+        help="the GPU kernels' idle time-outs to run (c) with, class minutes",
+    )
     args = parser.parse_args()
     plan = demand(args.members, args.span, args.scale, args.seed)
     want = sum(b for steps in plan.values() for _, b in steps)
@@ -454,9 +641,17 @@ def main() -> None:
         f"(x{args.scale:g}: {args.span * args.scale / 60:.0f} class minutes), "
         f"{sum(map(len, plan.values()))} bursts planned, {want:.0f} GPU-seconds wanted"
     )
+    names = {"servers": "(a) GPU servers", "jobs": "(b) jobs"}
+    runs = []
     for mode in args.modes.split(","):
-        with tempfile.TemporaryDirectory() as tmp:
-            report(mode, asyncio.run(run_mode(mode, args, plan, Path(tmp))))
+        idles = [float(m) for m in args.kernel_idle.split(",")] if mode == "kernels" else [0]
+        for idle in idles:
+            name = names.get(mode) or f"(c) kernels, {idle:g} min"
+            with tempfile.TemporaryDirectory() as tmp:
+                result = asyncio.run(run_mode(mode, args, plan, Path(tmp), kernel_idle=idle))
+            report(name, result)
+            runs.append((name, result))
+    table(runs)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Sphinx configuration of GPU Cluster Hub's documentation (MyST Markdown, pydata theme).
 
-Build: ``scripts/docs.sh`` (``sphinx-build -W --keep-going -n -b html docs docs/_build/html``);
+Build: ``scripts/docs.sh`` (``python -m sphinx -W --keep-going -n -b html docs docs/_build/html``);
 ``tests/test_docs.py`` runs the same build in CI.  Local extensions live in ``docs/_ext``.
 """
 

@@ -20,8 +20,8 @@ BACKENDS = {
 class Backend:
     """One backend's part of the hub's configuration and of ``gpuhub usage``.
 
-    :meth:`apply_config` is required; :meth:`read_accounting` is optional (default: the
-    backend keeps no accounting of its own).
+    :meth:`apply_config` and :meth:`profile_node` are required; :meth:`check_files`,
+    :meth:`reach`, :meth:`check_profiles` and :meth:`read_accounting` are optional.
     """
 
     #: The import string of the backend's spawner class (``c.JupyterHub.spawner_class``).
@@ -40,6 +40,22 @@ class Backend:
         set the shared ones on ``c.SpawnerCore`` and ``c.Spawner``.  Raises ValueError
         naming the ``GPUHUB_*`` variable of a setting that cannot work."""
         raise NotImplementedError
+
+    def profile_node(self, settings, ask: bool):
+        """The node the built-in profiles' memory and CPU limits are derived from
+        (:class:`hub_ext.common.limits.Node`, :func:`~hub_ext.common.limits.limited_profiles`),
+        so that they fit what this backend runs them on; None leaves them without limits
+        (the backend's own defaults apply).  ``ask``: whether the backend may be asked
+        (the hub loading its configuration, ``gpuhub config check --reach``; not a plain
+        ``check``)."""
+        raise NotImplementedError
+
+    def check_profiles(self, settings, profiles: list[dict], timeout: float) -> list[str]:
+        """Optional: for ``gpuhub config check --reach``, one sentence per profile (or
+        choice of its options) that can never start on what this backend has (its memory,
+        CPUs and GPUs: :func:`hub_ext.common.limits.misfit`), naming the profile and why;
+        ``[]`` (the default) when all can, or when there is nothing to ask."""
+        return []
 
     def check_files(self, settings) -> list[str]:
         """Optional: for ``gpuhub config check``, what is wrong with the files only this

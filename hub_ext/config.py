@@ -19,6 +19,7 @@ __all__ = [
     "Settings",
     "apply_config",
     "hub_db_url",
+    "hub_profiles",
     "load_profiles",
     "proxy_command",
     "with_password",
@@ -27,8 +28,8 @@ __all__ = [
 REPO = Path(__file__).resolve().parent.parent
 
 #: The profiles a fresh install offers; sites replace them with GPUHUB_PROFILES.  The hub
-#: adds a memory and CPU limit from the node to each
-#: (:func:`hub_ext.common.limits.limited_profiles`).
+#: adds a memory and CPU limit to each from the node the backend runs them on
+#: (:func:`hub_profiles`).
 DEFAULT_PROFILES = [
     {
         "display_name": "CPU only",
@@ -59,6 +60,24 @@ def load_profiles(path: str) -> list[dict]:
     with open(path) as f:
         data = json.load(f)
     return data["profile_list"] if isinstance(data, dict) else data
+
+
+def hub_profiles(settings: Settings, ask: bool) -> list[dict]:
+    """The profile list the hub serves: ``GPUHUB_PROFILES`` as written, or the built-in
+    profiles with memory and CPU limits derived from the backend's node
+    (:meth:`hub_ext.backends.Backend.profile_node`: this machine on Docker, the GPU nodes
+    on Slurm; :func:`hub_ext.common.limits.limited_profiles`).  ``ask``: whether the
+    backend may be asked (a Slurm hub reads its nodes with ``sinfo`` when it starts)."""
+    import copy
+
+    from .backends import backend
+    from .common.limits import limited_profiles
+
+    profiles = load_profiles(settings.profiles_file)
+    if settings.profiles_file:
+        return profiles
+    node = backend(settings.backend).profile_node(settings, ask)
+    return limited_profiles(profiles, node) if node else copy.deepcopy(profiles)
 
 
 def proxy_command(settings: Settings) -> list[str]:
@@ -121,13 +140,12 @@ def apply_config(c, settings: Settings) -> None:
     # What both backends' spawners read, set once on the core's sections: every spawner
     # is a SpawnerCore, and traitlets gives an instance the sections of each Configurable
     # class in its MRO (the nearest class winning), as TLJH sets c.Spawner.*
-    from .common.limits import Node, apply_limits_config, limited_profiles, node_gpu_count
+    from jupyterhub.app import JupyterHub
 
-    node = Node.probe(node_gpu_count(settings.gpus))
-    profiles = load_profiles(settings.profiles_file)
-    if not settings.profiles_file:
-        profiles = limited_profiles(profiles, node)
-    apply_limits_config(c, settings, node)
+    from .common.limits import Node, apply_limits_config, node_gpu_count
+
+    profiles = hub_profiles(settings, ask=JupyterHub.initialized())
+    apply_limits_config(c, settings, Node.probe(node_gpu_count(settings.gpus)))
     c.SpawnerCore.profile_list = profiles
     c.SpawnerCore.image = settings.image
     c.Spawner.start_timeout = 120
@@ -167,6 +185,13 @@ def apply_config(c, settings: Settings) -> None:
     from .jobs.hubconfig import apply_jobs_config
 
     apply_jobs_config(c, settings)  # after the board's roles
+    from .kernels.hubconfig import apply_kernels_config
+
+    apply_kernels_config(c, settings)  # after the jobs' (server token scopes, the limit)
+
+    from .ops.my_gpus import apply_my_gpus_config
+
+    apply_my_gpus_config(c)  # after the jobs' and kernels' server token scopes
 
     from .ops.serving import apply_serving_config
 
@@ -175,8 +200,6 @@ def apply_config(c, settings: Settings) -> None:
     from .ops.service_guard import guard_services
 
     guard_services(c, state)
-    from jupyterhub.app import JupyterHub
-
     if JupyterHub.initialized():  # the hub loading this configuration, not a config check
         from .common.periodic import stop_passes_first
 

@@ -3,6 +3,10 @@
     gpuhub config show  [--env-file .env]            every setting, its value, its source
     gpuhub config check [--env-file .env] [--reach]  exit 0 when the hub would start
 
+With docker-compose, ``docker-compose run --rm check`` runs ``gpuhub config check
+--env-file /etc/gpuhub/env --reach`` beside the hub, on ``.env`` as edited
+(``docker-compose run --rm check --no-reach`` before the stack is up).
+
 Both read the environment, then the ``.env`` file that ``gpuhub init`` writes and docker
 compose passes to the hub (``env_file: .env``; read with python-dotenv), then the declared
 defaults (:mod:`hub_ext.settings`).  Values set in docker-compose.yml's ``environment:``
@@ -16,8 +20,11 @@ settings name: the profile list (:func:`hub_ext.spawn.profiles.init_profiles`, a
 does), the datasets (the spawner's own ``datasets`` validation), the uid map (each entry
 as a spawn reads it).  A ``GPUHUB_*`` variable that no setting declares is an error here
 (the hub only warns).  ``--reach`` also asks, with short time-outs, whatever the settings
-use: the OIDC provider's discovery document, the Credits API (with the hub's token), the
-Docker engine, Slurm's controller (``scontrol ping``, on the submit host).
+use: the OIDC provider's discovery document and whether it accepts the hub's client id
+and secret (:mod:`hub_ext.login.reach`), the Credits API (with the hub's token), the
+Docker engine, Slurm's controller (``scontrol ping``, on the submit host), and then
+whether each profile can ever start on what the backend has (the Docker host's memory,
+CPUs and GPUs; the memory, CPUs and GPUs of the nodes of a profile's Slurm partition).
 Docs: reference/cli, how-to/check-settings.
 """
 
@@ -32,7 +39,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from .backends import backend, reason
-from .settings import BACKENDS, Reading, declared, read, settings_of, unknown_warning
+from .settings import (
+    BACKENDS,
+    Reading,
+    declared,
+    read,
+    settings_of,
+    shadowed_error,
+    unknown_warning,
+)
 
 TIMEOUT = 5  # seconds, for each --reach question
 
@@ -55,9 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         if name == "check":
             p.add_argument(
                 "--reach",
-                action="store_true",
+                action=argparse.BooleanOptionalAction,
+                default=False,
                 help="also ask the OIDC provider, the Credits API, the Docker "
-                "engine or Slurm's controller, as the settings use them",
+                "engine or Slurm's controller, as the settings use them, and check each "
+                "profile against what the backend has (--no-reach: do not; the default)",
             )
     parser.set_defaults(func=config)
 
@@ -109,6 +126,7 @@ def check(reading: Reading, reach: bool = False) -> int:
     """Print each problem on a line of its own; 0 when there is none, else 1."""
     problems = list(reading.errors)
     problems += [unknown_warning(n, c) for n, c in reading.unknown.items()]
+    problems += [shadowed_error(n, t, reading.dotenv_name) for n, t in reading.shadowed.items()]
     if not reading.errors:
         settings = settings_of(reading)
         file_problems = check_files(settings)
@@ -202,16 +220,9 @@ def check_reach(settings) -> list[str]:
 
     problems = []
     if settings.oidc_issuer:
-        from .login.oidc import discovery_url, provider_metadata
+        from .login.reach import check_provider
 
-        url = discovery_url(settings.oidc_issuer)
-        try:
-            r = httpx.get(url, timeout=TIMEOUT)
-            r.raise_for_status()
-            provider_metadata(r.json(), settings.oidc_issuer)
-            print(f"ok: the OIDC provider's discovery document ({url})")
-        except (httpx.HTTPError, ValueError) as e:
-            problems.append(f"GPUHUB_OIDC_ISSUER: {url}: {reason(e)}")
+        problems += check_provider(settings, TIMEOUT)
     if settings.credits and settings.credits_url:
         url = settings.credits_url.rstrip("/") + "/v1/accounts/gpuhub-config-check"
         try:
@@ -229,5 +240,15 @@ def check_reach(settings) -> list[str]:
                 print(f"ok: the Credits API ({settings.credits_url}) accepts the hub's token")
         except httpx.HTTPError as e:
             problems.append(f"GPUHUB_CREDITS_URL: {settings.credits_url}: {reason(e)}")
-    problems += backend(settings.backend).reach(settings, TIMEOUT)
+    part = backend(settings.backend)
+    reached = part.reach(settings, TIMEOUT)
+    problems += reached
+    if not reached:  # the profiles, against what the backend has
+        from .config import hub_profiles
+
+        try:
+            profiles = hub_profiles(settings, ask=True)
+        except (OSError, ValueError):  # check_files names the file
+            profiles = []
+        problems += part.check_profiles(settings, profiles, TIMEOUT)
     return problems

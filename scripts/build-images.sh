@@ -432,7 +432,9 @@ build_hub() {
     cp -l "$wh"/*.whl "$ctx/images/hub/wheelhouse/" 2>/dev/null || cp "$wh"/*.whl "$ctx/images/hub/wheelhouse/"
     [ -x "$repo/node_modules/.bin/configurable-http-proxy" ] \
       || die "hub: offline builds copy configurable-http-proxy from ./node_modules; run npm ci (scripts/setup.sh)"
-    cp -a "$repo/node_modules" "$ctx/images/hub/vendor/node_modules"
+    # node_modules/. : its contents also where node_modules is a link (a git worktree's)
+    mkdir -p "$ctx/images/hub/vendor/node_modules"
+    cp -a "$repo/node_modules/." "$ctx/images/hub/vendor/node_modules/"
   fi
   docker_build hub -f "$ctx/images/hub/Dockerfile" -t "$ns/hub:latest" "${oci_args[@]}" \
     --build-arg "BASE_IMAGE=$from" --build-arg "BUILD_FINGERPRINT=$fp" "$ctx"

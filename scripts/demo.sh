@@ -30,7 +30,7 @@ if [ "$GPUHUB_BACKEND" = slurm ]; then
   bash scripts/slurm-cluster.sh image gpuhub/base:latest gpuhub/pytorch:latest
   slurm_dir="${GPUHUB_SLURM_DIR:-/srv/gpuhub-slurm}"
   # the demo's people are Unix accounts on the cluster: Slurm runs a job as its owner
-  for name in admin alice bob; do id "$name" >/dev/null 2>&1 || useradd --no-create-home "$name"; done
+  for name in admin alice bob carol; do id "$name" >/dev/null 2>&1 || useradd --no-create-home "$name"; done
   export GPUHUB_SLURM_CONF="${GPUHUB_SLURM_CONF:-$slurm_dir/slurm.conf}"
   export GPUHUB_SLURM_IMAGE_DIR="${GPUHUB_SLURM_IMAGE_DIR:-$slurm_dir/images}"
   export GPUHUB_SLURM_WORKSPACE="${GPUHUB_SLURM_WORKSPACE:-$slurm_dir/shared/home/{username\}}"
@@ -64,7 +64,26 @@ except Exception as e:
   esac
 fi
 export GPUHUB_DEMO_LOGIN="${GPUHUB_DEMO_LOGIN:-1}"
-export GPUHUB_DOCKER_NETWORK="${GPUHUB_DOCKER_NETWORK:-host}"
+# the demo's own names, never production's (jupyter-<name>, volume jupyterhub-user-<name>):
+# a production hub on this machine later neither adopts the demo's servers nor gives its
+# members the demo's workspaces
+export GPUHUB_HUB_ID="${GPUHUB_HUB_ID:-demo}"
+export GPUHUB_CONTAINER_PREFIX="${GPUHUB_CONTAINER_PREFIX:-$GPUHUB_HUB_ID-jupyter}"
+export GPUHUB_WORKSPACE="${GPUHUB_WORKSPACE:-$GPUHUB_HUB_ID-user-{username\}}"
+if [ "$GPUHUB_BACKEND" = docker ] && [ -z "${GPUHUB_DOCKER_NETWORK:-}" ]; then
+  # each member's server in a network namespace of its own, on a bridge network of the
+  # demo's (GPUHUB_DEMO_NETWORK; GPUHUB_DEMO_SUBNET: three octets of a /24), firewalled as
+  # production's: a server reaches the hub API on the bridge's gateway and nothing else of
+  # this machine, and no other server (deploy/network/gpuhub-network.sh, which also removes
+  # it: `... remove` with these variables; docs/explanation/security.md)
+  subnet="${GPUHUB_DEMO_SUBNET:-10.217.0}"
+  export GPUHUB_NETWORK="${GPUHUB_DEMO_NETWORK:-gpuhub-demo}" \
+    GPUHUB_NETWORK_SUBNET="$subnet.0/24" GPUHUB_NETWORK_BRIDGE="ghd-$(echo "${subnet#*.}" | tr . -)" \
+    GPUHUB_HUB_ADDRESS="$subnet.1" GPUHUB_NETWORK_HUB_PORTS="${GPUHUB_HUB_PORT:-8081}"
+  bash deploy/network/gpuhub-network.sh create
+  bash deploy/network/gpuhub-network.sh rules
+  export GPUHUB_DOCKER_NETWORK="$GPUHUB_NETWORK" GPUHUB_HUB_IP="$subnet.1"
+fi
 state="${GPUHUB_STATE_DIR:-var}"
 mkdir -p "$state"
 
@@ -87,10 +106,13 @@ export GPUHUB_ALLOWED_GROUPS="${GPUHUB_ALLOWED_GROUPS:-gpu-members}"
 export GPUHUB_ADMIN_GROUPS="${GPUHUB_ADMIN_GROUPS:-hub-admins}"
 export GPUHUB_ADMIN_CONTACT="${GPUHUB_ADMIN_CONTACT:-the demo admin (sign in as admin)}"
 export GPUHUB_INITIAL_CREDITS="${GPUHUB_INITIAL_CREDITS:-10}"
+# the demo's course ML101: bob its student (group ml101), carol its instructor
+export GPUHUB_COURSES="${GPUHUB_COURSES:-$PWD/deploy/demo/courses.json}"
 user() { printf '{"sub":"%s","preferred_username":"%s","email":"%s@example.org","groups":%s}' \
   "$1" "$1" "$1" "$2"; }
-# a fresh secret per run: the provider asks for it before it hands out an identity, so a
-# member's container on the host network cannot sign in as admin (hub_ext/login/demo_provider.py)
+# a fresh secret per run: the provider asks for it before it hands out an identity, so code
+# that shares its loopback (a member's container with GPUHUB_DOCKER_NETWORK=host) cannot
+# sign in as admin (hub_ext/login/demo_provider.py)
 (umask 077; .venv/bin/python -c "import secrets; print(secrets.token_urlsafe(12))" \
   > "$state/demo-login-secret")
 demo_secret="$(cat "$state/demo-login-secret")"
@@ -99,6 +121,7 @@ demo_secret="$(cat "$state/demo-login-secret")"
   --user-claims "$(user admin '["hub-admins","gpu-members"]')" \
   --user-claims "$(user alice '["gpu-members"]')" \
   --user-claims "$(user bob '["gpu-members","ml101"]')" \
+  --user-claims "$(user carol '["ml101-instructors"]')" \
   --user-claims "$(user mallory '[]')" \
   > "$state/oidc-provider.log" 2>&1 &
 oidc_pid=$!
@@ -111,7 +134,21 @@ done
 
 echo "demo: open http://127.0.0.1:${GPUHUB_PORT:-8000} and sign in at the demo provider as"
 echo "      admin (an admin), alice or bob (members, $GPUHUB_INITIAL_CREDITS credits to start)"
-echo "      or mallory (not a member: refused)"
+echo "      carol (instructor of the course ML101, whose student is bob; its account"
+echo "      course-ml101 gets 100 credits) or mallory (not a member: refused)"
 echo "demo: the sign-in page asks for a password (any user name): $demo_secret"
 echo "      (a new one each run; also in $state/demo-login-secret)"
+# ML101's account: 100 credits once the hub's own credits service answers (the same
+# Idempotency-Key every run, so granted once)
+if [ "${GPUHUB_CREDITS:-on}" = on ] && [ -z "${GPUHUB_CREDITS_URL:-}" ]; then
+  (for _ in $(seq 120); do
+    .venv/bin/gpuhub credits grant course-ml101 100 --key demo-course-ml101 \
+      --reason "the demo course's budget" >/dev/null 2>&1 && exit 0
+    sleep 1
+  done) &
+fi
+if [ -n "${GPUHUB_HUB_IP:-}" ]; then
+  echo "demo: the hub API listens on $GPUHUB_HUB_IP; gpuhub commands in another shell need"
+  echo "      GPUHUB_HUB_IP=$GPUHUB_HUB_IP (e.g. GPUHUB_HUB_IP=$GPUHUB_HUB_IP .venv/bin/gpuhub gpus)"
+fi
 .venv/bin/jupyterhub -f jupyterhub_config.py

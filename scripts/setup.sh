@@ -3,14 +3,18 @@
 # machine or an existing one (each step is skipped when already done):
 #   system packages, the Docker engine (scripts/start-dockerd.sh), the Python virtual
 #   environment .venv with this project, configurable-http-proxy (npm), and the images.
-# Usage: scripts/setup.sh [--for demo|slurm|tests] [--list-packages] [IMAGE ...]
-#   --for demo    what the Docker demo needs (scripts/demo.sh): Docker, mmdebstrap, Node, the
-#                 hub and the demo's OIDC provider; no Slurm, no databases, no browser
+# Usage: scripts/setup.sh [--for demo|slurm|tests|docs] [--list-packages] [IMAGE ...]
+#   --for demo    what the Docker demo needs (scripts/demo.sh): Docker, iptables (the members'
+#                 network, deploy/network/gpuhub-network.sh), mmdebstrap, Node, the hub and
+#                 the demo's OIDC provider; no Slurm, no databases, no browser
 #   --for slurm   the demo on the Slurm backend (scripts/demo.sh --backend slurm): the above
-#                 plus Slurm, munge, bubblewrap, slurmdbd and MariaDB (its accounting)
+#                 plus Slurm, munge, bubblewrap, slirp4netns and passt (the jobs' outbound
+#                 traffic, GPUHUB_SLURM_OUTBOUND), slurmdbd and MariaDB (its accounting)
 #   --for tests   (the default) everything the test tiers use: the above plus PostgreSQL,
 #                 Chromium, docker-compose, openssh (the Slurm submit host), the test extras
 #                 and the docs' (Sphinx, which the tests run)
+#   --for docs    what scripts/docs.sh needs: .venv with the docs extra (Sphinx, MyST) and
+#                 nothing else: no Debian packages, no Docker, no Node, no images
 #   --list-packages  print the Debian packages that purpose needs, one a line, and stop
 #   IMAGE         images default to: base pytorch hub postgres, the notebook images and what
 #                 docker-compose.yml runs (see scripts/build-images.sh)
@@ -28,17 +32,21 @@ while [ "$#" -gt 0 ]; do
     *) break ;;
   esac
 done
-demo_packages=(docker.io mmdebstrap gcc openssl curl)
-slurm_packages=(slurm-wlm munge iproute2 bubblewrap slurmdbd mariadb-server)
+demo_packages=(docker.io iptables mmdebstrap gcc openssl curl)
+slurm_packages=(slurm-wlm munge iproute2 bubblewrap slirp4netns passt slurmdbd mariadb-server)
 test_packages=(docker-compose postgresql chromium openssh-server openssh-client)
 case "$purpose" in
   demo) packages=("${demo_packages[@]}"); extras=demo ;;
   slurm) packages=("${demo_packages[@]}" "${slurm_packages[@]}"); extras=demo ;;
   tests) packages=("${demo_packages[@]}" "${slurm_packages[@]}" "${test_packages[@]}")
          extras=test,docs ;;
-  *) echo "setup.sh: --for takes demo, slurm or tests, not '$purpose'" >&2; exit 2 ;;
+  docs) packages=(); extras=docs ;;
+  *) echo "setup.sh: --for takes demo, slurm, tests or docs, not '$purpose'" >&2; exit 2 ;;
 esac
-if [ -n "$list_only" ]; then printf '%s\n' "${packages[@]}"; exit 0; fi
+if [ -n "$list_only" ]; then
+  [ "${#packages[@]}" -eq 0 ] || printf '%s\n' "${packages[@]}"
+  exit 0
+fi
 
 # Debian packages, each only when what it provides is missing. Node and npm are judged by
 # their commands: a machine with NodeSource's nodejs (which bundles npm) cannot also take
@@ -47,8 +55,10 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-command -v node >/dev/null 2>&1 || missing+=(nodejs)
-command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ "$purpose" != docs ]; then
+  command -v node >/dev/null 2>&1 || missing+=(nodejs)
+  command -v npm >/dev/null 2>&1 || missing+=(npm)
+fi
 if [ "${#missing[@]}" -gt 0 ]; then
   step "apt: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -56,8 +66,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-step "docker engine"
-bash scripts/start-dockerd.sh
+if [ "$purpose" != docs ]; then
+  step "docker engine"
+  bash scripts/start-dockerd.sh
+fi
 
 # .venv/.installed-<extras> marks what was installed, and when: a newer pyproject.toml
 # installs again
@@ -71,6 +83,8 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import hub_ext, jupyterhu
   # the test extras hold the demo's
   [ "$extras" = demo ] || touch .venv/.installed-demo
 fi
+
+[ "$purpose" != docs ] || exit 0  # the docs need nothing below
 
 if [ ! -x node_modules/.bin/configurable-http-proxy ]; then
   step "npm: configurable-http-proxy"

@@ -55,7 +55,8 @@
 #
 # Settings (environment): GPUHUB_SLURM_DIR (default /srv/gpuhub-slurm: configuration, state,
 # logs, devices, and the shared storage DIR/shared that every node sees),
-# GPUHUB_SLURM_NODES (2), GPUHUB_SLURM_DBD (yes: accounting; no: none),
+# GPUHUB_SLURM_NODES (2), GPUHUB_SLURM_NODE_MEMORY (each node's RealMemory in MB; default: the
+# machine's memory divided among the nodes), GPUHUB_SLURM_DBD (yes: accounting; no: none),
 # GPUHUB_SLURM_SUBNET (10.215.15), GPUHUB_SLURM_PORT (6817; slurmd, slurmdbd and MariaDB +1..3),
 # GPUHUB_SLURM_SCHEDULER_PARAMETERS (see deploy/slurm/slurm.conf.in; bf_interval=30 gives
 # Slurm's own defaults, for comparison).  A second cluster beside the first (another
@@ -84,7 +85,10 @@ SSHD=/usr/sbin/sshd
 GPUS_PER_NODE=2
 # each node claims the machine's own CPUs (cgroup.conf ConstrainCores pins jobs to them)
 NODE_CPUS=$(nproc)
-NODE_MEMORY=4096
+# and an equal part of the machine's memory (slurm.conf config_overrides lets them claim
+# it), so that a node takes a GPU server per GPU and CPU servers beside them with the limits
+# the hub derives from it (hub_ext/common/limits.py)
+NODE_MEMORY=${GPUHUB_SLURM_NODE_MEMORY:-$(( $(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo) / NODES ))}
 DEF_MEM_PER_CPU=1024
 export SLURM_CONF=$DIR/slurm.conf
 
@@ -125,6 +129,9 @@ write_config() {
     done
     gres+="NodeName=$n Name=gpu File=$DIR/dev/$n/nvidia[0-$((GPUS_PER_NODE - 1))]"$'\n'
   done
+  # the jobs' outbound traffic (GPUHUB_SLURM_OUTBOUND: slirp4netns, pasta) opens /dev/net/tun
+  # as the member, which Debian's own mode (0666) allows; some machines ship it 0600
+  if [ -c /dev/net/tun ]; then chmod 0666 /dev/net/tun; fi
   local mode proctrack task cgplugin constrain
   mode=$(cgroup_mode)
   case $mode in
@@ -239,7 +246,8 @@ setup_login_network() {
 
 login_start() {
   if [ ! -x "$SSHD" ]; then
-    say "no submit host: $SSHD is missing (apt-get install openssh-server; scripts/setup.sh does)"
+    # the demo (setup.sh --for slurm) needs none: its hub submits on this machine
+    say "no submit host (sshd is not installed): the hub submits on this machine, as the demo does; the submit-host tests need one (scripts/setup.sh --for tests, or apt-get install openssh-server)"
     return
   fi
   login_files

@@ -5,6 +5,7 @@ pytest_plugins = [
     "tests.fixtures.credits",
     "tests.fixtures.oidc",
     "tests.fixtures.hub",
+    "tests.fixtures.network",
     "tests.fixtures.browser",
     "tests.fixtures.slurm",
 ]

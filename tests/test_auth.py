@@ -191,6 +191,100 @@ def test_discovery_document_of_another_issuer_is_refused():
     ).token_endpoint.endswith("/t")
 
 
+@pytest.mark.parametrize(
+    "supported, configured, method",
+    [
+        pytest.param(None, "", "client_secret_basic", id="field-absent-means-basic"),
+        pytest.param(
+            ["client_secret_post", "client_secret_basic"], "", "client_secret_basic", id="both"
+        ),
+        pytest.param(["client_secret_post"], "", "client_secret_post", id="only-post"),
+        pytest.param(["client_secret_basic"], "", "client_secret_basic", id="only-basic"),
+        pytest.param(None, "client_secret_post", "client_secret_post", id="setting-wins"),
+    ],
+)
+def test_token_auth_method_comes_from_the_discovery_document(supported, configured, method):
+    assert oidc.token_auth_method(supported, configured) == method
+
+
+def test_a_provider_without_client_secret_methods_is_named():
+    with pytest.raises(ValueError, match="lists private_key_jwt"):
+        oidc.token_auth_method(("private_key_jwt",))
+    doc = {
+        "issuer": "https://idp.example",
+        "authorization_endpoint": "https://idp.example/a",
+        "token_endpoint": "https://idp.example/t",
+        "jwks_uri": "https://idp.example/k",
+    }
+    assert oidc.provider_metadata(doc, "https://idp.example").token_endpoint_auth_methods is None
+    listed = {**doc, "token_endpoint_auth_methods_supported": ["client_secret_post"]}
+    assert oidc.provider_metadata(listed, "https://idp.example").token_endpoint_auth_methods == (
+        "client_secret_post",
+    )
+
+
+# -- the hub's own client credentials ---------------------------------------------------------
+
+
+async def login_at_registered_client(hub_factory, profiles, oidc_provider, method, **env):
+    """alice logs in at a hub whose client is registered at the provider, which then takes
+    its secret only sent as ``method`` (and only that secret); ``env`` may change what the
+    hub sends.  Returns the hub, alice's browser and the hub's answer to the callback."""
+    hub = await hub_factory(start=False, GPUHUB_PROFILES=profiles)
+    client_id, secret = oidc_provider.register_client(f"{hub.url}/hub/oauth_callback", method)
+    hub.env.update({"GPUHUB_OIDC_CLIENT_ID": client_id, "GPUHUB_OIDC_CLIENT_SECRET": secret, **env})
+    await hub.start()
+    oidc_provider.member("alice")
+    client = browser(hub)
+    return hub, client, await oidc_login(client, hub.url, "alice")
+
+
+@real_hub
+@pytest.mark.parametrize(
+    "method, env",
+    [
+        # the provider's discovery lists no token_endpoint_auth_methods_supported: OpenID
+        # Connect's default, client_secret_basic, is what it takes
+        pytest.param("client_secret_basic", {}, id="basic-by-default"),
+        pytest.param(
+            "client_secret_post",
+            {"GPUHUB_OIDC_TOKEN_AUTH": "client_secret_post"},
+            id="post-when-set",
+        ),
+    ],
+)
+async def test_login_works_with_a_provider_that_enforces_its_client_auth_method(
+    hub_factory, profiles, oidc_provider, method, env
+):
+    hub, client, r = await login_at_registered_client(
+        hub_factory, profiles, oidc_provider, method, **env
+    )
+    assert r.status_code == 302, r.text[:500]
+    assert await is_logged_in(client)
+    assert f"({method})" in hub.log()
+    assert_no_secrets(hub)
+
+
+@real_hub
+async def test_a_wrong_client_secret_tells_members_sign_in_is_misconfigured(
+    hub_factory, profiles, oidc_provider
+):
+    hub, client, r = await login_at_registered_client(
+        hub_factory,
+        profiles,
+        oidc_provider,
+        "client_secret_basic",
+        GPUHUB_OIDC_CLIENT_SECRET="not-the-registered-secret",
+    )
+    assert r.status_code == 503, r.text[:500]
+    assert "Sign-in to this hub is misconfigured" in r.text
+    assert f'Please tell <strong class="gpuhub-admin-contact">{ADMIN_CONTACT}' in r.text
+    assert "already used or has expired" not in r.text and "Traceback" not in r.text
+    assert "refused the hub's client credentials (401 invalid_client)" in hub.log()
+    assert not await is_logged_in(client)
+    assert_no_secrets(hub, "not-the-registered-secret")
+
+
 # -- members, admins, groups ------------------------------------------------------------------
 
 

@@ -51,7 +51,8 @@ async def test_gpuhub_gpus_prints_the_running_hubs_board_and_says_when_none_answ
     assert none.stdout == ""
     assert len(none.stderr.splitlines()) == 1, none.stderr
     assert none.stderr.startswith(
-        f"gpuhub gpus: no hub answers at http://127.0.0.1:{hub.hub_port}/hub/api/gpuhub/gpus"
+        f"gpuhub gpus: no hub answers at http://{hub.env['GPUHUB_HUB_IP']}:{hub.hub_port}"
+        "/hub/api/gpuhub/gpus"
     )
     assert "Traceback" not in none.stderr
 

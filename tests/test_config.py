@@ -16,7 +16,10 @@ from hub_ext.culling.culler import log_request
 from hub_ext.culling.hubconfig import HOOK, cull_every
 from hub_ext.jobs.handlers import JOBS_SCOPE
 from hub_ext.jobs.hubconfig import HOOK as JOBS_HOOK
+from hub_ext.kernels.handlers import KERNELS_SCOPE
+from hub_ext.kernels.hubconfig import HOOK as KERNELS_HOOK
 from hub_ext.ops.board import GPUS_SCOPE, LINE_ADMIN_SCOPE
+from hub_ext.ops.my_gpus import MINE_SCOPE
 from hub_ext.reservations.handlers import RESERVATIONS_SCOPE
 
 
@@ -239,8 +242,14 @@ def test_idle_culler_runs_as_a_managed_service_with_only_its_scopes(tmp_path, mo
 
 def test_culler_hook_follows_credits_and_sees_every_request(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch)
-    # the jobs hook first: a forged job start is refused before anything is asked
-    assert spawner_reads(c).before_container_hooks == [JOBS_HOOK, CREDITS_HOOK, HOOK]
+    # the kernels' and jobs' hooks first: a forged kernel or job start is refused before
+    # anything is asked
+    assert spawner_reads(c).before_container_hooks == [
+        KERNELS_HOOK,
+        JOBS_HOOK,
+        CREDITS_HOOK,
+        HOOK,
+    ]
     assert c.JupyterHub.tornado_settings["log_function"] is log_request
     assert c.JupyterHub.template_vars["gpuhub_notices"] is home_notices
     assert c.Culler.service_name == "idle-culler"
@@ -327,6 +336,7 @@ def test_gpu_board_scope_goes_to_the_admin_groups(tmp_path, monkeypatch):
         LINE_ADMIN_SCOPE,
         RESERVATIONS_SCOPE,
         JOBS_SCOPE,
+        KERNELS_SCOPE,
     ]
     assert RESERVATIONS_SCOPE in c.JupyterHub.custom_scopes
     assert role(c, "gpuhub-gpu-admins")["groups"] == ["hub-admins", "staff"]
@@ -347,7 +357,7 @@ def test_the_cli_service_reads_the_gpu_board_manages_reservations_and_nothing_el
         "name": "gpuhub-cli",
         "description": "gpuhub gpus and gpuhub reservations on the hub's machine: read the "
         "GPU board, manage reservations",
-        "scopes": [GPUS_SCOPE, RESERVATIONS_SCOPE, JOBS_SCOPE],
+        "scopes": [GPUS_SCOPE, RESERVATIONS_SCOPE, JOBS_SCOPE, KERNELS_SCOPE],
         "services": ["gpuhub-cli"],
     }
 
@@ -355,7 +365,12 @@ def test_the_cli_service_reads_the_gpu_board_manages_reservations_and_nothing_el
 def test_on_slurm_runs_are_recorded_and_the_culler_reads_no_local_gpus(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_BACKEND="slurm")
     assert c.JupyterHub.spawner_class == "hub_ext.slurm.spawner.GPUSlurmSpawner"
-    assert spawner_reads(c, "slurm").before_container_hooks == [JOBS_HOOK, CREDITS_HOOK, HOOK]
+    assert spawner_reads(c, "slurm").before_container_hooks == [
+        KERNELS_HOOK,
+        JOBS_HOOK,
+        CREDITS_HOOK,
+        HOOK,
+    ]
     assert c.Culler.gpu_units is None  # no NVML readings on the hub's machine
 
 
@@ -457,7 +472,7 @@ def test_a_slurm_spawner_reads_the_core_sections_and_its_own(tmp_path, monkeypat
         spawner.start_timeout,
         spawner.req_partition,
     ) == ("site/img:1", 7200, "/lab", 60, 3600, "gpu")
-    assert spawner.before_container_hooks == [JOBS_HOOK, CREDITS_HOOK, HOOK]
+    assert spawner.before_container_hooks == [KERNELS_HOOK, JOBS_HOOK, CREDITS_HOOK, HOOK]
     assert [p["slug"] for p in spawner.profile_list] == ["cpu", "pytorch"]
 
 
@@ -477,12 +492,21 @@ def test_members_and_their_servers_hold_the_jobs_scope_for_their_own_jobs_only(
 ):
     c = configure(tmp_path, monkeypatch, GPUHUB_JOBS_PER_USER="2", GPUHUB_JOB_NOTEBOOK_MAX_MIB="5")
     assert JOBS_SCOPE in c.JupyterHub.custom_scopes
-    assert role(c, "user")["scopes"] == ["self", f"{JOBS_SCOPE}!user"]
-    # JupyterHub's own server role, and the member's jobs: what the Scheduler needs
+    assert role(c, "user")["scopes"] == [
+        "self",
+        f"{JOBS_SCOPE}!user",
+        f"{KERNELS_SCOPE}!user",
+        f"{MINE_SCOPE}!user",
+    ]
+    # JupyterHub's own server role, the member's jobs and GPU kernels (what the Scheduler
+    # and the kernel provisioner need), and the GPUs of that one server and its GPU
+    # kernels (JupyterLab's status bar)
     assert c.Spawner.server_token_scopes == [
         "users:activity!user",
         "access:servers!server",
         f"{JOBS_SCOPE}!user",
+        f"{KERNELS_SCOPE}!user",
+        f"{MINE_SCOPE}!server",
     ]
     routes = [route for route, _ in c.JupyterHub.extra_handlers]
     assert {"/api/gpuhub/jobs", "/api/gpuhub/jobs/environments"} <= set(routes)

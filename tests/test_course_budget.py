@@ -52,6 +52,12 @@ def test_the_course_pays_for_the_servers_inside_its_reservation_only():
     courses = {"ml101": {"group": "ml101", "account": "course-ml101", "display_name": "ML101"}}
     payer = course_payer(rules, ("alice", ""), courses)  # the first of the group
     assert (payer.slug, payer.account, payer.until) == ("ml101", "course-ml101", window.end)
+    assert payer.until_text() == "16:00 UTC"  # T0's day: no date
+    week = Window(1, "ml101", "ML101", "gpu", 1, T0, T0 + timedelta(days=7))
+    later = course_payer(
+        SimpleNamespace(open=[week], _holdings=lambda: holdings), ("alice", ""), courses
+    )
+    assert later.until_text() == "Thu 2026-12-03 14:00 UTC"  # another day: dated
     assert course_payer(rules, ("bob", ""), courses) is None  # beyond the reserved GPU
     assert course_payer(rules, ("eve", ""), courses) is None  # not in the group
     no_account = {"ml101": {"group": "ml101", "account": None}}

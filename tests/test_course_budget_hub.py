@@ -20,7 +20,14 @@ import pytest
 from hub_ext.ops.board import CLI_TOKEN_FILE
 from tests.fixtures.hub import eventually
 from tests.fixtures.oidc import MEMBERS
-from tests.test_reservation_enforcement_hub import PROFILES, hhmm, last_run, node, spawn_ready
+from tests.test_reservation_enforcement_hub import (
+    PROFILES,
+    last_run,
+    node,
+    span,
+    spawn_ready,
+    until,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
 
@@ -86,15 +93,16 @@ async def test_the_course_pays_during_its_window_and_the_member_when_it_cannot(
     assert r.status_code == 201, r.text
 
     # before the window: bob's card says how long a start may run, naming the course
-    until = (
-        f"1 GPU is reserved for ML101 from {hhmm(clock.start + START)} to "
-        f"{hhmm(clock.start + END)}: a server started now may run until then"
+    runs_until = (
+        f"1 GPU is reserved for ML101 {span(clock.start + START, clock.start + END)}: "
+        "a server started now may run until then"
     )
-    page = await eventually(lambda: _page_with(as_bob, until), what="bob's card")
+    page = await eventually(lambda: _page_with(as_bob, runs_until), what="bob's card")
     assert "Paid by you" in page
 
     clock.at(START + 1)
-    paid_by = f"Paid by ML101 during its reservation until {hhmm(clock.start + END)}"
+    ends = until(clock.start + START, clock.start + END)
+    paid_by = f"Paid by ML101 during its reservation until {ends}"
     await eventually(lambda: _page_with(as_alice, paid_by), what="alice's card")
     await spawn_ready(hub, alice)
     # the course's account paid the first interval, naming alice and the course

@@ -36,6 +36,44 @@ def test_courses_are_read_by_slug(tmp_path):
     }
 
 
+def test_a_course_bounds_its_instructors_reservations_with_defaults(tmp_path):
+    path = write(
+        tmp_path,
+        {
+            "ml101": {
+                **ML101,
+                "max_reserved_gpus": 2,
+                "max_reservation_hours": 3.5,
+                "max_days_ahead": 200,
+                "self_grants": True,
+            },
+            "ml102": {"group": "ml102", "instructors": ["ml102-staff"]},
+        },
+    )
+    courses = load_courses(path)
+    ml101, ml102 = courses["ml101"], courses["ml102"]
+    assert (ml101.max_reserved_gpus, ml101.max_reservation_hours, ml101.max_days_ahead) == (
+        2,
+        3.5,
+        200,
+    )
+    assert ml101.self_grants
+    # the defaults: half the hub's GPUs (None), 8 hours, 120 days; no grant to oneself
+    assert (ml102.max_reserved_gpus, ml102.max_reservation_hours, ml102.max_days_ahead) == (
+        None,
+        8.0,
+        120,
+    )
+    assert not ml102.self_grants
+
+
+def bad_field(name: str, value, words: str):
+    """ML101 with one field's value wrong, and the words naming it."""
+    return pytest.param(
+        {"ml101": {**ML101, name: value}}, f"course 'ml101': {name}: {words}", id=f"bad-{name}"
+    )
+
+
 @pytest.mark.parametrize(
     ("data", "words"),
     [
@@ -61,6 +99,10 @@ def test_courses_are_read_by_slug(tmp_path):
         pytest.param(
             {"ml101": {**ML101, "account": "a/b"}}, "course 'ml101': account: ", id="bad-account"
         ),
+        bad_field("max_reserved_gpus", 0, "a whole number of GPUs from 1 up, or null; got 0"),
+        bad_field("max_reservation_hours", "4", "hours one occurrence may last, more than 0"),
+        bad_field("max_days_ahead", 20000, "a whole number of days from 1 to 730; got 20000"),
+        bad_field("self_grants", "yes", "true or false; got 'yes'"),
         pytest.param(
             {"ml101": ML101, "ml101b": {**ML101, "display_name": "B"}},
             "course 'ml101b': group: 'ml101' is already the group of course 'ml101'",
@@ -80,8 +122,9 @@ def roles_of(c) -> dict[str, dict]:
 
 
 def test_each_course_gives_its_instructors_a_role_limited_to_its_group(tmp_path, monkeypatch):
+    bounded = {**ML101, "max_reserved_gpus": 1, "max_reservation_hours": 3}
     path = write(
-        tmp_path, {"ml101": ML101, "ml102": {"group": "ml102", "instructors": ["ml102-staff"]}}
+        tmp_path, {"ml101": bounded, "ml102": {"group": "ml102", "instructors": ["ml102-staff"]}}
     )
     c = Config()
     apply_config(
@@ -121,6 +164,22 @@ def test_each_course_gives_its_instructors_a_role_limited_to_its_group(tmp_path,
     assert "custom:gpuhub:courses:grant" in c.JupyterHub.custom_scopes
     # the grant endpoint knows the accounts, and has the managed service's admin token
     assert c.CourseGrants.courses["ml101"]["account"] == "course-ml101"
+    assert c.CourseGrants.courses["ml101"]["self_grants"] is False
+    # the reservations' endpoints know what each course's instructors may reserve
+    assert c.ReservationBounds.courses == {
+        "ml101": {
+            "label": "ML101",
+            "max_reserved_gpus": 1,
+            "max_reservation_hours": 3.0,
+            "max_days_ahead": 120,
+        },
+        "ml102": {
+            "label": "ml102",
+            "max_reserved_gpus": None,
+            "max_reservation_hours": 8.0,
+            "max_days_ahead": 120,
+        },
+    }
     assert c.CourseGrants.admin_token == (tmp_path / "credits-admin-token").read_text().strip()
     # the admins' role is unchanged
     assert "gpuhub-gpu-admins" in roles and roles["gpuhub-gpu-admins"]["groups"] == ["hub-admins"]

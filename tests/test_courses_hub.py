@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -23,6 +24,12 @@ from tests.fixtures.hub import eventually
 from tests.fixtures.oidc import MEMBERS
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub]
+
+
+def day(days: int, hour: int) -> str:
+    """ISO text of ``hour``:00 UTC, ``days`` from today."""
+    when = datetime.now(UTC) + timedelta(days=days)
+    return when.replace(hour=hour, minute=0, second=0, microsecond=0).isoformat()
 
 
 @pytest.fixture
@@ -42,7 +49,7 @@ async def test_an_instructor_runs_her_course_and_nothing_else(
     hub_factory, credits_service, admin_ledger, faults, tmp_path
 ):
     tag = uuid.uuid4().hex[:6]
-    alice, bob, carol = f"alice-{tag}", f"bob-{tag}", f"carol-{tag}"
+    alice, bob, carol, ivan = (f"{n}-{tag}" for n in ("alice", "bob", "carol", "ivan"))
     ml101_account, ml102_account = f"course-ml101-{tag}", f"course-ml102-{tag}"
     courses = tmp_path / "courses.json"
     courses.write_text(
@@ -53,6 +60,9 @@ async def test_an_instructor_runs_her_course_and_nothing_else(
                     "group": "ml101",
                     "instructors": ["ml101-instructors"],
                     "account": ml101_account,
+                    "max_reserved_gpus": 1,
+                    "max_reservation_hours": 3,
+                    "max_days_ahead": 60,
                 },
                 "ml102": {
                     "display_name": "ML102",
@@ -78,6 +88,8 @@ async def test_an_instructor_runs_her_course_and_nothing_else(
     # an instructor's group may log in although it is none of GPUHUB_ALLOWED_GROUPS
     carol_web = await hub.login(carol, groups=["ml101-instructors"])
     assert not await hub.is_admin(carol)
+    # ivan teaches ML101 and takes it too
+    ivan_web = await hub.login(ivan, groups=["ml101-instructors", "ml101"])
 
     async def as_carol(method, path, **kw):
         return await hub.browser_api(carol_web, method, path, **kw)
@@ -108,6 +120,16 @@ async def test_an_instructor_runs_her_course_and_nothing_else(
     )
     assert r.status_code == 402, r.text
     assert "ML101's account has 13.00 credits; it cannot pay 100.00" in r.json()["message"]
+    # nobody grants a course's credits to themselves (issue 28); ivan may grant to alice
+    r = await hub.browser_api(
+        ivan_web, "POST", "/gpuhub/courses/ml101/grants", json={"user": ivan, "amount": "5"}
+    )
+    assert r.status_code == 403, r.text
+    assert r.json()["message"] == (
+        "You may not grant ML101's credits to yourself: another instructor or an admin may. "
+        "(A course allows it with self_grants in GPUHUB_COURSES.)"
+    )
+    assert (await admin_ledger.balance(ml101_account)).balance == Decimal("13.00")
     forged = await as_carol("POST", "/gpuhub/courses/ml101/grants", content=b"[" * 4000)
     assert forged.status_code == 400 and "JSON object" in forged.json()["message"], forged.text
     assert "RecursionError" not in hub.log()
@@ -166,19 +188,36 @@ async def test_an_instructor_runs_her_course_and_nothing_else(
     assert (await admin_ledger.balance(bob)).balance <= Decimal("10.00")
     assert not await hub.is_admin(alice)
 
-    # -- a reservation for her course ------------------------------------------------------
-    r = await as_carol(
-        "POST",
-        "/gpuhub/reservations",
-        json={
-            "group": "ml101",
-            "gpus": 1,
-            "start": "2030-01-08T14:00:00+00:00",
-            "end": "2030-01-08T16:00:00+00:00",
-            "note": "ML101 lab",
-        },
-    )
+    # -- a reservation for her course, within its bounds ------------------------------------
+    lab = {"group": "ml101", "gpus": 1, "start": day(7, 14), "end": day(7, 16), "note": "ML101 lab"}
+    soon = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=5)
+    beyond = [
+        ({"gpus": 2}, "ML101 may reserve at most 1 GPU at once; this reservation asks for 2."),
+        ({"end": day(7, 18)}, "ML101's reservations last at most 3 hours per occurrence"),
+        (
+            {"start": day(70, 14), "end": day(70, 16)},
+            "ML101's reservations reach at most 60 days ahead",
+        ),
+        (
+            {"rrule": "FREQ=WEEKLY;INTERVAL=3;COUNT=1000"},
+            "ML101's reservations reach at most 60 days ahead",
+        ),
+        (
+            {"start": soon.isoformat(), "end": (soon + timedelta(hours=1)).isoformat()},
+            "starts at least 15 min from now",
+        ),
+    ]
+    for change, words in beyond:
+        r = await as_carol("POST", "/gpuhub/reservations", json={**lab, **change})
+        assert r.status_code == 403 and words in r.json()["message"], (change, r.text)
+    r = await as_carol("POST", "/gpuhub/reservations", json=lab)
     assert r.status_code == 201, r.text
+    # her page says what ML101 may reserve
+    page = await carol_web.get("/hub/reservations")
+    assert page.status_code == 200
+    assert "ML101 may reserve up to 1 GPU at once, 3 hours per occurrence, up to 60 days " in (
+        page.text
+    )
 
     # -- she stops alice's server, as the board's Stop does ---------------------------------
     r = await as_carol("DELETE", f"/users/{alice}/server")

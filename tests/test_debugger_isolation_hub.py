@@ -8,7 +8,8 @@ kernel's life.  While the member's JupyterLab is attached, a second client's ``a
 refused ("already being debugged"); once she turns the debugger off (JupyterLab sends
 ``disconnect``), anyone on the same loopback attaches, pauses her main thread and evaluates
 code in it: as her, with her files, GPUs and ``$JUPYTERHUB_API_TOKEN``.  Shared loopbacks:
-Docker with host networking (the demo's mode, this test) and every job of a Slurm node.
+Docker with host networking (this test; the demo and the bridge network give each server its
+own since issue 28) and, before issue 28, every job of a Slurm node.
 
 bob turns the debugger on and off as JupyterLab does (``debug_request`` on the control
 channel of his kernel's websocket) and runs a cell; alice, from her own terminal, speaks the
@@ -26,7 +27,7 @@ import re
 
 import pytest
 
-from tests.fixtures.hub import terminal_run
+from tests.fixtures.hub import started_servers, terminal_run
 from tests.fixtures.kernels import LISTENING, debug_requests, run_code, start_kernel
 
 CPU_ONLY = [{"display_name": "CPU only", "slug": "cpu", "default": True}]
@@ -172,14 +173,11 @@ async def alice_evaluates_in_bobs_kernel(hub, alice: str, bob: str, tokens: dict
 async def test_another_member_cannot_attach_to_a_kernels_debugger(hub_factory, tmp_path):
     profiles = tmp_path / "profiles.json"
     profiles.write_text(json.dumps(CPU_ONLY))
-    # GPUHUB_DOCKER_NETWORK=host, the demo's
-    hub = await hub_factory(GPUHUB_CREDITS="off", GPUHUB_PROFILES=str(profiles))
-    tokens = {name: await hub.create_user(name) for name in ("alice", "bob")}
-    for name in tokens:
-        r = await hub.spawn(name, {"profile": "cpu"})
-        assert r.status_code in (201, 202), r.text
-    for name in tokens:
-        await hub.wait_ready(name)
+    # host networking: one loopback for both servers (their own namespaces: issue 28)
+    hub = await hub_factory(
+        GPUHUB_CREDITS="off", GPUHUB_PROFILES=str(profiles), GPUHUB_DOCKER_NETWORK="host"
+    )
+    tokens = await started_servers(hub, ("alice", "bob"))
     step, got = await alice_evaluates_in_bobs_kernel(hub, "alice", "bob", tokens)
     # alice must not run code in bob's kernel (evaluate answers the value's repr)
     assert got.strip("'") != "bob", f"alice evaluated code in bob's kernel ({step}: {got})"
@@ -200,11 +198,6 @@ async def test_another_member_on_the_node_cannot_attach_to_a_kernels_debugger(
         extra_config='c.GPUSlurmSpawner.req_options = "--nodelist=node1"\n',
         GPUHUB_CREDITS="off",
     )
-    tokens = {name: await hub.create_user(name) for name in (alice, bob)}
-    for name in tokens:
-        r = await hub.spawn(name, {"profile": "cpu"})
-        assert r.status_code in (201, 202), r.text
-    for name in tokens:
-        await hub.wait_ready(name, timeout=180)
+    tokens = await started_servers(hub, (alice, bob), timeout=180)
     step, got = await alice_evaluates_in_bobs_kernel(hub, alice, bob, tokens)
     assert got.strip("'") != bob, f"{alice} evaluated code in {bob}'s kernel ({step}: {got})"

@@ -51,3 +51,25 @@ def test_broken_internal_link_fails_the_build(tmp_path):
     assert result.returncode != 0, "a broken link did not fail the build"
     assert "no-such-page" in result.stderr, result.stderr
     assert "no-such-heading" in result.stderr, result.stderr
+
+
+def test_docs_command_installs_what_it_lacks(tmp_path):
+    """Right after ``scripts/demo.sh`` (a .venv without Sphinx) or on a fresh clone,
+    ``scripts/docs.sh`` installs the docs extra (``scripts/setup.sh --for docs``) and builds,
+    as the demo and test commands install theirs.  Real pip, from the package registry."""
+    repo = tmp_path / "repo"
+    skip = shutil.ignore_patterns("_build", "_incoming", "__pycache__", "*.egg-info")
+    for part in ("docs", "hub_ext", "scripts"):
+        shutil.copytree(REPO / part, repo / part, ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, repo / name)
+    subprocess.run(["python3", "-m", "venv", str(repo / ".venv")], check=True, timeout=120)
+    result = subprocess.run(
+        ["bash", str(repo / "scripts" / "docs.sh")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, f"the docs command failed:\n{result.stderr[-3000:]}"
+    assert (repo / "docs" / "_build" / "html" / "tutorial" / "first-hub.html").exists()
+    assert (repo / ".venv" / ".installed-docs").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -215,6 +216,28 @@ def test_show_masks_secrets_and_says_where_each_value_came_from(tmp_path, site):
         assert secret not in r.stdout + r.stderr
 
 
+def test_check_names_each_env_file_value_the_environment_overrides(tmp_path, site):
+    """docker-compose.yml's environment: pins GPUHUB_PORT: the .env file's value is never
+    the hub's, and check says so instead of passing on the pinned one."""
+    (tmp_path / ".env").write_text(
+        "GPUHUB_PORT=eighty\nGPUHUB_OIDC_CLIENT_SECRET=from-the-env-file\nGPUHUB_HUB_PORT=8081\n"
+    )
+    env = {**site, "GPUHUB_PORT": "8000", "GPUHUB_HUB_PORT": "8081"}
+    r = gpuhub_config("check", cwd=tmp_path, **env)
+    assert r.returncode == 1, r.stdout
+    assert (
+        "error: GPUHUB_PORT='eighty' in .env has no effect: the hub's environment sets '8000' "
+        "(docker-compose.yml's environment: pins it, or the hub's container was made before "
+        "the file changed; docs: reference/compose)"
+    ) in r.stdout
+    assert (
+        "error: GPUHUB_OIDC_CLIENT_SECRET in .env has no effect: the hub's environment sets "
+        "another value"
+    ) in r.stdout
+    assert "GPUHUB_HUB_PORT" not in r.stdout  # the same value: nothing to say
+    assert "from-the-env-file" not in r.stdout and site["GPUHUB_OIDC_CLIENT_SECRET"] not in r.stdout
+
+
 def test_show_reads_the_env_file_it_is_given(tmp_path, site):
     (tmp_path / "prod.env").write_text("GPUHUB_BACKEND=slurm\n")
     r = gpuhub_config("show", "--env-file", "prod.env", cwd=tmp_path, **site)
@@ -256,6 +279,36 @@ def test_check_reach_asks_the_provider_the_credits_api_and_docker(
     assert "not-the-token" not in r.stdout
 
 
+def test_check_reach_tells_a_wrong_client_secret(tmp_path, site, oidc_provider):
+    """A made-up code at the token endpoint: 400 invalid_grant with the right client secret,
+    401 invalid_client with a wrong one (or one sent the way the provider does not take)."""
+    client_id, secret = oidc_provider.register_client("https://hub.example/hub/oauth_callback")
+    env = {
+        **site,
+        "GPUHUB_OIDC_ISSUER": oidc_provider.url,
+        "GPUHUB_OIDC_CLIENT_ID": client_id,
+        "GPUHUB_OIDC_CLIENT_SECRET": secret,
+    }
+    r = gpuhub_config("check", "--reach", cwd=tmp_path, **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (
+        "ok: the OIDC provider accepts the hub's client id and secret (client_secret_basic)"
+        in r.stdout
+    )
+
+    for wrong in (
+        {"GPUHUB_OIDC_CLIENT_SECRET": "not-the-secret"},
+        {"GPUHUB_OIDC_TOKEN_AUTH": "client_secret_post"},
+    ):
+        r = gpuhub_config("check", "--reach", cwd=tmp_path, **{**env, **wrong})
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert (
+            "error: GPUHUB_OIDC_CLIENT_SECRET: the provider's token endpoint refused the hub's "
+            f"client id {client_id!r} and its secret (401 invalid_client" in r.stdout
+        ), r.stdout
+        assert "not-the-secret" not in r.stdout and secret not in r.stdout
+
+
 @pytest.mark.slurm
 def test_check_reach_asks_slurms_controller(tmp_path, site, slurm_cluster):
     env = {
@@ -285,6 +338,90 @@ def test_check_reach_asks_slurms_controller(tmp_path, site, slurm_cluster):
     )
     assert r.returncode == 1
     assert "error: Slurm's controller does not answer (scontrol ping):" in r.stdout
+
+
+#: profiles no machine here can hold, with the words that name them (``{where}``: the
+#: backend's own, "this machine" or "the nodes of partition gpu")
+NEVER = [
+    {"display_name": "Huge", "slug": "huge", "spawner_override": {"mem_limit": "4096G"}},
+    {
+        "display_name": "Choose",
+        "slug": "choose",
+        "gpus": 1,
+        "profile_options": {
+            "gpus": {
+                "choices": {
+                    "1": {"default": True, "spawner_override": {"gpus": 1}},
+                    "8": {"spawner_override": {"gpus": 8}},
+                }
+            }
+        },
+    },
+]
+
+
+def never_starts(stdout: str, where: str, here: str) -> None:
+    assert re.search(
+        rf"error: profile 'huge' can never start {here}: it asks for 4096 GB of memory "
+        rf"\(at most [\d.]+ GB on {where}\)",
+        stdout,
+    ), stdout
+    assert (
+        f"error: profile 'choose (gpus: 8)' can never start {here}: it asks for 8 GPUs "
+        f"(at most 2 on {where})"
+    ) in stdout, stdout
+    assert "profile 'cpu'" not in stdout and "'choose'" not in stdout
+
+
+def test_check_reach_names_each_profile_that_can_never_start_on_this_machine(
+    tmp_path, site, oidc_provider
+):
+    env = {**site, "GPUHUB_OIDC_ISSUER": oidc_provider.url}
+    (tmp_path / "profiles.json").write_text(json.dumps([{"display_name": "CPU", "slug": "cpu"}]))
+    r = gpuhub_config("check", "--reach", cwd=tmp_path, **env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"ok: every profile fits this machine \(\d+ MiB, \d+ CPUs, 2 GPUs\)", r.stdout)
+    # the built-in profiles, with the limits the hub gives them, fit too
+    r = gpuhub_config("check", "--reach", cwd=tmp_path, **{**env, "GPUHUB_PROFILES": ""})
+    assert r.returncode == 0 and "ok: every profile fits" in r.stdout, r.stdout + r.stderr
+
+    (tmp_path / "profiles.json").write_text(
+        json.dumps([{"display_name": "CPU", "slug": "cpu"}, *NEVER])
+    )
+    r = gpuhub_config("check", "--reach", cwd=tmp_path, **env)
+    assert r.returncode == 1
+    never_starts(r.stdout, "this machine", "here")
+
+
+@pytest.mark.slurm
+def test_check_reach_names_each_profile_no_node_of_its_partition_can_hold(
+    tmp_path, site, oidc_provider, slurm_cluster
+):
+    env = {
+        **site,
+        "GPUHUB_OIDC_ISSUER": oidc_provider.url,
+        "GPUHUB_BACKEND": "slurm",
+        "GPUHUB_SLURM_CONF": str(slurm_cluster.dir / "slurm.conf"),
+    }
+    r = gpuhub_config("check", "--reach", cwd=tmp_path, **{**env, "GPUHUB_PROFILES": ""})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok: every profile fits a node of the cluster (2 nodes)" in r.stdout
+
+    other = {
+        "display_name": "Other",
+        "slug": "other",
+        "spawner_override": {"req_partition": "a100"},
+    }
+    (tmp_path / "profiles.json").write_text(
+        json.dumps([{"display_name": "CPU", "slug": "cpu"}, *NEVER, other])
+    )
+    r = gpuhub_config("check", "--reach", cwd=tmp_path, **env)
+    assert r.returncode == 1
+    never_starts(r.stdout, "the nodes of partition gpu", "on the cluster")
+    assert (
+        "error: profile 'other' can never start on the cluster: it asks for the partition "
+        "'a100', which the cluster does not have"
+    ) in r.stdout
 
 
 def test_check_takes_a_slurm_profiles_own_keys_and_refuses_them_on_docker(tmp_path, site):

@@ -334,18 +334,21 @@ def test_the_ledger_names_a_notebook_job_by_its_name():
     from datetime import UTC, datetime
     from decimal import Decimal
 
-    from hub_ext.credits.metering import MeterRecord, run_title
+    from hub_ext.credits.metering import MeterRecord
 
-    record = MeterRecord.new(
-        "alice", "job-a7d70db30f9c", "pytorch", datetime(2026, 1, 5, tzinfo=UTC), Decimal(4), 900
+    def record(server: str) -> MeterRecord:
+        when = datetime(2026, 1, 5, tzinfo=UTC)
+        return MeterRecord.new("alice", server, "pytorch", when, Decimal(4), 900)
+
+    job = record("job-a7d70db30f9c")
+    job.job = "Notebook job: train"  # as JupyterHub lists the job's server
+    assert job.reason(0).startswith(
+        "Notebook job: train, alice/job-a7d70db30f9c (pytorch) at 4 credits/hour"
     )
-    record.title = run_title(record.server_name, "Notebook job: train")
-    assert record.reason(0).startswith(
-        "Notebook job: train (alice/job-a7d70db30f9c, pytorch) at 4 credits/hour"
-    )
-    assert MeterRecord.from_state(record.to_state()).reason(0) == record.reason(0)
-    # a server of the member's own keeps its words, whatever its display name
-    assert run_title("exp", "My experiment") == ""
+    assert job.refunded == "Notebook job: train, alice/job-a7d70db30f9c"
+    assert MeterRecord.from_state(job.to_state()).reason(0) == job.reason(0)
+    # a server of the member's own keeps its words
+    assert record("exp").reason(0).startswith("Server alice/exp (pytorch) at")
 
 
 async def test_a_members_next_job_request_is_taken_an_interval_after_her_last():

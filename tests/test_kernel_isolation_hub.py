@@ -1,5 +1,8 @@
 """One member cannot read another's kernels where their servers share a network namespace
-(issue 21): Docker with host networking (the demo's mode) and two jobs on one Slurm node.
+(issue 21): Docker with host networking (``GPUHUB_DOCKER_NETWORK=host``) and two jobs on one
+Slurm node.  Each server has a namespace of its own by default since issue 28
+(``tests/test_member_network_hub.py``); these check the images' own line of defence, for
+servers that share one all the same.
 
 bob runs code in his kernel as JupyterLab does, printing a marker; alice, from her own
 terminal, subscribes to his kernel's iopub channel with pyzmq, as the attacker did.  The
@@ -19,7 +22,7 @@ import subprocess
 
 import pytest
 
-from tests.fixtures.hub import terminal_run
+from tests.fixtures.hub import started_servers, terminal_run
 from tests.fixtures.kernels import (
     FACTS,
     facts_of,
@@ -82,14 +85,10 @@ def assert_private(spied: dict) -> None:
 async def test_host_network_members_cannot_read_each_others_kernels(hub_factory, tmp_path):
     profiles = tmp_path / "profiles.json"  # no image named: the hub's (the image under test)
     profiles.write_text(json.dumps(CPU_ONLY))
-    # GPUHUB_DOCKER_NETWORK=host, the demo's
-    hub = await hub_factory(GPUHUB_CREDITS="off", GPUHUB_PROFILES=str(profiles))
-    tokens = {name: await hub.create_user(name) for name in ("alice", "bob")}
-    for name in tokens:
-        r = await hub.spawn(name, {"profile": "cpu"})
-        assert r.status_code in (201, 202), r.text
-    for name in tokens:
-        await hub.wait_ready(name)
+    hub = await hub_factory(
+        GPUHUB_CREDITS="off", GPUHUB_PROFILES=str(profiles), GPUHUB_DOCKER_NETWORK="host"
+    )
+    tokens = await started_servers(hub, ("alice", "bob"))
     assert_private(await alice_spies_on_bob(hub, "alice", "bob", tokens))
 
 
@@ -106,12 +105,7 @@ async def test_members_on_one_slurm_node_cannot_read_each_others_kernels(slurm_h
         extra_config='c.GPUSlurmSpawner.req_options = "--nodelist=node1"\n',
         GPUHUB_CREDITS="off",
     )
-    tokens = {name: await hub.create_user(name) for name in (alice, bob)}
-    for name in tokens:
-        r = await hub.spawn(name, {"profile": "cpu"})
-        assert r.status_code in (201, 202), r.text
-    for name in tokens:
-        await hub.wait_ready(name, timeout=180)
+    tokens = await started_servers(hub, (alice, bob), timeout=180)
     spied = await alice_spies_on_bob(hub, alice, bob, tokens)
     assert_private(spied)
 

@@ -30,6 +30,7 @@ LAYERS = (
     ("reservations",),  # windows for a group, enforced; who pays in one
     ("courses",),  # courses: instructors' roles, grants, budget
     ("jobs",),  # GPU notebook jobs: store, checks, lifecycle, hook, REST
+    ("kernels",),  # GPU kernels: store, checks, lifecycle, hook, REST
     ("ops",),  # the board, usage, deployment, site additions
     ("config",),  # apply_config
     ("config_cli",),  # `gpuhub config show|check`

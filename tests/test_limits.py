@@ -10,10 +10,14 @@ import pytest
 
 from hub_ext.common.limits import (
     GIB,
+    MIB,
+    Capacity,
     Node,
+    Request,
     limited_profiles,
     limits_text,
     memory_text,
+    misfit,
     node_gpu_count,
 )
 from hub_ext.config import DEFAULT_PROFILES
@@ -40,6 +44,77 @@ def test_the_cpu_profile_gets_a_quarter_share_but_at_least_one_cpu_and_one_gib()
     assert small.cpu_profile_share() == (GIB * 9 // 10, 1.0)  # never more than a share
     no_gpus = Node(memory_bytes=16 * GIB, cpus=4.0, gpus=0)
     assert no_gpus.gpu_share() == (int(16 * GIB * 0.9), 4.0)
+
+
+def fill(node: Node) -> tuple[int, int, int, float]:
+    """A node holding a GPU server on each GPU and as many CPU servers as fit beside them:
+    (GPU servers, CPU servers, memory left in bytes, CPUs left)."""
+    gpu_memory, gpu_cpus = node.gpu_share()
+    cpu_memory, cpu_cpus = node.cpu_profile_share()
+    memory = node.memory_bytes - node.gpus * gpu_memory
+    cpus = node.cpus - node.gpus * gpu_cpus
+    assert memory >= 0 and cpus >= 0, (node, memory, cpus)
+    cpu_servers = int(min(memory // cpu_memory, cpus // cpu_cpus))
+    return node.gpus, cpu_servers, memory - cpu_servers * cpu_memory, cpus
+
+
+@pytest.mark.parametrize(
+    "node, cpu_servers",
+    [
+        # the demo's Slurm nodes on a 2-core, 24 GiB machine: each claims half the memory,
+        # and OverSubscribe=FORCE:2 lets two jobs share a core
+        pytest.param(Node(12 * GIB, 2 * 2.0, 2, cpu_servers=2), 2, id="demo-node"),
+        pytest.param(Node(515000 * MIB, 64.0, 8, cpu_servers=2), 2, id="eight-gpu-node"),
+        # too small to keep room for two: one CPU server still fits
+        pytest.param(Node(4096 * MIB, 4.0, 2, cpu_servers=2), 1, id="small-node"),
+    ],
+)
+def test_where_slurm_allocates_a_full_gpu_node_still_takes_cpu_servers(node, cpu_servers):
+    gpu_servers, cpus_servers, _, _ = fill(node)
+    assert gpu_servers == node.gpus and cpus_servers >= cpu_servers
+    assert node.gpu_share()[1] == int(node.gpu_share()[1]) >= 1  # whole CPUs for Slurm
+    assert node.cpu_profile_share()[1] == int(node.cpu_profile_share()[1]) >= 1
+
+
+def test_docker_limits_are_not_allocations_and_keep_no_room():
+    assert FOUR_GPU_NODE.cpu_servers == 0
+    assert FOUR_GPU_NODE.gpu_share() == (int(160 * GIB * 0.9 / 4), 8.0)
+
+
+@pytest.mark.parametrize(
+    "request_, words",
+    [
+        pytest.param(Request(2 * GIB, 1.0, 1), "", id="fits"),
+        pytest.param(
+            Request(10847 * MIB, 1.0, 1),
+            "10.6 GB of memory (at most 8 GB on the nodes of partition gpu)",
+            id="memory",
+        ),
+        pytest.param(
+            Request(None, 8.0, 3),
+            "3 GPUs (at most 2 on the nodes of partition gpu) and 8 CPUs (at most 4 on the "
+            "nodes of partition gpu)",
+            id="gpus-and-cpus",
+        ),
+        pytest.param(
+            Request(None, None, 1, "a100"),
+            "1 a100 GPUs (at most 0 on the nodes of partition gpu)",
+            id="gres-type",
+        ),
+        pytest.param(
+            Request(6 * GIB, None, 2),
+            "6 GB of memory, 2 GPUs together (no single one of the nodes of partition gpu "
+            "has them all)",
+            id="not-on-one-node",
+        ),
+    ],
+)
+def test_misfit_names_what_no_node_has(request_, words):
+    nodes = [
+        Capacity("node1", 4 * GIB, 4.0, {"": 2}),
+        Capacity("node2", 8 * GIB, 2.0, {"": 1}),
+    ]
+    assert misfit(request_, nodes, "the nodes of partition gpu") == words
 
 
 def test_the_hub_runs_a_server_per_gib_at_least_four_per_gpu():

@@ -54,6 +54,18 @@ def hhmm(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%H:%M UTC")
 
 
+def until(start: float, end: float) -> str:
+    """A window's end as sentences write it: "16:00 UTC", with its date when the window
+    began on another day ("Thu 2027-01-07 22:34 UTC")."""
+    a, b = (datetime.fromtimestamp(t, UTC) for t in (start, end))
+    return hhmm(end) if a.date() == b.date() else f"{b:%a %Y-%m-%d %H:%M} UTC"
+
+
+def span(start: float, end: float) -> str:
+    """ "from Tue 2026-12-08 14:00 UTC to 16:00 UTC"."""
+    return f"from {datetime.fromtimestamp(start, UTC):%a %Y-%m-%d %H:%M} UTC to {until(start, end)}"
+
+
 async def home(browser) -> str:
     r = await browser.get("/hub/home")
     assert r.status_code == 200, r.text[:500]
@@ -116,15 +128,13 @@ async def test_a_reservation_stops_a_non_member_at_its_start_and_serves_its_grou
         json={"group": "ml101", "gpus": 1, "start": at(START), "end": at(END)},
     )
     assert r.status_code == 201, r.text
-    window = (
-        f"1 GPU is reserved for ml101 from {hhmm(clock.start + START)} to {hhmm(clock.start + END)}"
-    )
+    window = f"1 GPU is reserved for ml101 {span(clock.start + START, clock.start + END)}"
 
-    clock.at(START - 800)  # within the 15 minutes' warning
+    clock.at(START - 800)  # within the 15 minutes' warning (the pass comes late: 15 min left)
     await eventually(
         lambda: page_says(
             browsers[dan],
-            f"Your server will be stopped in about 13 min: {window}, and it holds a GPU they need.",
+            f"Your server will be stopped in about 15 min: {window}, and it holds a GPU they need.",
         ),
         what="the warning on dan's home page",
     )
@@ -147,7 +157,7 @@ async def test_a_reservation_stops_a_non_member_at_its_start_and_serves_its_grou
     await eventually(lambda: _equals(ledger(ledger_admin, dan), expected), what=str(expected))
 
     # the free GPU is the group's: eve is refused with the reason, on the card too
-    reason = f"1 GPU reserved for ml101 until {hhmm(clock.start + END)}"
+    reason = f"1 GPU reserved for ml101 until {until(clock.start + START, clock.start + END)}"
     r = await hub.spawn(eve, {"profile": "gpu"})
     assert r.status_code == 409 and reason in r.json()["message"], r.text
     spawn_page = await browsers[eve].get("/hub/spawn")
@@ -175,6 +185,64 @@ async def test_a_reservation_stops_a_non_member_at_its_start_and_serves_its_grou
     finally:
         waiting.cancel()
         await asyncio.gather(waiting, return_exceptions=True)
+
+
+async def test_a_window_that_begins_at_once_warns_a_non_member_before_it_stops_her(
+    gpu_hub, movable_clock, ledger_admin, credits_username
+):
+    """Issue 28: both GPUs reserved from now for 30 days stopped alice's server (she is not
+    in the group) at the next pass, 9 s later: the warning time never came, because the
+    window was open before any warning.  Now she is warned at once and stopped when the
+    warning time (15 minutes) is up; the sentences carry the dates."""
+    clock = movable_clock
+    hub = await gpu_hub(
+        node(), PROFILES, clock.hub_config("Reservations") + "c.Reservations.check_interval = 0.2\n"
+    )
+    alice, bob = f"{credits_username}-alice", f"{credits_username}-bob"
+    await hub.login(bob, groups=[MEMBERS, "ml101"])  # makes the group ml101
+    browser = await hub.login(alice)
+    await ledger_admin.grant(alice, "10.00", key=f"test-grant-{alice}")
+    await spawn_ready(hub, alice)
+
+    cli = (hub.state_dir / CLI_TOKEN_FILE).read_text().strip()
+    start, end = clock.start, clock.start + 30 * 86400
+    r = await hub.api(
+        "POST",
+        "/gpuhub/reservations",
+        token=cli,
+        json={
+            "group": "ml101",
+            "gpus": 2,
+            "start": datetime.fromtimestamp(start, UTC).isoformat(),
+            "end": datetime.fromtimestamp(end, UTC).isoformat(),
+        },
+    )
+    assert r.status_code == 201, r.text
+    window = f"2 GPUs are reserved for ml101 {span(start, end)}"
+    assert until(start, end) != hhmm(end)  # the end's date is named
+    await eventually(
+        lambda: page_says(
+            browser,
+            f"Your server will be stopped in about 15 min: {window}, and it holds a GPU they need.",
+        ),
+        what="the warning on alice's home page",
+    )
+    await asyncio.sleep(2)  # ten passes
+    assert await hub.running(alice)
+    clock.at(600)
+    await eventually(
+        lambda: page_says(browser, "Your server will be stopped in about 5 min: "),
+        what="5 minutes left",
+    )
+    assert await hub.running(alice)
+    clock.at(901)
+    await eventually(lambda: hub.stopped(alice), what="alice's server stopped")
+    run = last_run(hub, alice)
+    assert (run.stop_reason, run.stop_detail) == (
+        "reservation",
+        f"{window}, and your server held a GPU they need",
+    )
+    assert f"Your server was stopped: {window}" in await home(browser)
 
 
 async def _not(awaitable) -> bool:

@@ -105,5 +105,5 @@ async def test_a_start_is_told_of_another_groups_window_hours_ahead_and_a_member
     assert rules.next_stop("eve", "gpu").start == start
     assert rules.next_stop("bob", "gpu") is None
     assert rules.start_notice(rules.next_stop("eve", "gpu")).startswith(
-        f"1 GPU is reserved for ml101 from {start:%H:%M} UTC to "
+        f"1 GPU is reserved for ml101 from {start:%a %Y-%m-%d %H:%M} UTC to "
     )

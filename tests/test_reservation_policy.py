@@ -13,6 +13,8 @@ from hub_ext.reservations.policy import (
     open_at,
     reason,
     runs_into,
+    starts_text,
+    stop_at,
     to_stop,
     windows,
 )
@@ -112,3 +114,60 @@ def test_a_start_is_told_of_the_next_window_of_another_group():
     assert runs_into(found, set(), "gpu", at(-60)).start == T
     assert runs_into(found, {"ml101"}, "gpu", at(-60)) is None
     assert runs_into(found, set(), "gpu", at(1)) is None  # started already
+
+
+def test_sentences_carry_the_date_of_a_window_of_several_days():
+    """Issue 28: a 30-day window read "from 22:34 UTC to 22:34 UTC"."""
+    month = Spec(group="ml101", gpus=2, start=T, end=T + timedelta(days=30), id=4)
+    [window] = windows([month], at(0), at(1))
+    assert starts_text(window) == (
+        "2 GPUs are reserved for ml101 from Tue 2027-01-12 14:00 UTC to Thu 2027-02-11 14:00 UTC"
+    )
+    assert reason([(window, 2)]) == "2 GPUs reserved for ml101 until Thu 2027-02-11 14:00 UTC"
+    # a window of one afternoon names its day once
+    [afternoon] = windows([LAB], at(0), at(1))
+    assert starts_text(afternoon) == (
+        "1 GPU is reserved for ml101 from Tue 2027-01-12 14:00 UTC to 16:00 UTC"
+    )
+
+
+def test_the_date_is_the_reservations_zones():
+    """23:30 to 01:00 UTC on Jan 12 is 00:30 to 02:00 in Berlin on Jan 13: one day there."""
+    night = Spec(
+        group="ml101",
+        gpus=1,
+        start=T + timedelta(hours=9, minutes=30),
+        end=T + timedelta(hours=11),
+        id=5,
+        timezone="Europe/Berlin",
+    )
+    [window] = windows([night], at(0), at(24 * 60))
+    assert starts_text(window) == (
+        "1 GPU is reserved for ml101 from Wed 2027-01-13 00:30 CET to 02:00 CET"
+    )
+
+
+@pytest.mark.parametrize(
+    "made, since, warned, stop",
+    [
+        pytest.param(
+            at(-60), at(-120), at(-15), at(0), id="warned-the-warning-time-before-the-start"
+        ),
+        pytest.param(
+            at(0), at(-120), at(0), at(15), id="a-window-made-to-begin-now-waits-for-the-warning"
+        ),
+        pytest.param(
+            at(-5), at(-120), at(-5), at(10), id="made-within-the-warning-time-ends-it-later"
+        ),
+        pytest.param(
+            at(-60), at(-10), at(0), at(0), id="started-after-the-warning-was-up-told-at-its-start"
+        ),
+        pytest.param(
+            at(-60), at(30), at(30), at(45), id="started-inside-the-window-warned-when-chosen"
+        ),
+    ],
+)
+def test_a_server_is_never_stopped_before_its_warning(made, since, warned, stop):
+    """``stop_at`` with a 15-minute warning, for the lab of 14:00 (``at(0)``)."""
+    [window] = windows([LAB], at(0), at(1), made=lambda _: made)
+    assert stop_at(window, since.timestamp(), warned, 900) == stop

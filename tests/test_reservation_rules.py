@@ -197,6 +197,23 @@ def test_overlap_beyond_capacity_names_the_other_reservation_the_time_and_the_nu
     check_capacity(lab(gpus=2, id=3), [lab(gpus=2, id=3)], 2, NOW)
 
 
+def test_a_conflict_names_another_groups_reservation_only_to_those_who_may_see_it():
+    """An instructor of ml101 gets 404 for ml102's reservation 3: the 409 says how many GPUs
+    are left, during their own occurrence, and names no group, number of GPUs or times of
+    ml102's."""
+    ml102 = lab(gpus=1, group="ml102", id=3, start=TUESDAY + timedelta(hours=1))
+    conflict = first_conflict(lab(gpus=2), [ml102], capacity=2, now=NOW)
+    assert conflict.told_to(None) == str(conflict)  # an admin: every name
+    assert conflict.told_to({"ml101", "ml102"}) == str(conflict)
+    hidden = conflict.told_to({"ml101"})
+    assert hidden == (
+        "Not enough GPUs from Tue 2026-12-01 14:00 UTC to Tue 2026-12-01 16:00 UTC: this "
+        "reservation needs 2 and other reservations leave 1 free then; the hub has 2. Ask an "
+        "admin, who sees every reservation."
+    )
+    assert "ml102" not in hidden and "15:00" not in hidden and "reservation 3" not in hidden
+
+
 def test_a_weekly_reservation_conflicts_in_the_week_it_meets_another():
     weekly = lab(gpus=1, id=1, rrule="FREQ=WEEKLY;COUNT=6")
     once = lab(gpus=1, id=2, start=TUESDAY + timedelta(weeks=3, minutes=30))

@@ -284,3 +284,79 @@ async def test_the_cli_and_the_admin_page_manage_reservations(hub_factory, tmp_p
     assert await listed(hub, admin) == []
     gone = gpuhub(hub, "delete", str(first["id"]))
     assert gone.returncode == 1 and f"No reservation {first['id']}" in gone.stderr
+
+
+async def test_an_instructor_is_held_to_the_bounds_and_reads_no_other_courses_reservation(
+    hub_factory, tmp_path
+):
+    """Issue 28: an instructor of ml101 (no course entry: the default bounds, 1 of the 2
+    GPUs, 8 hours, 120 days, 15 minutes' warning) cannot take the whole hub, and a 409
+    names no reservation of ml102; an admin can do all of it."""
+    hub, admin = await hub_with_groups(hub_factory, tmp_path)
+    now = datetime.now(UTC).replace(microsecond=0)
+    refused = [
+        # both GPUs from now for 30 days
+        (
+            {"gpus": 2, "start": now.isoformat(), "end": (now + timedelta(days=30)).isoformat()},
+            "An instructor's reservation starts at least 15 min from now, so that members "
+            "whose servers hold the GPUs are warned first",
+        ),
+        (
+            {"gpus": 1, "start": at(1), "end": at(31)},
+            "ml101's reservations last at most 8 hours per occurrence; this one lasts 720 h.",
+        ),
+        (
+            {
+                "gpus": 1,
+                "start": at(1),
+                "end": at(1, 16),
+                "rrule": "FREQ=WEEKLY;INTERVAL=3;COUNT=1000",
+            },
+            "ml101's reservations reach at most 120 days ahead",
+        ),
+        (
+            {"gpus": 2, "start": at(1), "end": at(1, 16)},
+            "ml101 may reserve at most 1 GPU at once, half of the hub's 2; this reservation "
+            "asks for 2.",
+        ),
+    ]
+    for fields, words in refused:
+        r = await hub.api("POST", PATH, token=INSTRUCTOR, json={"group": "ml101", **fields})
+        assert r.status_code == 403 and words in r.json()["message"], (fields, r.text)
+    assert await listed(hub, admin) == []
+
+    # ml102's lab holds both GPUs on day 3: the instructor of ml101 reads no name in the 409
+    r = await hub.api(
+        "POST",
+        PATH,
+        token=admin,
+        json={"group": "ml102", "gpus": 2, "start": at(3), "end": at(3, 16)},
+    )
+    assert r.status_code == 201, r.text
+    other = r.json()["id"]
+    assert (await hub.api("GET", f"{PATH}/{other}", token=INSTRUCTOR)).status_code == 404
+    mine = {"group": "ml101", "gpus": 1, "start": at(3, 15), "end": at(3, 17)}
+    r = await hub.api("POST", PATH, token=INSTRUCTOR, json=mine)
+    assert r.status_code == 409, r.text
+    text = r.json()["message"]
+    assert text.startswith("Not enough GPUs from ") and "other reservations leave 0 free" in text
+    assert "ml102" not in text and f"reservation {other}" not in text and "16:00" not in text
+    # an admin reads whose it is
+    r = await hub.api("POST", PATH, token=admin, json=mine)
+    assert r.status_code == 409 and f"reservation {other} (ml102, 2 GPUs, " in r.json()["message"]
+
+    # admins keep full power: both GPUs from now for 30 days
+    r = await hub.api(
+        "POST",
+        PATH,
+        token=admin,
+        json={"group": "ml101", "gpus": 2, "start": at(5), "end": at(35), "note": "by an admin"},
+    )
+    assert r.status_code == 201, r.text
+    big = r.json()["id"]
+    # the instructor may give back (a note, fewer GPUs), not add
+    r = await hub.api("PATCH", f"{PATH}/{big}", token=INSTRUCTOR, json={"gpus": 1, "note": "less"})
+    assert r.status_code == 200 and r.json()["gpus"] == 1, r.text
+    r = await hub.api("PATCH", f"{PATH}/{big}", token=INSTRUCTOR, json={"end": at(36)})
+    assert r.status_code == 403 and "last at most 8 hours" in r.json()["message"], r.text
+    assert "Traceback" not in hub.log()

@@ -5,38 +5,18 @@ the hub API where the servers can reach it."""
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
+from tests.fixtures.tls import self_signed
 from tests.test_config import OIDC, configure
 
 
 @pytest.fixture
 def tls(tmp_path):
     """A self-signed certificate and its key (mode 600), as PEM files."""
+    self_signed(tmp_path, "hub.example.org")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=hub.example.org",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    key.chmod(0o600)
     return {"GPUHUB_SSL_CERT": str(cert), "GPUHUB_SSL_KEY": str(key)}
 
 

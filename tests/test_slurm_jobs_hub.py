@@ -240,6 +240,34 @@ async def test_a_job_on_an_image_without_the_runner_fails_at_once_and_costs_noth
     assert await ledger(admin, member) == [("grant", "10.00")]
 
 
+async def test_a_profile_no_node_can_hold_is_refused_in_words_as_a_server_and_a_job(
+    jobs_hub, slurm_cluster, admin
+):
+    """sbatch refuses a job that asks more memory than any node has ("Memory specification
+    can not be satisfied"): the member reads what does not fit, never a 500."""
+    member = slurm_cluster.fresh_member("ghs-job")
+    workspace(slurm_cluster, member, {"train.ipynb": GPU_NOTEBOOK})
+    big = {**PROFILES[1], "display_name": "Huge GPU", "spawner_override": {"mem_limit": "4096G"}}
+    hub = await jobs_hub([PROFILES[0], big])
+    token = await hub.create_user(member)
+    await grant(admin, member, "10.00")
+    words = re.compile(
+        r"Huge GPU cannot start on this cluster: it asks for 4096 GB of memory \(at most "
+        r"[\d.]+ GB on the nodes of partition gpu\)\. Ask an admin to fix the profile\."
+    )
+
+    r = await hub.spawn(member, {"profile": "gpu"})
+    assert r.status_code == 503, r.text
+    assert words.fullmatch(r.json()["message"]), r.json()
+    assert "Memory specification can not be satisfied" in hub.log()  # Slurm's, for admins
+
+    failed = await ended(hub, token, await create(hub, token, "train.ipynb"), 60)
+    assert failed["status"] == "FAILED", failed
+    assert words.fullmatch(failed["status_message"].removeprefix("It could not start: "))
+    assert slurm_cluster.run("squeue", "-h", "-u", member).stdout == ""
+    assert await ledger(admin, member) == [("grant", "10.00")]  # nothing paid
+
+
 async def test_after_a_kill_9_a_running_job_and_a_waiting_one_each_end_once(
     jobs_hub, slurm_cluster, admin
 ):
@@ -573,5 +601,5 @@ async def test_only_the_jobs_own_server_token_ends_it_and_its_server_goes_with_i
     assert slurm_cluster.run("squeue", "-h", "-u", member).stdout == ""
     reasons = [t.reason async for t in admin.iter_transactions(member) if t.kind == "debit"]
     assert reasons and reasons[-1].startswith(
-        f"Notebook job: slow ({member}/{server}, gpu) at 4 credits/hour"
+        f"Notebook job: slow, {member}/{server} (gpu) at 4 credits/hour"
     ), reasons

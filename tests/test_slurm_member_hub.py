@@ -5,8 +5,10 @@ notebook image in the nodes' container runtime (tests/fixtures/slurm.py)."""
 
 from __future__ import annotations
 
+import grp
 import json
 import os
+import pwd
 import re
 import shlex
 import shutil
@@ -154,6 +156,30 @@ async def test_the_job_runs_the_images_packages_and_its_files_are_hers_alone(
         done = subprocess.run(["runuser", "-u", other, "--", *argv], capture_output=True, text=True)
         assert done.returncode != 0 and "Permission denied" in done.stderr, (argv, done)
     assert oct((ws / "new").stat().st_mode & 0o777) == oct(0o600)  # umask 077 in the job
+
+
+async def test_her_terminal_is_bash_with_her_name_as_in_the_docker_images(slurm_hub, slurm_cluster):
+    """JupyterLab's terminal on a Slurm node: bash (not sh), a prompt with her name, and
+    ``id`` naming her and her group (not a bare ``uid=1003 gid=1003``), whatever her login
+    shell on the cluster (Slurm sets the job's SHELL from it): /bin/sh here, Debian's
+    ``useradd`` default, as the Slurm demo's accounts have."""
+    name = slurm_cluster.fresh_member("ghs-term")
+    subprocess.run(["usermod", "--shell", "/bin/sh", name], check=True)
+    hub = await slurm_hub(PROFILES, GPUHUB_CREDITS="off")
+    token = await hub.create_user(name)
+    r = await hub.spawn(name, {"profile": "cpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready(name, timeout=180)
+    out = await terminal_run(
+        hub, name, token, 'id; echo "SHELL $0 $HOME $SHELL END"', expect="END", timeout=60
+    )
+    out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "", out)  # bash's bracketed paste mode
+    account = pwd.getpwnam(name)
+    group = grp.getgrgid(account.pw_gid).gr_name
+    assert f"uid={account.pw_uid}({name}) gid={account.pw_gid}({group})" in out, out
+    assert re.search(r"SHELL \S*bash /home/jovyan /bin/bash END", out), out
+    assert re.search(rf"(^|\n){re.escape(name)}@[^:\s]+:~\S*\$ ", out), out  # the prompt
+    assert "I have no name" not in out
 
 
 #: Two processes busy for 3 s, then the server made the first the cgroup's OOM killer

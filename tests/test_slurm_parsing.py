@@ -9,16 +9,20 @@ from datetime import datetime
 
 import pytest
 
+from hub_ext.common.limits import GIB, Request
 from hub_ext.slurm.availability import gpus_in
 from hub_ext.slurm.board import HubJob, board, pending_rows
 from hub_ext.slurm.cluster import (
     JobGPUs,
     Node,
     QueuedJob,
+    jobs_per_core,
     parse_gres,
     parse_gres_request,
     parse_job_details,
+    parse_nodes,
 )
+from hub_ext.slurm.fit import job_request, sbatch_refusal, slurm_reason
 from hub_ext.slurm.line import seconds_until
 
 
@@ -48,6 +52,66 @@ def test_a_drained_node_has_no_free_gpus():
     node = Node("node1", ["gpu"], "drained", {"": 2}, {"": 0})
     assert node.free() == 0
     assert Node("node2", ["gpu"], "mixed", {"a100": 2}, {"a100": 1}).free("a100") == 1
+
+
+#: sinfo -N -O ... (hub_ext.slurm.cluster.SINFO_NODES) on the test cluster
+SINFO = (
+    "node1|gpu*|idle|gpu:2|gpu:0|10.215.15.11|12288|2|FORCE:2|none\n"
+    "node2|gpu*|drained|gpu:a100:2(S:0)|gpu:a100:0|10.215.15.12|4096|8|NO|bad | fan\n"
+    "node2|debug|drained|gpu:a100:2(S:0)|gpu:a100:0|10.215.15.12|4096|8|NO|bad | fan\n"
+)
+
+
+def test_sinfo_gives_each_nodes_memory_cpus_and_shared_cores():
+    nodes, default = parse_nodes(SINFO)
+    assert default == "gpu"
+    node1, node2 = nodes
+    assert (node1.memory_mb, node1.cpus, node1.jobs_per_core) == (12288, 2, 2)
+    assert (node2.partitions, node2.reason, node2.jobs_per_core) == (
+        ["gpu", "debug"],
+        "bad | fan",
+        1,
+    )
+    shape = node1.shape()
+    assert (shape.memory_bytes, shape.cpus, shape.gpus, shape.cpu_servers) == (12 * GIB, 4.0, 2, 2)
+    assert node2.capacity().gpus == {"a100": 2}
+
+
+@pytest.mark.parametrize(
+    "text, jobs", [("NO", 1), ("EXCLUSIVE", 1), ("FORCE:2", 2), ("YES:4", 4), ("FORCE", 1)]
+)
+def test_oversubscribe_is_jobs_per_core(text, jobs):
+    assert jobs_per_core(text) == jobs
+
+
+def test_a_jobs_request_is_what_the_spawner_submits():
+    assert job_request({"mem_limit": "10847M", "cpu_limit": 0.5, "gpus": 1}) == Request(
+        10847 * 2**20, 1.0, 1, ""
+    )
+    assert job_request({"req_memory": "2048", "req_gres": "gpu:a100:2"}) == Request(
+        2 * GIB, None, 2, "a100"
+    )
+
+
+MEMORY = "sbatch: error: Memory specification can not be satisfied\n" + (
+    "sbatch: error: Batch job submission failed: Requested node configuration is not available"
+)
+
+
+def test_an_sbatch_refusal_names_what_does_not_fit():
+    nodes, _ = parse_nodes(SINFO)
+    words = sbatch_refusal(MEMORY, "PyTorch, 1 GPU", Request(20 * GIB, 1.0, 1), "gpu", nodes)
+    assert words == (
+        "PyTorch, 1 GPU cannot start on this cluster: it asks for 20 GB of memory (at most "
+        "12 GB on the nodes of partition gpu). Ask an admin to fix the profile."
+    )
+    # a refusal for something else: Slurm's own reason
+    qos = "sbatch: error: Batch job submission failed: Invalid qos specification"
+    assert slurm_reason(qos) == "Invalid qos specification"
+    assert sbatch_refusal(qos, "CPU only", Request(GIB, 1.0), "gpu", nodes) == (
+        "The cluster refused to run CPU only (Invalid qos specification). Ask an admin to "
+        "check the profile."
+    )
 
 
 def test_slurms_start_time_becomes_seconds_from_now():
@@ -415,8 +479,9 @@ def test_a_memory_limit_slurm_cannot_be_asked_for_is_refused_naming_it():
 
 
 async def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exported():
-    """The same container as a server's, behind batchspawner's wrapper (it reports the port
-    and runs the command with runpy), with gpuhub-notebook-job in place of JupyterLab and
+    """The same container as a server's, behind the sandbox network's wrapper (it reports
+    the port, as batchspawner's does: hub_ext/slurm/sandbox_net.py), with
+    gpuhub-notebook-job in place of JupyterLab and
     GPUHUB_JOB among the variables sbatch exports into the job, with
     GPUHUB_JOB_EXIT_AFTER_REPORT (the runner ends the batch job by itself once reported)."""
     from hub_ext.slurm.spawner import GPUSlurmSpawner
@@ -436,10 +501,10 @@ async def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exporte
         "GPUHUB_JOB_EXIT_AFTER_REPORT\n"
     ) in job
     assert "#SBATCH --job-name=gpuhub-notebook-ann-" in job
-    container = server.rsplit("exec ", 1)[1].split(" python3 -m batchspawner.singleuser ")[0]
+    wrapper = " python3 /tmp/gpuhub-net.py inside -- "
+    container = server.rsplit("exec ", 1)[1].split(wrapper)[0]
     assert job.rsplit("exec ", 1)[1] == (
-        f"{container} python3 -m batchspawner.singleuser gpuhub-notebook-job "
-        "--KernelManager.transport=ipc"
+        f"{container}{wrapper}gpuhub-notebook-job --KernelManager.transport=ipc"
     )
     assert spawner.core_environment()["GPUHUB_JOB"] == json.dumps(spawner.job, sort_keys=True)
     assert spawner.core_environment()["GPUHUB_JOB_EXIT_AFTER_REPORT"] == "1"

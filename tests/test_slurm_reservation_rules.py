@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -18,6 +19,7 @@ from hub_ext.slurm.reservations import (
     nodes_needed,
     parse_reservations,
     slurm_name,
+    until_text,
     update_args,
     wanted,
 )
@@ -119,6 +121,10 @@ def test_an_update_changes_users_and_times_but_not_a_running_start():
     spec = Spec(group="g", gpus=1, start=have.start, end=have.end, id=7)
     same = wanted(spec, have.start, ["alice", "bob"], [2, 2], "gpu")
     assert update_args(same, have) is None
+    # a window open when it was made: Slurm started it then, not at the hub's start
+    late = replace(have, start=have.start + timedelta(seconds=2))
+    assert update_args(same, late) is None
+    assert update_args(same, replace(late, state="INACTIVE")) is not None
     joined = wanted(spec, have.start, ["alice", "bob", "carol"], [2, 2], "gpu")
     assert update_args(joined, have) == [
         "scontrol",
@@ -140,6 +146,16 @@ def test_a_non_member_sees_the_reserved_nodes_gpus_taken():
     assert ([n.free() for n in seen], why) == ([0, 2], r)
     seen, why = closed_gpus(nodes, [r], lambda r: True)
     assert ([n.free() for n in seen], why) == ([1, 2], None)
+
+
+def test_the_cards_words_carry_the_end_date_of_a_reservation_of_several_days():
+    nodes = [Node("node1", ["gpu"], "mixed", {"": 2}, {"": 1})]
+    [r] = parse_reservations(LINE.replace("node[1-2]", "node1")).values()
+    assert until_text(r, "ml101", nodes) == "2 GPUs reserved for ml101 until 11:23 UTC"
+    month = replace(r, end=r.start + timedelta(days=30))
+    assert until_text(month, "ml101", nodes) == (
+        "2 GPUs reserved for ml101 until Sat 2026-12-26 11:13 UTC"
+    )
 
 
 @pytest.mark.slurm
@@ -164,7 +180,8 @@ async def test_slurms_no_is_told_from_slurm_not_answering(slurm_cluster, tmp_pat
     with pytest.raises(BackendRefused, match="Slurm refused: .*Invalid user id"):
         await runner.run(*ask)
     conf = (slurm_cluster.dir / "slurm.conf").read_text()
-    (tmp_path / "slurm.conf").write_text(conf.replace("SlurmctldPort=6817", "SlurmctldPort=9"))
+    # the controller's port closed, whichever the cluster uses (GPUHUB_SLURM_PORT)
+    (tmp_path / "slurm.conf").write_text(re.sub(r"SlurmctldPort=\d+", "SlurmctldPort=9", conf))
     down = SlurmReservations(
         SlurmCluster(env={"SLURM_CONF": str(tmp_path / "slurm.conf")}, timeout=30)
     )

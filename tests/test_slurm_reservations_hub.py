@@ -12,12 +12,14 @@ the course's account (the reference credits service)."""
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -26,7 +28,7 @@ import pytest
 from hub_ext.ops.board import CLI_TOKEN_FILE
 from tests.fixtures.hub import eventually
 from tests.fixtures.oidc import MEMBERS
-from tests.test_reservation_enforcement_hub import hhmm, home, last_run, page_says
+from tests.test_reservation_enforcement_hub import home, last_run, page_says, span, until
 from tests.test_slurm_hub import events_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.hub, pytest.mark.docker]
@@ -314,7 +316,7 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
         GPUHUB_CREDITS_URL=credits_service.url,
         GPUHUB_CREDITS_TOKEN=credits_service.hub_token,
         GPUHUB_COURSES=str(courses),
-        GPUHUB_RESERVATION_WARNING="600",
+        GPUHUB_RESERVATION_WARNING="60",
     )
     browsers = {
         alice: await hub.login(alice, groups=[MEMBERS, group]),
@@ -335,29 +337,17 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
                 (job := job_of(slurm_cluster, bob)).get("JobState") == "RUNNING" and job["NodeList"]
             ),
         )
-        # 1 GPU for the course from 90 s from now for 3 minutes; Slurm picks the node, which
-        # the test pins on bob's (Slurm may pick it: a reservation ignores running jobs)
+        # 1 GPU for the course from 90 s from now for 3 minutes, on bob's node
         start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=90)
         end = start + timedelta(minutes=3)
-        r = await hub.api(
-            "POST",
-            PATH,
-            token=admin,
-            json={"group": group, "gpus": 1, "start": iso(start), "end": iso(end)},
-        )
-        assert r.status_code == 201, r.text
-        rid = r.json()["id"]
-        slurm_cluster.run(
-            "scontrol", "update", f"ReservationName=gpuhub-{hub.id}-{rid}", f"Nodes={node}"
-        )
-        window = (
-            f"2 GPUs are reserved for ML101 from {hhmm(start.timestamp())} to "
-            f"{hhmm(end.timestamp())}"
-        )
+        rid = await reserve_on(hub, slurm_cluster, node, group, start, end)
+        window = f"2 GPUs are reserved for ML101 {span(start.timestamp(), end.timestamp())}"
         # bob is warned on his home page while his server starts (Slurm holds the node's 2
-        # GPUs), and his start's progress says until when it may run
+        # GPUs), a minute before the start, and his start's progress says until when it
+        # may run
         await eventually(
             lambda: page_says(browsers[bob], f"{window}, and it holds a GPU they need."),
+            timeout=60,
             what="the warning on bob's home page",
         )
         told = asyncio.ensure_future(
@@ -397,7 +387,8 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
         await eventually(
             lambda: _spawn_page_says(
                 browsers[alice],
-                f"Paid by ML101 during its reservation until {hhmm(end.timestamp())}",
+                f"Paid by ML101 during its reservation until "
+                f"{until(start.timestamp(), end.timestamp())}",
             ),
             what="alice's card",
         )
@@ -459,6 +450,81 @@ async def test_a_non_members_job_on_the_reserved_node_is_stopped_and_the_course_
             slurm_cluster.run(
                 "scontrol", "delete", f"ReservationName=gpuhub-{hub.id}-{rid}", check=False
             )
+
+
+async def test_a_window_that_begins_at_once_warns_a_non_members_job_before_it_stops_it(
+    slurm_hub, slurm_cluster
+):
+    """Issue 28 on Slurm: a reservation from now for 30 days on the node of bob's running
+    server (bob is not in the group).  Slurm leaves his job running (IGNORE_JOBS); the hub
+    warns him at once, with the dates, and stops it only when the warning time (here 20 s)
+    is up."""
+    bob = slurm_cluster.fresh_member("ghs-rb")
+    hub = await slurm_hub(
+        PROFILES,
+        "c.Reservations.check_interval = 0.5\n",
+        GPUHUB_CREDITS="off",
+        GPUHUB_RESERVATION_WARNING="20",
+    )
+    browser = await hub.login(bob)
+    group = f"ml101-{uuid.uuid4().hex[:6]}"
+    r = await hub.api("POST", f"/groups/{group}")
+    assert r.status_code == 201, r.text
+    admin = (hub.state_dir / CLI_TOKEN_FILE).read_text().strip()
+    rid = None
+    try:
+        await _ready(hub, bob)
+        node = job_of(slurm_cluster, bob)["NodeList"]
+        start = datetime.now(UTC).replace(microsecond=0)
+        end = start + timedelta(days=30)
+        rid = await reserve_on(hub, slurm_cluster, node, group, start, end)
+        assert slurm_reservations(slurm_cluster)[f"gpuhub-{hub.id}-{rid}"]["State"] == "ACTIVE"
+        window = f"2 GPUs are reserved for {group} {span(start.timestamp(), end.timestamp())}"
+        warning = re.compile(
+            rf"Your server will be stopped in about (\d+) s: {re.escape(window)}, and it holds "
+            "a GPU they need."
+        )
+
+        async def seconds_left() -> int | None:
+            found = warning.search(html.unescape(await home(browser)))
+            return int(found[1]) if found else None
+
+        left = await eventually(seconds_left, what="the warning on bob's home page")
+        warned = time.monotonic()
+        assert 15 <= left <= 20, left
+        await asyncio.sleep(10)  # twenty passes
+        assert await hub.running(bob)
+        await eventually(lambda: hub.stopped(bob), timeout=60, what="bob's server stopped")
+        assert time.monotonic() - warned >= 15
+        run = last_run(hub, bob)
+        assert (run.stop_reason, run.stop_detail) == (
+            "reservation",
+            f"{window}, and your server held a GPU they need",
+        )
+        assert f"Your server was stopped: {window}" in await home(browser)
+    finally:
+        if rid is not None:
+            await hub.api("DELETE", f"{PATH}/{rid}", token=admin)
+            slurm_cluster.run(
+                "scontrol", "delete", f"ReservationName=gpuhub-{hub.id}-{rid}", check=False
+            )
+
+
+async def reserve_on(hub, cluster, node: str, group: str, start, end) -> int:
+    """1 GPU for ``group`` from ``start`` to ``end``, made by an admin; Slurm picks the
+    node, which is then pinned on ``node`` (Slurm may pick it: a reservation ignores
+    running jobs).  Its id."""
+    admin = (hub.state_dir / CLI_TOKEN_FILE).read_text().strip()
+    r = await hub.api(
+        "POST",
+        PATH,
+        token=admin,
+        json={"group": group, "gpus": 1, "start": iso(start), "end": iso(end)},
+    )
+    assert r.status_code == 201, r.text
+    rid = r.json()["id"]
+    cluster.run("scontrol", "update", f"ReservationName=gpuhub-{hub.id}-{rid}", f"Nodes={node}")
+    return rid
 
 
 async def _ready(hub, name: str, **options) -> None:

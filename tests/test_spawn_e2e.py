@@ -333,7 +333,8 @@ async def test_an_open_port_alone_is_not_taken_for_a_started_server(
             ]
         )
     )
-    hub = await hub_factory(GPUHUB_PROFILES=str(profiles))
+    # host networking: the server's port is on this machine's loopback (its label)
+    hub = await hub_factory(GPUHUB_PROFILES=str(profiles), GPUHUB_DOCKER_NETWORK="host")
     await hub.create_user("ivan")
     r = await hub.spawn("ivan", {"profile": "silent"})
     assert r.status_code == 202, r.text

@@ -212,3 +212,26 @@ def test_notebook_jobs_are_counted_apart_from_servers_with_their_gpu_hours(hub_d
     _print([alice], "user", False, out, jobs=True)
     assert out.getvalue().splitlines()[0].endswith("AVG WAIT MIN   JOBS  JOB GPU-HOURS")
     assert out.getvalue().splitlines()[1].endswith("-      1           0.50")
+
+
+def test_gpu_kernels_are_counted_apart_from_servers_and_jobs(hub_db):
+    server = start(hub_db, user="alice", server="", hours=0)
+    job = start(hub_db, user="alice", server="job-0123456789ab", devices=("GPU-1",), hours=1)
+    kernel = start(hub_db, user="alice", server="kernel-0a1b2c3d4e5f", devices=("GPU-2",), hours=2)
+    runs.close_run(hub_db, server, at(4), "stopped")
+    runs.close_run(hub_db, job, at(1.5), "job_ended")
+    runs.close_run(hub_db, kernel, at(2.25), "idle")
+    [alice] = summarise(runs.runs_overlapping(hub_db, at(0)), None, at(0), at(24), "user")
+    assert (alice.servers, alice.jobs, alice.kernels) == (1, 1, 1)
+    assert (alice.gpu_hours, alice.job_gpu_hours, alice.kernel_gpu_hours) == (4.75, 0.5, 0.25)
+    out = io.StringIO()
+    _print([alice], "user", True, out, jobs=True, kernels=True)
+    assert out.getvalue().splitlines() == [
+        "user,servers,gpu_hours,credits,line_starts,average_wait_min,jobs,job_gpu_hours,"
+        "kernels,kernel_gpu_hours",
+        "alice,1,4.75,-,0,-,1,0.50,1,0.25",
+    ]
+    out = io.StringIO()
+    _print([alice], "user", False, out, kernels=True)
+    assert out.getvalue().splitlines()[0].endswith("AVG WAIT MIN  KERNELS  KERNEL GPU-HOURS")
+    assert out.getvalue().splitlines()[1].endswith("-        1              0.25")

@@ -1,4 +1,4 @@
-"""Prometheus metrics of the GPU pool, the line, the credits hook and culling.
+"""Prometheus metrics of the GPU pool, the line, the credits hook, culling and GPU kernels.
 
 They are registered in prometheus_client's default registry, which JupyterHub serves at
 ``/hub/metrics`` (JupyterHub docs, "Monitoring"), so no endpoint of our own is needed.
@@ -43,4 +43,19 @@ LINE_WAIT = Histogram(
     "Seconds a member waited in line before their turn came (the server then starts), by profile",
     ["profile"],
     buckets=(10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, float("inf")),
+)
+
+GPU_KERNELS = Gauge(
+    "gpuhub_gpu_kernels",
+    "GPU kernels (notebooks' kernels in containers of their own, hub_ext.kernels) by state: "
+    "waiting (for their GPU), running; servers and notebook jobs are not counted",
+    ["state"],
+)
+
+GPU_KERNELS_ENDED = Counter(
+    "gpuhub_gpu_kernels_ended",
+    "GPU kernels ended, by reason: shutdown (by their member), idle (the GPU kernels' idle "
+    "time-out), parent_gone (their member's server stopped), died (their container ended), "
+    "failed (could not start), left (shut down while waiting), stopped, ...",
+    ["reason"],
 )

@@ -25,9 +25,12 @@ out and the grace period was over), ``gone`` (its container vanished and the hub
 (the kernel killed it past its memory limit: the Slurm job's cgroup, Slurm's state
 OUT_OF_MEMORY; the Docker container's, ``State.OOMKilled``), ``reservation`` (it held a GPU
 that a reservation's window needed, :mod:`hub_ext.reservations.enforce`), ``job_ended`` (a
-GPU notebook job's container ended by itself: its notebook ran to its end, or it died).
-A run whose server name starts with :data:`JOB_PREFIX` is a notebook job's (:mod:`hub_ext.jobs`);
-``gpuhub usage`` counts those apart.  ``stop_detail``
+GPU notebook job's container ended by itself: its notebook ran to its end, or it died),
+``kernel_ended`` (a GPU kernel's container ended by itself: it died, or was killed),
+``parent_gone`` (a GPU kernel stopped because the member's server it ran for stopped).
+A run whose server name starts with :data:`JOB_PREFIX` is a notebook job's (:mod:`hub_ext.jobs`),
+one starting with :data:`KERNEL_PREFIX` a GPU kernel's (:mod:`hub_ext.kernels`): :func:`kind`
+tells them apart, and ``gpuhub usage`` counts them apart from servers.  ``stop_detail``
 says more where the backend knows it, e.g. "node node2 down: power failure" (Slurm's
 reason), or the reservation it made way for.
 """
@@ -54,10 +57,12 @@ from .db import ensure_tables
 
 __all__ = [
     "JOB_PREFIX",
+    "KERNEL_PREFIX",
     "ServerRun",
     "close_run",
     "discard_run",
     "ensure_table",
+    "kind",
     "naive_utc",
     "open_run",
     "runs_overlapping",
@@ -75,9 +80,13 @@ STOP_REASONS = (
     "out_of_memory",
     "reservation",
     "job_ended",
+    "kernel_ended",
+    "parent_gone",
 )
 #: the server names of GPU notebook jobs (hub_ext.jobs): their runs are jobs, not servers
 JOB_PREFIX = "job-"
+#: the server names of GPU kernels (hub_ext.kernels): their runs are kernels, not servers
+KERNEL_PREFIX = "kernel-"
 #: characters of ``stop_detail`` kept
 DETAIL_CHARS = 255
 
@@ -120,7 +129,19 @@ class ServerRun(Base):
 
 def is_job(run) -> bool:
     """Whether ``run`` (a :class:`ServerRun`) was a GPU notebook job's."""
-    return (run.server_name or "").startswith(JOB_PREFIX)
+    return kind(run) == "job"
+
+
+def kind(run) -> str:
+    """What ``run`` (a :class:`ServerRun`, or a server name) was: ``"job"`` (a GPU notebook
+    job, :data:`JOB_PREFIX`), ``"kernel"`` (a GPU kernel, :data:`KERNEL_PREFIX`) or
+    ``"server"`` (a member's own server)."""
+    name = (run if isinstance(run, str) else run.server_name) or ""
+    if name.startswith(JOB_PREFIX):
+        return "job"
+    if name.startswith(KERNEL_PREFIX):
+        return "kernel"
+    return "server"
 
 
 def naive_utc(when: datetime) -> datetime:
@@ -135,7 +156,7 @@ def _add_columns(engine) -> None:
     the job ids (``job_id``) or the course budget (``course``) existed lacks them: add
     them."""
     columns = {c["name"] for c in inspect(engine).get_columns(ServerRun.__tablename__)}
-    for name, kind in (
+    for name, sql_type in (
         ("line_wait_s", "FLOAT"),
         ("stop_detail", f"VARCHAR({DETAIL_CHARS})"),
         ("job_id", "VARCHAR(64)"),
@@ -144,7 +165,7 @@ def _add_columns(engine) -> None:
         if name not in columns:
             with engine.begin() as conn:
                 conn.execute(
-                    text(f"ALTER TABLE {ServerRun.__tablename__} ADD COLUMN {name} {kind}")
+                    text(f"ALTER TABLE {ServerRun.__tablename__} ADD COLUMN {name} {sql_type}")
                 )
 
 

@@ -6,7 +6,14 @@ import os
 import secrets
 from pathlib import Path
 
-__all__ = ["CLI_SERVICE", "CLI_TOKEN_FILE", "ROLE_NAME", "add_service", "token_file"]
+__all__ = [
+    "CLI_SERVICE",
+    "CLI_TOKEN_FILE",
+    "ROLE_NAME",
+    "add_service",
+    "grant_member_scope",
+    "token_file",
+]
 
 #: The role of the hub's GPU admins (:mod:`hub_ext.ops.board`), which other parts add scopes to.
 ROLE_NAME = "gpuhub-gpu-admins"
@@ -57,6 +64,25 @@ def grant_scope(c, scopes: dict[str, str], needed: set[str], caller: str) -> set
         )
     c.JupyterHub.load_roles = roles
     return found
+
+
+def grant_member_scope(c, scope: str, description: str, caller: str) -> str:
+    """Declare the custom scope ``scope`` of the members' own things (notebook jobs, GPU
+    kernels) and give it filtered ``!user`` to JupyterHub's default ``user`` role (made
+    when the configuration has none), unfiltered to ``gpuhub-gpu-admins`` and
+    ``gpuhub-cli``; returns the filtered scope (what the servers' tokens get too).
+    Raises ValueError naming ``caller`` when the admin roles are not made yet."""
+    define_scope(c, scope, description)
+    member = f"{scope}!user"
+    found = grant_scope(
+        c, {ROLE_NAME: scope, CLI_SERVICE: scope, "user": member}, {ROLE_NAME, CLI_SERVICE}, caller
+    )
+    if "user" not in found:  # JupyterHub's default user role: every member, her own things
+        c.JupyterHub.load_roles = [
+            *c.JupyterHub.load_roles,
+            {"name": "user", "scopes": ["self", member]},
+        ]
+    return member
 
 
 def token_file(path: Path) -> str:

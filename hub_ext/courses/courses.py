@@ -8,7 +8,16 @@ The file is a JSON object, one entry per course, its key the course's slug::
 - ``group``: the JupyterHub group of its students (from the identity provider's groups);
 - ``instructors``: identity-provider groups whose members are its instructors (at least one);
 - ``display_name``: how pages name it (default: the slug);
-- ``account``: the course's account in the Credits API (optional: no course credits).
+- ``account``: the course's account in the Credits API (optional: no course credits);
+- ``max_reserved_gpus``: the GPUs (or MIG slices of one profile) its instructors may reserve
+  at once (default: half of the hub's, at least 1);
+- ``max_reservation_hours``: how long one occurrence of their reservation may last (default
+  8);
+- ``max_days_ahead``: how far ahead their reservations may reach (default 120 days);
+- ``self_grants``: whether an instructor may grant the course's credits to themselves
+  (default false).
+
+Admins are held to none of these (:mod:`hub_ext.reservations.bounds`).
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ import re
 from dataclasses import dataclass
 
 from ..credits.contract import username_problem
+from ..reservations.bounds import DEFAULT_DAYS_AHEAD, DEFAULT_HOURS
+from ..reservations.rules import MAX_DURATION
 
 __all__ = ["Course", "load_courses"]
 
@@ -25,19 +36,37 @@ __all__ = ["Course", "load_courses"]
 SLUG = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 #: a JupyterHub group name as it can appear in a ``!group=`` filter and a URL
 GROUP = re.compile(r"[^/\s!,]{1,255}")
-FIELDS = {"display_name", "group", "instructors", "account"}
+FIELDS = {
+    "display_name",
+    "group",
+    "instructors",
+    "account",
+    "max_reserved_gpus",
+    "max_reservation_hours",
+    "max_days_ahead",
+    "self_grants",
+}
+#: the farthest ahead a course's bound may let its instructors reserve (about 2 years)
+MAX_DAYS_AHEAD = 730
 
 
 @dataclass(frozen=True)
 class Course:
-    """One course: its ``slug``, the students' ``group``, the ``instructors``' groups and
-    the Credits API ``account`` (None: the course has no credits of its own)."""
+    """One course: its ``slug``, the students' ``group``, the ``instructors``' groups, the
+    Credits API ``account`` (None: the course has no credits of its own), what its
+    instructors may reserve (``max_reserved_gpus``, None: half the hub's;
+    ``max_reservation_hours``; ``max_days_ahead``) and whether they may grant its credits
+    to themselves (``self_grants``)."""
 
     slug: str
     display_name: str
     group: str
     instructors: tuple[str, ...]
     account: str | None = None
+    max_reserved_gpus: int | None = None
+    max_reservation_hours: float = DEFAULT_HOURS
+    max_days_ahead: int = DEFAULT_DAYS_AHEAD
+    self_grants: bool = False
 
 
 def load_courses(path: str) -> dict[str, Course]:
@@ -115,10 +144,36 @@ def _course(path: str, slug: str, entry: object) -> Course:
         problem = username_problem(account) if isinstance(account, str) else "must be a text"
         if problem:
             raise bad("account", f"a Credits API account name: {problem}")
+    gpus = entry.get("max_reserved_gpus")
+    if gpus is not None and (not _whole(gpus) or gpus < 1):
+        raise bad("max_reserved_gpus", f"a whole number of GPUs from 1 up, or null; got {gpus!r}")
+    hours = entry.get("max_reservation_hours", DEFAULT_HOURS)
+    longest = MAX_DURATION.total_seconds() / 3600
+    if isinstance(hours, bool) or not isinstance(hours, int | float) or not 0 < hours <= longest:
+        raise bad(
+            "max_reservation_hours",
+            f"hours one occurrence may last, more than 0 and at most {longest:g}; got {hours!r}",
+        )
+    days = entry.get("max_days_ahead", DEFAULT_DAYS_AHEAD)
+    if not _whole(days) or not 1 <= days <= MAX_DAYS_AHEAD:
+        raise bad(
+            "max_days_ahead", f"a whole number of days from 1 to {MAX_DAYS_AHEAD}; got {days!r}"
+        )
+    self_grants = entry.get("self_grants", False)
+    if not isinstance(self_grants, bool):
+        raise bad("self_grants", f"true or false; got {self_grants!r}")
     return Course(
         slug=slug,
         display_name=display_name.strip(),
         group=group,
         instructors=tuple(dict.fromkeys(instructors)),
         account=account,
+        max_reserved_gpus=gpus,
+        max_reservation_hours=float(hours),
+        max_days_ahead=days,
+        self_grants=self_grants,
     )
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

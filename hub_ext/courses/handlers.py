@@ -11,13 +11,15 @@ the two transaction ids, the course account's balance and ``replayed`` (true whe
 new was moved).
 
 Needs ``custom:gpuhub:courses:grant`` (:mod:`.hubconfig`; filtered ``!group=<course
-group>`` for a course's instructors).  Answers, JSON ``{"status", "message"}``: 403 without
-the scope; 404 for a course that does not exist or is not the caller's (the same words,
-so another course's name is not confirmed), and for a user who is not a member of the
-course; 400 for a malformed body or a course without an account; 402 when the course
-account cannot pay (nothing moved); 409 for a request id reused with other arguments; 503
-when the Credits API does not answer or the hub has no admin token (send again with the
-same ``request_id``).
+group>`` for a course's instructors).  Nobody grants a course's credits to themselves
+(an instructor who is also a student of the course; admins too) unless the course's
+``self_grants`` is true (``GPUHUB_COURSES``).  Answers, JSON ``{"status", "message"}``:
+403 without the scope, or for a grant to oneself; 404 for a course that does not exist
+or is not the caller's (the same words, so another course's name is not confirmed), and for
+a user who is not a member of the course; 400 for a malformed body or a course without
+an account; 402 when the course account cannot pay (nothing moved); 409 for a request id
+reused with other arguments; 503 when the Credits API does not answer or the hub has no
+admin token (send again with the same ``request_id``).
 """
 
 from __future__ import annotations
@@ -55,11 +57,11 @@ class CourseGrants(LoggingConfigurable):
     """What the grant endpoint reads from the hub's configuration."""
 
     courses = Dict(
-        help="""The courses, by slug: {"group", "account", "display_name"}; set
-        from GPUHUB_COURSES by apply_courses_config.
+        help="""The courses, by slug: {"group", "account", "display_name",
+        "self_grants"}; set from GPUHUB_COURSES by apply_courses_config.
 
         c.CourseGrants.courses = {"ml101": {"group": "ml101", "account": "course-ml101",
-                                            "display_name": "ML101"}}
+                                            "display_name": "ML101", "self_grants": False}}
         """
     ).tag(config=True)
 
@@ -93,6 +95,14 @@ class CourseGrantHandler(APIHandler):
         member = orm.User.find(self.db, user)
         if member is None or course["group"] not in {g.name for g in member.groups}:
             raise web.HTTPError(404, f"{user} is not a member of {course['display_name']}.")
+        if member.name == who and not course.get("self_grants"):
+            self.log.warning("%s may not grant %s's credits to themselves", who, slug)
+            raise web.HTTPError(
+                403,
+                f"You may not grant {course['display_name']}'s credits to yourself: "
+                "another instructor or an admin may. (A course allows it with "
+                "self_grants in GPUHUB_COURSES.)",
+            )
         account = course["account"]
         if not account:
             raise web.HTTPError(

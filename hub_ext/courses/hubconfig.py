@@ -61,7 +61,8 @@ def instructor_role(course: Course) -> dict:
 def apply_courses_config(c, settings) -> None:
     """Load ``settings.courses_file``, give each course's instructors their role and the
     right to log in, define the grant scope and hand the courses to the grant endpoint
-    (``c.CourseGrants``) and to the credits hook (``c.CreditsHook.course_payer``: the
+    (``c.CourseGrants``), to the reservations' endpoints (``c.ReservationBounds``: what an
+    instructor may reserve) and to the credits hook (``c.CreditsHook.course_payer``: the
     course budget, :mod:`hub_ext.reservations.budget`).  Raises OSError or ValueError
     (naming the file, course and field) for a file that cannot be read or is malformed."""
     courses = load_courses(settings.courses_file)
@@ -76,8 +77,19 @@ def apply_courses_config(c, settings) -> None:
             "group": course.group,
             "account": course.account,
             "display_name": course.display_name,
+            "self_grants": course.self_grants,
         }
         for slug, course in courses.items()
+    }
+    # what its instructors may reserve (hub_ext.reservations.bounds)
+    c.ReservationBounds.courses = {
+        course.group: {
+            "label": course.display_name,
+            "max_reserved_gpus": course.max_reserved_gpus,
+            "max_reservation_hours": course.max_reservation_hours,
+            "max_days_ahead": course.max_days_ahead,
+        }
+        for course in courses.values()
     }
     # the course budget: a course's account pays during its reservations' windows
     c.CreditsHook.course_payer = CourseBudget(c.CourseGrants.courses)

@@ -226,7 +226,7 @@ class CreditsClient(LoggingConfigurable):
             "POST",
             account_path(username, "debits"),
             label=f"debit {username} {body['amount']} key={checked_key(key)}",
-            json=body,
+            body=body,
             key=key,
         )
         data = self._check("debit", response, username)
@@ -257,7 +257,7 @@ class CreditsClient(LoggingConfigurable):
             "POST",
             account_path(username, "refunds"),
             label=f"refund {username} {body['amount']} of {debit_id} key={checked_key(key)}",
-            json=body,
+            body=body,
             key=key,
         )
         data = self._check("refund", response, username)
@@ -284,7 +284,7 @@ class CreditsClient(LoggingConfigurable):
             "POST",
             account_path(username, "grants"),
             label=f"grant {username} {body['amount']} key={checked_key(key)}",
-            json=body,
+            body=body,
             key=key,
         )
         data = self._check("grant", response, username)
@@ -365,13 +365,21 @@ class CreditsClient(LoggingConfigurable):
         path: str,
         *,
         label: str,
-        json: dict | None = None,
+        body: dict | None = None,
         params: dict | None = None,
         key: str | None = None,
     ) -> httpx.Response:
-        """Send one API call, retrying transient failures; the same headers every try."""
+        """Send one API call, retrying transient failures; the same headers every try.
+
+        ``body`` goes as ASCII JSON (``\\u`` escapes), not httpx's ``json=`` (UTF-8), which
+        cannot encode a reason holding a lone surrogate: valid in a JSON string, so the
+        contract's to send."""
         client = self._client()
         headers = {"Accept": "application/json"}
+        content = None
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+            content = json.dumps(body, ensure_ascii=True).encode("ascii")
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         if key is not None:
@@ -381,7 +389,7 @@ class CreditsClient(LoggingConfigurable):
             retry_after: float | None = None
             try:
                 response = await client.request(
-                    method, path, json=json, params=params, headers=headers
+                    method, path, content=content, params=params, headers=headers
                 )
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 problem = f"{type(exc).__name__}: {self._scrub(str(exc)) or 'no detail'}"

@@ -5,8 +5,10 @@ both follow the contract's schemas to the letter:
 
 - ``username`` (path): 1 to 255 characters, none of them ``/`` or a control character
   (``^[^/\\x00-\\x1f\\x7f]+$``);
-- ``reason``: at most 500 characters; ``metadata``: at most 20 entries, each value a string
-  of at most 500 characters; ``debit_id``: 1 to 255 characters;
+- ``reason``: a string of at most 500 characters, any of them (NUL and lone surrogates are
+  valid JSON string content; the reference ledger stores them exactly); ``metadata``: at
+  most 20 entries, each value a string of at most 500 characters; ``debit_id``: 1 to 255
+  characters;
 - amounts moved: :data:`hub_ext.credits.amounts.POSITIVE_AMOUNT_PATTERN`.
 """
 
@@ -20,6 +22,7 @@ __all__ = [
     "MAX_TEXT",
     "USERNAME_PATTERN",
     "metadata_problem",
+    "reason_problem",
     "username_problem",
 ]
 
@@ -38,6 +41,15 @@ def username_problem(username: object) -> str | None:
         return f"a username is 1 to {MAX_USERNAME} characters"
     if not USERNAME_PATTERN.fullmatch(username):
         return 'a username has no "/" and no control characters'
+    return None
+
+
+def reason_problem(reason: object) -> str | None:
+    """Why ``reason`` breaks the contract (``{type: string, maxLength: 500}``), or None."""
+    if not isinstance(reason, str):
+        return "reason must be a string (leave it out for none; null is not a string)"
+    if len(reason) > MAX_TEXT:
+        return f"reason is {len(reason)} characters long; at most {MAX_TEXT} are allowed"
     return None
 
 

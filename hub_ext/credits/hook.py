@@ -59,7 +59,7 @@ from .affordability import UNREACHABLE, Affordability, _money, too_little
 from .client import CreditsClient
 from .errors import AccountNotFound, CreditsAuthError, CreditsError, InsufficientCredits
 from .meter import CreditsMeter, MeteredRun, written_ahead
-from .metering import MeterRecord, as_decimal, run_title
+from .metering import MeterRecord, as_decimal
 from .unsettled import Owed, UnsettledStore
 from .voids import UNCERTAIN as _UNCERTAIN
 from .voids import Void
@@ -156,8 +156,9 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         help="""Who pays instead of the member (the course budget): a function
         ``(spawner, started) -> payer or None``; ``started`` False asks before any GPU is
         taken (may a course pay?), True at the debit (does it, for the GPUs held?).  A
-        payer has ``slug``, ``display_name``, ``account`` and ``until`` (aware UTC: the
-        intervals beginning before it are the course's).  Set from GPUHUB_COURSES by
+        payer has ``slug``, ``display_name``, ``account``, ``until`` (aware UTC: the
+        intervals beginning before it are the course's) and ``until_text()`` (how the
+        member reads it, "16:00 UTC", dated on another day).  Set from GPUHUB_COURSES by
         hub_ext.courses.hubconfig (hub_ext.reservations.budget); None: members pay.
 
             c.CreditsHook.course_payer = hub_ext.reservations.budget.CourseBudget(courses)
@@ -238,16 +239,19 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
             price,
             self.interval,
         )
-        orm_spawner = getattr(spawner, "orm_spawner", None)
-        record.title = run_title(server_name, getattr(orm_spawner, "display_name", None))
+        if spawner.kernel:  # a GPU kernel: the ledger names it and its notebook
+            record.kernel = str(spawner.kernel.get("id", ""))
+            record.notebook = str(spawner.kernel.get("notebook") or "")
+        if spawner.job:  # a notebook job: the ledger names it as the member's list does
+            orm_spawner = getattr(spawner, "orm_spawner", None)
+            record.job = getattr(orm_spawner, "display_name", None) or "Notebook job"
         payer = self.paying_course(spawner)
         if payer is not None:
             record.course, record.course_account = payer.slug, payer.account
             record.paid_until = payer.until
             spawner.emit(
                 25,
-                f"Paid by {payer.display_name} during its reservation until "
-                f"{payer.until:%H:%M} UTC",
+                f"Paid by {payer.display_name} during its reservation until {payer.until_text()}",
             )
         minutes = record.interval / 60
         span = f"{minutes:g} minutes" if minutes >= 1 else f"{record.interval:g} seconds"
@@ -290,7 +294,7 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         if payer is None:
             return "Paid by you", False
         return (
-            f"Paid by {payer.display_name} during its reservation until {payer.until:%H:%M} UTC",
+            f"Paid by {payer.display_name} during its reservation until {payer.until_text()}",
             True,
         )
 

@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from . import models
 from .amounts import MAX_CENTS, format_cents
 from .db import READ_ONLY
-from .models import Account, LedgerEntry
+from .models import Account, LedgerEntry, readable, storable
 
 __all__ = ["Ledger", "LedgerError", "WriteRequest"]
 
@@ -103,11 +103,21 @@ def _entry_json(entry: LedgerEntry, username: str) -> dict:
         "debit_id": entry.debit_id,
         "created_at": _timestamp(entry.created_at),
     }
-    if entry.reason is not None:
+    if entry.reason_json is not None:
+        body["reason"] = json.loads(entry.reason_json)
+    elif entry.reason is not None:
         body["reason"] = entry.reason
     if entry.metadata_json is not None:
         body["metadata"] = json.loads(entry.metadata_json)
     return body
+
+
+def _reason_columns(reason: str | None) -> dict[str, str | None]:
+    """``reason`` as the ledger stores it: as it is, or (not :func:`storable`) a readable copy
+    beside the exact text as ASCII JSON."""
+    if reason is None or storable(reason):
+        return {"reason": reason, "reason_json": None}
+    return {"reason": readable(reason), "reason_json": json.dumps(reason, ensure_ascii=True)}
 
 
 def _not_found(username: str) -> LedgerError:
@@ -311,7 +321,7 @@ class Ledger:
                 amount_cents=request.amount_cents,
                 balance_cents=balance,
                 debit_id=request.debit_id,
-                reason=request.reason,
+                **_reason_columns(request.reason),
                 metadata_json=(
                     None
                     if request.metadata is None

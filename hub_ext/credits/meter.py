@@ -233,7 +233,7 @@ class CreditsMeter:
                         debit_id,
                         amount,
                         key=refund_key(record.server_id, index),
-                        reason=f"Unused part of interval {index} of {record.label}",
+                        reason=f"Unused part of interval {index} of {record.refunded}",
                     )
                 except _UNCERTAIN as e:
                     self.log.warning(

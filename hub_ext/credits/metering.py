@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 
-from ..common.runs import JOB_PREFIX
-
 __all__ = [
     "CENT",
     "MeterRecord",
@@ -33,7 +31,6 @@ __all__ = [
     "interval_index",
     "refund_amount",
     "refund_key",
-    "run_title",
     "server_id",
 ]
 
@@ -124,13 +121,6 @@ def refund_key(sid: str, index: int) -> str:
     return f"gpuhub-refund-{sid}-{index}"
 
 
-def run_title(server_name: str, display_name: str | None) -> str:
-    """What the ledger calls a run that is not a plain server: a GPU notebook job's server
-    (``job-…``) by its JupyterHub display name, "Notebook job: train" (hub_ext.jobs names
-    it); ``""`` for any other server (the ledger says "Server alice/name")."""
-    return (display_name or "") if server_name.startswith(JOB_PREFIX) else ""
-
-
 @dataclass
 class MeterRecord:
     """The metering of one run of one server, as kept in ``spawner.hook_state["credits"]``.
@@ -158,8 +148,13 @@ class MeterRecord:
     course: str | None = None
     course_account: str | None = None
     paid_until: datetime | None = None
-    #: what the ledger calls a run that is not a plain server (:func:`run_title`); ""
-    title: str = ""
+    #: a GPU kernel's (hub_ext.kernels): its id and the notebook it runs for
+    #: (workspace-relative), named in the ledger's reasons and metadata; None for a server
+    kernel: str | None = None
+    notebook: str | None = None
+    #: a GPU notebook job's (hub_ext.jobs): its name as JupyterHub lists its server,
+    #: "Notebook job: train", named in the ledger's reasons; None for a server
+    job: str | None = None
 
     @classmethod
     def new(
@@ -190,6 +185,23 @@ class MeterRecord:
         """``user`` or ``user/server``, for logs and reasons."""
         return f"{self.username}/{self.server_name}" if self.server_name else self.username
 
+    @property
+    def title(self) -> str:
+        """What the ledger's reasons call the run: "Server alice/dev", for a GPU kernel
+        "GPU kernel alice/kernel-0a1b2c3d4e5f for work/train.ipynb", for a notebook job
+        "Notebook job: train, alice/job-a7d70db30f9c"."""
+        if self.kernel is not None:
+            return f"GPU kernel {self.label} for {self.notebook or 'a notebook'}"
+        if self.job:
+            return f"{self.job}, {self.label}"
+        return f"Server {self.label}"
+
+    @property
+    def refunded(self) -> str:
+        """What a refund's reason names: ``user/server``, or a GPU kernel's or a notebook
+        job's :attr:`title`."""
+        return self.label if self.kernel is None and not self.job else self.title
+
     def course_pays(self, index: int) -> bool:
         """Whether interval ``index`` is the course's (it begins before the window's end)."""
         return bool(
@@ -212,14 +224,8 @@ class MeterRecord:
         minutes = self.interval / 60
         span = f"{minutes:g} min" if minutes >= 1 else f"{self.interval:g} s"
         paid = f"Course {self.course}: " if self.course_pays(index) else ""
-        profile = self.profile or "default profile"
-        what = (
-            f"{self.title} ({self.label}, {profile})"
-            if self.title
-            else f"Server {self.label} ({profile})"
-        )
         return (
-            f"{paid}{what} at "
+            f"{paid}{self.title} ({self.profile or 'default profile'}) at "
             f"{self.credits_per_hour.normalize():f} credits/hour: {span} from "
             f"{self.interval_start(index).isoformat(timespec='seconds')}"
         )
@@ -236,6 +242,8 @@ class MeterRecord:
         }
         if self.course_pays(index):
             data.update(member=self.username, course=self.course or "")
+        if self.kernel is not None:
+            data.update(kernel=self.kernel, notebook=self.notebook or "")
         return data
 
     def to_state(self) -> dict:
@@ -258,7 +266,9 @@ class MeterRecord:
             "course": self.course,
             "course_account": self.course_account,
             "paid_until": self.paid_until.isoformat() if self.paid_until else None,
-            "title": self.title,
+            "kernel": self.kernel,
+            "notebook": self.notebook,
+            "job": self.job,
         }
 
     @classmethod
@@ -285,7 +295,9 @@ class MeterRecord:
                 course=state.get("course"),
                 course_account=state.get("course_account"),
                 paid_until=datetime.fromisoformat(paid_until) if paid_until else None,
-                title=str(state.get("title") or ""),
+                kernel=state.get("kernel"),
+                notebook=state.get("notebook"),
+                job=state.get("job"),
             )
         except (KeyError, TypeError, ArithmeticError) as e:
             raise ValueError(f"malformed credits record: {e!r}") from e

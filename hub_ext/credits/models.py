@@ -7,6 +7,9 @@
   deleted (triggers created by the first migration refuse both).  Each row keeps the
   Idempotency-Key it was written with and a SHA-256 of the request, unique per account,
   kind and key, so a replay finds the original and a different body is a conflict.
+- Text is stored exactly: what a text column of either database cannot hold (NUL, lone
+  surrogates; see :func:`storable`) is kept as ASCII JSON (``metadata_json`` always,
+  ``reason_json`` for such a reason only).
 
 Amounts are integers of hundredths so SQLite, which has no exact decimal type, stays
 exact; :mod:`hub_ext.credits.amounts` converts.  The schema is created by the Alembic
@@ -15,6 +18,7 @@ migrations in ``hub_ext/credits/migrations``, never by ``create_all``.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from sqlalchemy import (
@@ -33,7 +37,21 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from ..common.clock import utcnow
 
-__all__ = ["Account", "Base", "LedgerEntry", "UTCDateTime", "utcnow"]
+__all__ = ["Account", "Base", "LedgerEntry", "UTCDateTime", "storable", "utcnow"]
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(text: str) -> bool:
+    """Whether a text column of both databases holds ``text`` as it is: PostgreSQL's text
+    refuses NUL, and a lone surrogate (JSON's ``"\\ud800"``; a valid pair decodes to one
+    character) is not UTF-8, which both drivers write."""
+    return _UNSTORABLE.search(text) is None
+
+
+def readable(text: str) -> str:
+    """``text`` with U+FFFD in place of what :func:`storable` refuses: a readable copy."""
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 class UTCDateTime(TypeDecorator):
@@ -77,7 +95,9 @@ class LedgerEntry(Base):
     """One debit, refund or grant; append-only.
 
     ``seq`` orders the ledger (newest = highest); ``transaction_id`` is the public id.
-    ``balance_cents`` is the account's balance right after this entry.
+    ``balance_cents`` is the account's balance right after this entry.  ``reason_json`` is
+    NULL unless the reason is not :func:`storable`; then it holds the exact reason as ASCII
+    JSON and ``reason`` a :func:`readable` copy.
     """
 
     __tablename__ = "transactions"
@@ -102,6 +122,7 @@ class LedgerEntry(Base):
         ForeignKey("transactions.transaction_id"), nullable=True
     )
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    reason_json: Mapped[str | None] = mapped_column(Text, nullable=True)
     metadata_json: Mapped[str | None] = mapped_column(Text, nullable=True)
     idempotency_key: Mapped[str] = mapped_column(String(255), nullable=False)
     request_hash: Mapped[str] = mapped_column(String(64), nullable=False)

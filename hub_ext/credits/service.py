@@ -18,8 +18,12 @@ Status codes follow the contract (version 1.1).  Where it leaves a choice:
 - a request the service cannot read (body not JSON, Idempotency-Key missing or not 8 to
   255 characters) is 400 on debits and refunds and 422 on grants, whose contract has no 400;
 - a body that is JSON but not a valid request (unknown field, an amount that is not a
-  ``PositiveAmount``, over-long reason, metadata beyond its limits, a ``debit_id`` not 1 to
-  255 characters) is 422 ``invalid_request`` (a zero amount: ``invalid_amount``);
+  ``PositiveAmount``, a reason that is not a string or over 500 characters, metadata beyond
+  its limits, a ``debit_id`` not 1 to 255 characters) is 422 ``invalid_request`` (a zero
+  amount: ``invalid_amount``); the message names the rule that was broken;
+- text the contract allows but a text column cannot hold (NUL, lone surrogates) in a
+  reason or metadata is stored exactly (:mod:`hub_ext.credits.models`); in an id, a
+  username or a ``before`` it names nothing: 404;
 - a username that breaks the contract's rule (:mod:`hub_ext.credits.contract`) names no
   account: 404 ``account_not_found``, and on a grant 422 ``invalid_username``;
 - a refund naming no debit of the account is 404 ``debit_not_found`` (the contract's rule);
@@ -53,9 +57,10 @@ from ..common.dburl import with_password
 from ..common.json_body import parse_json
 from ..settings import value
 from .amounts import AMOUNT_PATTERN, POSITIVE_AMOUNT_PATTERN, format_cents, to_cents
-from .contract import MAX_ID, MAX_TEXT, metadata_problem, username_problem
+from .contract import MAX_ID, metadata_problem, reason_problem, username_problem
 from .db import make_engine, upgrade
 from .ledger import Ledger, LedgerError, WriteRequest
+from .models import storable
 
 __all__ = ["ServiceSettings", "build_parser", "main", "make_app"]
 
@@ -153,7 +158,7 @@ class BaseHandler(web.RequestHandler):
 
     def known_username(self, username: str) -> str:
         """A username that can exist; any other is 404 (grants refuse them with 422)."""
-        if username_problem(username) or not _storable(username):
+        if username_problem(username) or not storable(username):
             raise APIError(404, "account_not_found", f"No credits account for user {username!r}.")
         return username
 
@@ -179,7 +184,7 @@ class TransactionsHandler(BaseHandler):
         if not 1 <= limit <= 500 or not raw_limit.strip().isdigit():
             raise APIError(400, "invalid_request", "limit must be an integer from 1 to 500.")
         before = self.get_query_argument("before", None)
-        if before is not None and not _storable(before, 255):
+        if before is not None and (len(before) > MAX_ID or not storable(before)):
             raise APIError(404, "transaction_not_found", f"No transaction {before!r}.")
         body = await self.call(
             self.credits.ledger.transactions, self.known_username(username), limit, before
@@ -227,10 +232,9 @@ class WriteHandler(BaseHandler):
         cents = _positive_cents(body["amount"])
         # optional fields may be left out, never sent as null (the schemas are not nullable)
         reason = body.get("reason")
-        if "reason" in body and (not isinstance(reason, str) or not _storable(reason, MAX_TEXT)):
-            raise APIError(
-                422, "invalid_request", f"reason must be a string of at most {MAX_TEXT} characters."
-            )
+        problem = reason_problem(reason) if "reason" in body else None
+        if problem:
+            raise APIError(422, "invalid_request", problem + ".")
         metadata = body.get("metadata")
         problem = metadata_problem(metadata) if "metadata" in body else None
         if problem:
@@ -243,7 +247,7 @@ class WriteHandler(BaseHandler):
                     "invalid_request",
                     f"debit_id must be a transaction id of 1 to {MAX_ID} characters.",
                 )
-            if not _storable(debit_id):
+            if not storable(debit_id):
                 raise APIError(404, "debit_not_found", f"{debit_id!r} is not a debit.")
         return WriteRequest(
             username=username,
@@ -257,7 +261,7 @@ class WriteHandler(BaseHandler):
     async def post(self, username: str) -> None:
         if self.kind == "grant":
             problem = username_problem(username)
-            if problem or not _storable(username):
+            if problem or not storable(username):
                 raise APIError(422, "invalid_username", (problem or "a username is UTF-8") + ".")
         else:
             self.known_username(username)
@@ -323,19 +327,6 @@ def _positive_cents(amount: object) -> int:
         "amount must be a decimal string greater than zero, with at most two places and no "
         'leading zeros, like "1.50".',
     )
-
-
-def _storable(text: str, max_length: int | None = None) -> bool:
-    """Text a database column can hold: no NUL (PostgreSQL refuses it), valid UTF-8."""
-    if max_length is not None and len(text) > max_length:
-        return False
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def make_app(settings: ServiceSettings, base_url: str = "/") -> web.Application:

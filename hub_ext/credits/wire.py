@@ -21,7 +21,7 @@ from urllib.parse import quote
 import httpx
 
 from .amounts import format_amount, parse_amount, to_cents
-from .contract import MAX_TEXT, metadata_problem, username_problem
+from .contract import metadata_problem, reason_problem, username_problem
 from .errors import CreditsContractError
 
 __all__ = [
@@ -99,8 +99,9 @@ def write_body(
         raise ValueError("an amount moved must be greater than zero (contract: PositiveAmount)")
     body: dict[str, Any] = {"amount": format_amount(amount)}
     if reason is not None:
-        if not isinstance(reason, str) or len(reason) > MAX_TEXT:
-            raise ValueError(f"reason must be a string of at most {MAX_TEXT} characters")
+        problem = reason_problem(reason)
+        if problem:
+            raise ValueError(problem)
         body["reason"] = reason
     if metadata is not None:
         metadata = dict(metadata)

@@ -9,7 +9,9 @@ spawner state, which would need ``admin:server_state``, is not needed) and appli
 profile's ``cull_idle_timeout``, resolved by the same steps the spawner uses
 (:mod:`hub_ext.spawn.profiles`).  A profile without one uses ``--timeout``; 0 means never.
 A notebook job's server (``user_options["job"]``) is never culled for inactivity: nobody
-browses it, and its maximum run time ends it (:mod:`hub_ext.jobs.lifecycle`).
+browses it, and its maximum run time ends it (:mod:`hub_ext.jobs.lifecycle`); nor is a
+GPU kernel's (``user_options["kernel"]``), which the hub ends after the GPU kernels' own idle
+time-out (:mod:`hub_ext.kernels.lifecycle`).
 
 This module runs inside the culler service's process (``--config`` loads
 :data:`CONFIG_TEXT`, which calls :func:`configure`); it imports nothing from JupyterHub.
@@ -70,6 +72,8 @@ class ProfileIdleLimits:
         """
         if isinstance(user_options, dict) and "job" in user_options:
             return 0.0  # a notebook job is never idle; its maximum run time ends it
+        if isinstance(user_options, dict) and "kernel" in user_options:
+            return 0.0  # a GPU kernel's own idle time-out is the hub's (hub_ext.kernels)
         if not self.profiles:
             return float(default)
         try:

@@ -1,6 +1,7 @@
 """The Docker backend's answers to the spawn page (:mod:`hub_ext.spawn.page`): free GPUs
 from the node's GPU pool (:class:`hub_ext.docker.pool.GPUPool`), and what an image holds
-from its labels (Docker ``inspect``); and to the GPU board (:mod:`hub_ext.ops.board`).
+from its labels (Docker ``inspect``); to the GPU board (:mod:`hub_ext.ops.board`); and to
+a member's own GPUs (:mod:`hub_ext.ops.my_gpus`).
 
 A mixin of :class:`hub_ext.docker.spawner.GPUDockerSpawner`: it reads ``self.pool``,
 ``self.line()`` and ``self.docker()``.
@@ -13,9 +14,10 @@ from dataclasses import dataclass
 
 from docker.errors import APIError, NotFound
 
+from ..common.server_key import ServerKey
 from ..spawn.page import GPUsNow, SpawnPage, facts_from_labels
 from ..spawn.profiles import gpu_request
-from .inventory import Device
+from .inventory import Device, InventoryError, allocatable_units
 from .pool import GPUPool
 
 
@@ -101,6 +103,41 @@ class PoolAvailability(SpawnPage):
         from .board import board_model
 
         return await board_model(handler)
+
+    @classmethod
+    async def held_gpus(cls, handler, user, servers: list[str]) -> list[dict]:
+        """The units the pool has allocated to ``user``'s ``servers``, with NVML's last
+        read of each (``c.GPUPool.refresh_interval``; no NVML call on the event loop),
+        ``simulated`` when the pool's inventory is the configured simulation."""
+        pool = GPUPool.instance(config=handler.settings["config"])
+        allocations = [pool.allocations.get(ServerKey(user.name, name)) for name in servers]
+        # a container the hub has no server for (left from a crash) is nobody's to read
+        held = [(a.owner.server, a) for a in allocations if a is not None and a.known]
+        if not held:
+            return []
+        try:
+            devices = await pool.devices()
+        except InventoryError as e:
+            handler.log.warning("GPU inventory unavailable for %s's GPUs: %s", user.name, e)
+            devices = []
+        units = {unit.uuid: unit for unit in allocatable_units(devices)}
+        simulated = pool.inventory.kind == "simulated"
+        rows = []
+        for name, allocation in held:
+            for uuid in allocation.uuids:
+                unit = units.get(uuid)
+                rows.append(
+                    {
+                        "uuid": uuid,
+                        "name": unit.name if unit else "GPU",
+                        "held_by": name,
+                        "utilization_pct": unit.utilization_pct if unit else None,
+                        "memory_used_mib": unit.memory_used_mib if unit else None,
+                        "memory_total_mib": unit.memory_total_mib if unit else None,
+                        "simulated": simulated,
+                    }
+                )
+        return rows
 
     #: image name -> (time.monotonic() of the read, facts); shared by every spawner
     _image_facts: dict[str, tuple[float, dict]] = {}

@@ -310,6 +310,10 @@ class MemberContainer(LoggingConfigurable):
             # place of jupyterhub-singleuser (same uid, workspace, GPUs, limits, network)
             labels[LABEL_PREFIX + "job"] = str(self.job.get("id", ""))
             self.cmd = list(self.job_command)
+        if self.kernel:
+            # a GPU kernel (hub_ext.kernels): likewise, gpuhub-kernel in its place
+            labels[LABEL_PREFIX + "kernel"] = str(self.kernel.get("id", ""))
+            self.cmd = list(self.kernel_command)
         self.environment = {**self.environment, **self.core_environment()}
         if self.hook_state:
             # what the hooks recorded (the credits paid), for a hub killed before it saved

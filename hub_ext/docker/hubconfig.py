@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from ..backends import Backend, reason
+from ..spawn.profiles import profile_requests
 
 SPAWNER_CLASS = "hub_ext.docker.spawner.GPUDockerSpawner"
 
@@ -40,6 +41,52 @@ class DockerBackend(Backend):
         except (OSError, ValueError) as e:
             return [f"GPUHUB_UID_MAP={settings.uid_map_file}: {reason(e)}"]
         return []
+
+    def profile_node(self, settings, ask: bool):
+        """This machine (its memory and CPUs) with the GPUs ``GPUHUB_GPUS`` names."""
+        from ..common.limits import Node, node_gpu_count
+
+        return Node.probe(node_gpu_count(settings.gpus))
+
+    def check_profiles(self, settings, profiles: list[dict], timeout: float) -> list[str]:
+        """Each profile's ``mem_limit``, ``cpu_limit`` and GPUs against the Docker host's
+        memory and CPUs (the engine's ``docker info``) and the GPUs of ``GPUHUB_GPUS`` (a
+        MIG slice counts as one GPU here; the pool checks the slice)."""
+        import docker
+
+        from ..common.limits import Capacity, Request, memory_bytes, misfit, node_gpu_count
+        from ..spawn.profiles import gpu_request
+
+        try:
+            info = docker.from_env(timeout=timeout).info()
+        except Exception as e:  # noqa: BLE001 - reach() says the engine does not answer
+            return [
+                f"the profiles cannot be checked: the Docker engine does not answer: {reason(e)}"
+            ]
+        host = Capacity(
+            "this machine",
+            int(info["MemTotal"]),
+            float(info["NCPU"]),
+            {"": node_gpu_count(settings.gpus)},
+        )
+        problems = []
+        for label, overrides in profile_requests(profiles):
+            gpus, _ = gpu_request(overrides.get("gpus", 0))
+            cpus = overrides.get("cpu_limit")
+            request = Request(
+                memory_bytes(overrides.get("mem_limit")),
+                float(cpus) if isinstance(cpus, int | float) and cpus > 0 else None,
+                gpus,
+            )
+            why = misfit(request, [host], "this machine")
+            if why:
+                problems.append(f"profile {label!r} can never start here: it asks for {why}")
+        if not problems:
+            print(
+                f"ok: every profile fits this machine ({host.memory_bytes // 2**20} MiB, "
+                f"{host.cpus:g} CPUs, {host.gpus['']} GPUs)"
+            )
+        return problems
 
     def reach(self, settings, timeout: float) -> list[str]:
         """The Docker engine answers a ping."""

@@ -129,6 +129,8 @@ class GPUDockerSpawner(
     #: Seconds between asking Docker whether a starting server's container still runs.
     _exit_check_interval = 0.5
 
+    runs_gpu_kernels = True  # hub_ext.kernels: a container of its own, ipc in the workspace
+
     # Traits a profile may override; restored to their configured values at each start,
     # so one start's profile never leaks into the next.
     _overridable = (
@@ -508,12 +510,13 @@ class GPUDockerSpawner(
             self.stop_reason = self.stop_detail = None
 
     async def _job_ended(self, status) -> None:
-        """A notebook job's container ended by itself (its runner exited, or it was
-        killed): run the hooks' ``after_stop`` now, once, with stop reason ``job_ended``,
-        so the job is finalised (hub_ext.jobs.hook), the credits settle and the GPUs go
+        """A notebook job's or a GPU kernel's container ended by itself (its runner
+        exited, or it was killed): run the hooks' ``after_stop`` now, once, with stop
+        reason ``job_ended`` or ``kernel_ended``, so the job or kernel is ended
+        (hub_ext.jobs.hook, hub_ext.kernels.hook), the credits settle and the GPUs go
         back; JupyterHub calls no ``stop()`` for a server whose poll says it ended.
         Never raises."""
-        if self._spawn_pending or not self.job or self._job_end_seen:
+        if self._spawn_pending or not (self.job or self.kernel) or self._job_end_seen:
             return
         try:
             obj = await self.get_object()
@@ -523,13 +526,13 @@ class GPUDockerSpawner(
         if obj is None:  # never made (a start the hub forgot in a restart), or removed
             return
         self._job_end_seen = True
-        self.stop_reason = "job_ended"
+        self.stop_reason = "job_ended" if self.job else "kernel_ended"
         self.stop_detail = exit_words((obj.get("State") or {}).get("ExitCode"))
         try:
             await self._stop_hooks_now()
         finally:
             self.release_gpus("job ended")
-        try:  # its log is in the workspace (the runner's); nobody restarts a job's container
+        try:  # nobody restarts a job's or a kernel's container
             await self.docker("remove_container", self.object_name, force=True)
         except Exception as e:  # noqa: BLE001 - reconciliation meets it again
             self.log.info("Container of %s not removed: %s", self._log_name, e)
@@ -559,6 +562,14 @@ class GPUDockerSpawner(
             self.hook_state = {}
             self.release_gpus("stopped")
             notices().withdraw(self.user.name, self.name or "", LINE_TOPIC)
+
+    async def stop_object(self):
+        """DockerSpawner's ``docker stop``.  The container no longer runs, so its GPUs go
+        back to the pool now: the line's head gets them while the container is removed
+        and the stop hooks settle (a GPU kernel's hand-off), not after.  A stopped
+        container holds no device; reconciliation ignores it."""
+        await super().stop_object()
+        self.release_gpus("stopped")
 
     async def _container_exists(self) -> bool:
         """Whether Docker still has this server's container (True when it cannot tell)."""

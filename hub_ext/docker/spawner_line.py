@@ -82,6 +82,7 @@ class LineSpawner(LoggingConfigurable):
         if (
             wants_wait(options.get("wait"))
             or "job" in options  # a notebook job waits in line (hub_ext.spawn.choice)
+            or "kernel" in options  # a GPU kernel too
             or self.server_key in self.line().places
         ):
             self.start_timeout = int(self._start_timeout + self.line().max_wait + 60)
@@ -128,6 +129,13 @@ class LineSpawner(LoggingConfigurable):
         if ahead:
             if not self.wait_requested:
                 raise self._line_refusal(ahead, what)
+            try:
+                line.check_one_place(key, self.profile_slug, self.profile_name)
+            except LineRefused:
+                return  # start() says so (a GPU kernel waits behind her other one)
+            refused = self._queue_limit(line, count)
+            if refused is not None:
+                raise refused
             return  # joins the line
         refused = self.pool.refusal(
             devices, key, count, mig_profile=mig, claimed=self._claimed_units(units, line)
@@ -262,15 +270,25 @@ class LineSpawner(LoggingConfigurable):
     async def _check_may_queue(self, line, count: int) -> None:
         """The per-member GPU limit, counting the GPUs of the member's places too.  (That
         they can pay was asked before any reservation: ``check_hooks``.)"""
+        refused = self._queue_limit(line, count)
+        if refused is not None:
+            raise refused
+
+    def _queue_limit(self, line, count: int):
+        """The refusal (``HTTPError(409)``) of ``count`` more units in line past the
+        per-member GPU limit, counting what the member holds (servers, notebook jobs, GPU
+        kernels) and waits for; None when within it."""
         limit = self.pool.max_gpus_per_user
-        if limit:
-            held = self.pool.held_by(self.user.name) + line.queued_units(self.user.name)
-            if held + count > limit:
-                raise self._refuse_gpus(
-                    "user_limit",
-                    f"You already hold or wait for {held} GPU(s) and each "
-                    f"member may hold {limit}. Leave the line or stop another server first.",
-                )
+        if not limit:
+            return None
+        held = self.pool.held_by(self.user.name) + line.queued_units(self.user.name)
+        if held + count <= limit:
+            return None
+        return self._refuse_gpus(
+            "user_limit",
+            f"You already hold or wait for {held} GPU(s) and each "
+            f"member may hold {limit}. Leave the line or stop another server first.",
+        )
 
     def _share_hours(self, line) -> float:
         """GPU-hours of this member in the last ``c.Line.fair_share_days`` (0 when off)."""

@@ -19,15 +19,13 @@ are JSON ``{"status", "message"}`` in plain words; nothing is started or charged
 
 from __future__ import annotations
 
-import json
 import re
 
 from jupyterhub import orm
 from jupyterhub.apihandlers.base import APIHandler
-from jupyterhub.scopes import Scope
 from tornado import web
 
-from ..common.json_body import parse_json
+from ..common.member_api import allowed_users, json_body, own_member, reply
 from ..line.order import minutes, ordinal
 from ..spawn.profiles import Selection, job_max_seconds, jobs_allowed, profile_overrides
 from . import lifecycle, store
@@ -88,44 +86,23 @@ class JobsBase(APIHandler):
     """What the endpoints share: the scope and its filter, the body, the row."""
 
     def allowed_users(self) -> set[str] | None:
-        """The members whose jobs this request may see and act on: None for all (the
-        scope unfiltered), else the names of its ``!user=`` filters.  Raises 403 without
-        the scope."""
-        if self.current_user is None:
-            raise web.HTTPError(403, "Missing or invalid credentials.")
-        sub = self.parsed_scopes.get(JOBS_SCOPE)
-        if sub is None:
-            self.log.warning(
-                "%s may not use notebook jobs (needs %s)", self.current_user.name, JOBS_SCOPE
-            )
-            raise web.HTTPError(403, "This token may not use notebook jobs.")
-        if sub == Scope.ALL:
-            return None
-        return set(sub.get("user", ()))
+        """The members whose jobs this request may see and act on: None for all.
+        Raises 403 without the scope (:func:`hub_ext.common.member_scope.allowed_users`)."""
+        return allowed_users(self, JOBS_SCOPE, "notebook jobs")
 
     def member(self):
-        """The member a job is created for: the request's own user."""
-        who = self.current_user
-        allowed = self.allowed_users()
-        if getattr(who, "kind", "user") != "user" or (
-            allowed is not None and who.name not in allowed
-        ):
-            raise web.HTTPError(403, "Only a member (or their server) creates their own jobs.")
-        return who
+        """The member a new one is made for: the request's own user."""
+        return own_member(
+            self,
+            JOBS_SCOPE,
+            "notebook jobs",
+            "Only a member (or their server) creates their own jobs.",
+        )
 
     def body(self):
-        if len(self.request.body) > MAX_BODY_BYTES:
-            raise web.HTTPError(
-                413,
-                f"The body is {len(self.request.body)} bytes; a job takes at most "
-                f"{MAX_BODY_BYTES}.",
-            )
-        try:
-            return parse_json(self.request.body or b"null")
-        except ValueError:
-            raise web.HTTPError(
-                400, "The body is not JSON: send Jupyter Scheduler's CreateJob as a JSON object."
-            ) from None
+        return json_body(
+            self, MAX_BODY_BYTES, "a job", "Jupyter Scheduler's CreateJob as a JSON object"
+        )
 
     def row_or_404(self, job_id: str) -> store.JobRow:
         allowed = self.allowed_users()
@@ -140,16 +117,8 @@ class JobsBase(APIHandler):
             raise web.HTTPError(404, f"No job {row.id}.")
         return self.users[orm_user]
 
-    def reply(self, status: int, payload: dict | None = None) -> None:
-        """Answer now (the request is finished: what the handler does after it, such as
-        stopping a reporting job's server, does not keep the caller waiting)."""
-        self.set_status(status)
-        if payload is None:
-            self.finish()
-            return
-        self.set_header("Content-Type", "application/json")
-        self.set_header("Cache-Control", "no-store")
-        self.finish(json.dumps(payload))
+    def reply(self, status: int, payload=None) -> None:
+        reply(self, status, payload)
 
     @property
     def jobs(self) -> lifecycle.Jobs:

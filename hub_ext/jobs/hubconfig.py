@@ -12,7 +12,7 @@ admins and ``gpuhub-cli`` hold it unfiltered (every job).
 
 from __future__ import annotations
 
-from ..common.services import CLI_SERVICE, ROLE_NAME, define_scope, grant_scope
+from ..common.services import grant_member_scope
 from . import store
 from .handlers import JOBS_SCOPE, handlers
 
@@ -32,19 +32,13 @@ def apply_jobs_config(c, settings) -> None:
     (:class:`NamedServerLimit`); set ``c.Jobs.per_user`` and ``c.Jobs.notebook_max_mib``;
     in the hub itself, start the jobs' keeper with the hub.
     Raises ValueError when the admin roles are not made yet."""
-    define_scope(
+    grant_member_scope(
         c,
         JOBS_SCOPE,
         "GPU notebook jobs: create, list, read, stop and delete them "
         "(filter with !user=<name> for one member's).",
+        "apply_jobs_config",
     )
-    scopes = {ROLE_NAME: JOBS_SCOPE, CLI_SERVICE: JOBS_SCOPE, "user": MEMBER_SCOPE}
-    found = grant_scope(c, scopes, {ROLE_NAME, CLI_SERVICE}, "apply_jobs_config")
-    if "user" not in found:  # JupyterHub's default user role, and the members' jobs
-        c.JupyterHub.load_roles = [
-            *c.JupyterHub.load_roles,
-            {"name": "user", "scopes": ["self", MEMBER_SCOPE]},
-        ]
     c.Spawner.server_token_scopes = list(SERVER_SCOPES)
     extra = list(c.JupyterHub.extra_handlers) if "extra_handlers" in c.JupyterHub else []
     c.JupyterHub.extra_handlers = extra + [h for h in handlers if h not in extra]

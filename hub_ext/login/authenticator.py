@@ -43,13 +43,22 @@ from ..credits.amounts import format_amount
 from ..credits.client import CreditsClient
 from ..spawn.gate import GatedRoutes
 from . import oidc
-from .provider import CODE_REFUSED, SERVICE_DOWN, TOKEN_REFUSED, ProviderClient, why
+from .provider import (
+    CODE_REFUSED,
+    MISCONFIGURED,
+    SERVICE_DOWN,
+    TOKEN_REFUSED,
+    ProviderClient,
+    client_refused,
+    why,
+)
 
 __all__ = ["CreditAuthenticator", "LoginRefused"]
 
 
 class LoginRefused(web.HTTPError):
-    """403 whose page says why and whom to ask; ``log_message`` is the operator's detail.
+    """403 (or ``status``) whose page says why and whom to ask; ``log_message`` is the
+    operator's detail.
 
     JupyterHub's error page shows ``jupyterhub_html_message`` (rendered here from the
     autoescaped template ``login_refused.html``) instead of the log message.
@@ -63,10 +72,12 @@ class LoginRefused(web.HTTPError):
         why: str,
         contact: str = "",
         groups: list[str] | None = None,
+        status: int = 403,
+        ask: str = "To get access, ask",
     ):
-        super().__init__(403, log_message, reason=title)
+        super().__init__(status, log_message, reason=title)
         self.jupyterhub_html_message = Markup(
-            render("login_refused.html", why=why, contact=contact, groups=groups)
+            render("login_refused.html", why=why, contact=contact, groups=groups, ask=ask)
         )
 
 
@@ -122,6 +133,18 @@ class CreditAuthenticator(GatedRoutes, ProviderClient, GenericOAuthenticator):
         help="""Whom a refused person should ask for access, shown on the refusal page.
 
             c.CreditAuthenticator.admin_contact = "hub-admins@example.org"
+        """,
+    )
+
+    token_auth_method = Unicode(
+        "",
+        config=True,
+        help="""How the hub sends its client secret to the token endpoint:
+        ``client_secret_basic`` (an HTTP Basic header) or ``client_secret_post`` (in the
+        POST body).  Empty: from the provider's discovery document (Basic when it lists it
+        or lists nothing, Post when it lists only that; OpenID Connect Discovery 1.0 §3).
+
+            c.CreditAuthenticator.token_auth_method = "client_secret_post"
         """,
     )
 
@@ -243,6 +266,17 @@ class CreditAuthenticator(GatedRoutes, ProviderClient, GenericOAuthenticator):
             )
         return value
 
+    @validate("token_auth_method")
+    def _validate_token_auth_method(self, proposal) -> str:
+        value = proposal["value"].strip()
+        if value and value not in oidc.TOKEN_AUTH_METHODS:
+            raise ValueError(
+                "c.CreditAuthenticator.token_auth_method must be "
+                f"{' or '.join(map(repr, oidc.TOKEN_AUTH_METHODS))} or '' (from the provider's "
+                f"discovery document), not {value!r}"
+            )
+        return value
+
     @validate("initial_credits")
     def _validate_initial_credits(self, proposal) -> str:
         value = proposal["value"].strip()
@@ -281,12 +315,31 @@ class CreditAuthenticator(GatedRoutes, ProviderClient, GenericOAuthenticator):
         """The token endpoint's answer, its ID token verified (required at login).
 
         A refused code (replayed, expired, issued to another client) is a 403 page; a
-        provider that does not answer is a 503 page.
+        provider that refuses the hub's own credentials (``invalid_client``) a 503 page that
+        says sign-in is misconfigured and whom to tell; a provider that does not answer a
+        503 page.
         """
         await self.discover()
         try:
             token_info = await super().get_token_info(handler, params)
         except HTTPClientError as e:
+            if e.response is not None and client_refused(e):
+                self.log.error(
+                    "OIDC: the token endpoint refused the hub's client credentials (%s %s): "
+                    "check GPUHUB_OIDC_CLIENT_ID, GPUHUB_OIDC_CLIENT_SECRET and "
+                    "GPUHUB_OIDC_TOKEN_AUTH (sent as %s)",
+                    e.code,
+                    oidc.token_error(e.response.body) or "no error code",
+                    "client_secret_basic" if self.basic_auth else "client_secret_post",
+                )
+                raise LoginRefused(
+                    "OIDC: the provider refused the hub's client credentials",
+                    title="Sign-in is misconfigured",
+                    why=MISCONFIGURED,
+                    contact=self.admin_contact,
+                    status=503,
+                    ask="Please tell",
+                ) from None
             if 400 <= e.code < 500:
                 self.log.warning(
                     "OIDC login refused: the token endpoint answered %s to the %s grant",

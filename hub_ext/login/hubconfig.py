@@ -43,6 +43,7 @@ def apply_auth_config(c, settings) -> None:
         ("issuer", settings.oidc_issuer),
         ("client_id", settings.oidc_client_id),
         ("client_secret", settings.oidc_client_secret),
+        ("token_auth_method", settings.oidc_token_auth),
         ("authorize_url", settings.oidc_authorize_url),
         ("token_url", settings.oidc_token_url),
         ("userdata_url", settings.oidc_userinfo_url),

@@ -2,7 +2,10 @@
 
 - :func:`provider_metadata` reads a provider's discovery document
   (``<issuer>/.well-known/openid-configuration``, OpenID Connect Discovery 1.0 §3) and
-  checks that it describes the issuer it was fetched for (§4.3).
+  checks that it describes the issuer it was fetched for (§4.3);
+- :func:`token_auth_method` picks how the hub authenticates at the token endpoint from
+  that document's ``token_endpoint_auth_methods_supported``;
+- :func:`token_error` reads the ``error`` code of a refused token request (RFC 6749 §5.2).
 - :func:`verify_id_token` checks an ID token the way OpenID Connect Core 1.0 §3.1.3.7
   asks: signature by a key the issuer publishes (its JWKS, asymmetric algorithms only),
   ``iss`` identical to the configured issuer, ``aud`` containing the client id (and
@@ -29,8 +32,16 @@ __all__ = [
     "discovery_url",
     "provider_metadata",
     "signing_keys",
+    "token_auth_method",
+    "token_error",
     "verify_id_token",
 ]
+
+#: How a client with a secret authenticates at the token endpoint (OpenID Connect Core 1.0
+#: §9): the secret in an HTTP Basic header, or in the POST body.
+CLIENT_SECRET_BASIC = "client_secret_basic"
+CLIENT_SECRET_POST = "client_secret_post"
+TOKEN_AUTH_METHODS = (CLIENT_SECRET_BASIC, CLIENT_SECRET_POST)
 
 #: Algorithms an ID token may be signed with.  Never ``none`` and never HS*: a shared
 #: secret would let anyone holding the client secret mint tokens.
@@ -87,6 +98,8 @@ class ProviderMetadata:
     jwks_uri: str
     userinfo_endpoint: str = ""
     end_session_endpoint: str = ""
+    #: ``token_endpoint_auth_methods_supported``; None when the document has no such field
+    token_endpoint_auth_methods: tuple[str, ...] | None = None
 
 
 def discovery_url(issuer: str) -> str:
@@ -122,7 +135,53 @@ def provider_metadata(document: object, issuer: str) -> ProviderMetadata:
         jwks_uri=document["jwks_uri"],
         userinfo_endpoint=document.get("userinfo_endpoint") or "",
         end_session_endpoint=document.get("end_session_endpoint") or "",
+        token_endpoint_auth_methods=_methods(document.get("token_endpoint_auth_methods_supported")),
     )
+
+
+def _methods(value: object) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ValueError(
+            "the discovery document's token_endpoint_auth_methods_supported is not a list"
+        )
+    return tuple(m for m in value if isinstance(m, str))
+
+
+def token_auth_method(supported: tuple[str, ...] | None, configured: str = "") -> str:
+    """How the hub sends its client secret to the token endpoint: ``configured`` when set
+    (``GPUHUB_OIDC_TOKEN_AUTH``), else from the provider's
+    ``token_endpoint_auth_methods_supported`` (``supported``; None when its discovery
+    document has no such field, or was not read).
+
+    ``client_secret_basic`` when listed or when the field is absent (Discovery 1.0 §3: "If
+    omitted, the default is client_secret_basic"), ``client_secret_post`` when only that
+    one is listed.  Raises ValueError when the provider lists neither (a client secret
+    cannot sign in there: private_key_jwt and the like are not supported).
+    """
+    if configured:
+        return configured
+    if supported is None or CLIENT_SECRET_BASIC in supported:
+        return CLIENT_SECRET_BASIC
+    if CLIENT_SECRET_POST in supported:
+        return CLIENT_SECRET_POST
+    raise ValueError(
+        "the provider's token endpoint takes neither client_secret_basic nor "
+        f"client_secret_post (it lists {', '.join(supported) or 'none'}); register the hub "
+        "as a confidential client with a client secret"
+    )
+
+
+def token_error(body: bytes | str | None) -> str:
+    """The ``error`` code of a token endpoint's refusal (RFC 6749 §5.2: ``invalid_grant``,
+    ``invalid_client``, ...), or ``""`` when its body is not such a JSON object."""
+    try:
+        document = json.loads(body or b"")
+    except (ValueError, UnicodeDecodeError):
+        return ""
+    error = document.get("error") if isinstance(document, dict) else None
+    return error if isinstance(error, str) else ""
 
 
 def signing_keys(jwks: object) -> list[jwt.PyJWK]:

@@ -20,7 +20,15 @@ from tornado.httpclient import HTTPClientError
 
 from . import oidc
 
-__all__ = ["CODE_REFUSED", "SERVICE_DOWN", "TOKEN_REFUSED", "ProviderClient", "why"]
+__all__ = [
+    "CODE_REFUSED",
+    "MISCONFIGURED",
+    "SERVICE_DOWN",
+    "TOKEN_REFUSED",
+    "ProviderClient",
+    "client_refused",
+    "why",
+]
 
 SERVICE_DOWN = (
     "The organisation's login service cannot be reached right now, so nobody can log in. "
@@ -34,6 +42,20 @@ TOKEN_REFUSED = (
     "The sign-in could not be verified (it did not come from the organisation's login "
     "service, or it has expired). Please log in again."
 )
+#: the sign-in page when the provider refuses the hub's own client credentials: nothing the
+#: member can retry, so whom to tell
+MISCONFIGURED = (
+    "Sign-in to this hub is misconfigured: the organisation's login service does not accept "
+    "the hub's own credentials, so nobody can log in until the hub's operators fix it."
+)
+
+
+def client_refused(error: HTTPClientError) -> bool:
+    """Whether the token endpoint refused the hub itself (its client id, secret or
+    authentication method: ``invalid_client``, RFC 6749 §5.2, answered with 401 or 400), not
+    the code or the member."""
+    body = error.response.body if error.response is not None else b""
+    return error.code == 401 or oidc.token_error(body) in ("invalid_client", "unauthorized_client")
 
 
 def why(error: BaseException) -> str:
@@ -46,7 +68,9 @@ class ProviderClient:
     """Discovery, signing keys and ID token checks of the hub's OIDC provider."""
 
     async def discover(self) -> None:
-        """Fill the endpoints not configured from the issuer's discovery document, once.
+        """Fill the endpoints not configured from the issuer's discovery document, once,
+        and choose how the client secret goes to the token endpoint
+        (:func:`hub_ext.login.oidc.token_auth_method`).
 
         Raises ``web.HTTPError(503)`` while the provider cannot be reached (tried again at
         the next login) and ``web.HTTPError(500)`` when its document is not for ``issuer``.
@@ -67,18 +91,31 @@ class ProviderClient:
                         500,
                         "The login service is misconfigured; the hub's operators have the details.",
                     ) from None
+                try:
+                    method = oidc.token_auth_method(
+                        metadata.token_endpoint_auth_methods, self.token_auth_method
+                    )
+                except ValueError as e:
+                    self.log.error("OIDC discovery %s: %s", url, e)
+                    raise web.HTTPError(500, MISCONFIGURED) from None
                 self.authorize_url = self.authorize_url or metadata.authorization_endpoint
                 self.token_url = self.token_url or metadata.token_endpoint
                 self.jwks_url = self.jwks_url or metadata.jwks_uri
                 if not self.userdata_url and not self.userdata_from_id_token:
                     self.userdata_url = metadata.userinfo_endpoint
-                self.log.info(
-                    "OIDC provider %s: authorize %s, token %s, keys %s",
-                    self.issuer,
-                    self.authorize_url,
-                    self.token_url,
-                    self.jwks_url,
-                )
+            else:  # every endpoint configured: no document, OpenID Connect's default
+                method = oidc.token_auth_method(None, self.token_auth_method)
+            # OAuthenticator sends the secret in a Basic header with basic_auth, else in
+            # the POST body
+            self.basic_auth = method == oidc.CLIENT_SECRET_BASIC
+            self.log.info(
+                "OIDC provider %s: authorize %s, token %s (%s), keys %s",
+                self.issuer,
+                self.authorize_url,
+                self.token_url,
+                method,
+                self.jwks_url,
+            )
             self._discovered = True
 
     async def _get_json(self, url: str, label: str):

@@ -12,7 +12,9 @@
   pending jobs in Slurm's order).  Below, the line of members waiting
   for a GPU (member, profile, waiting since, position), with buttons that remove a place or
   move it to the front (:mod:`hub_ext.line.handlers`); then the GPU notebook jobs queued or
-  running (member, job, profile, running for, Stop: :mod:`hub_ext.jobs`).  The page
+  running (member, job, profile, running for, Stop: :mod:`hub_ext.jobs`); then the GPU
+  kernels waiting or running (member, profile, the notebook it runs for, since, Stop:
+  :mod:`hub_ext.kernels`).  The page
   refreshes itself from:
 - ``GET /hub/api/gpuhub/gpus``: the same data as JSON, for scripts.
 
@@ -90,6 +92,7 @@ async def board_model(handler) -> dict:
     model["checked_at"] = iso(datetime.now(UTC))
     model["line"] = line_rows(handler)
     model["jobs"] = job_rows(handler)
+    model["kernels"] = kernel_rows(handler)
     model["reserved"] = Reservations.instance().held_back() if Reservations.initialized() else []
     return filtered(model, handler)
 
@@ -119,6 +122,7 @@ def filtered(model: dict, handler) -> dict:
     model["line"] = [p for p in model["line"] if visible(p.get("user"))]
     model["pending"] = [j for j in model["pending"] if visible(j.get("user"))]
     model["jobs"] = [j for j in model["jobs"] if visible(j.get("user"))]
+    model["kernels"] = [k for k in model["kernels"] if visible(k.get("user"))]
     return model
 
 
@@ -145,6 +149,31 @@ def job_rows(handler) -> list[dict]:
             }
         )
     return rows
+
+
+def kernel_rows(handler) -> list[dict]:
+    """The GPU kernels not ended yet (:mod:`hub_ext.kernels`), oldest first: member,
+    profile, the notebook it runs for (workspace-relative), the member's server it runs
+    for, its state, since when (running: started; waiting: created), its GPUs, and the URL
+    that stops it (``DELETE``, scope ``custom:gpuhub:kernels``)."""
+    from ..kernels import store
+    from ..kernels.lifecycle import iso as kernel_iso
+
+    return [
+        {
+            "user": row.user,
+            "kernel_id": row.id,
+            "server": row.server_name,
+            "parent": row.parent,
+            "profile": row.profile,
+            "notebook": row.notebook,
+            "state": row.state,
+            "since": kernel_iso(row.started or row.created),
+            "gpus": list(row.gpus or []),
+            "stop_url": f"{handler.hub.base_url}api/gpuhub/kernels/{row.id}",
+        }
+        for row in store.load(handler.db, states=store.LIVE)
+    ]
 
 
 def line_rows(handler) -> list[dict]:

@@ -11,9 +11,11 @@
   (host networking); on a Docker bridge network the hub listens on ``0.0.0.0`` and the
   servers connect to a name they can resolve there (``docker-compose.yml``: ``pod``).
 - **Proxy API** (``GPUHUB_PROXY_API_PORT``): always on 127.0.0.1; only the hub uses it.
-- **Host networking** (``GPUHUB_DOCKER_NETWORK=host``): a demo and test mode.  A container
-  on the host network can listen on every interface of the node, so a member's code can
-  take the proxy's, the hub's or the credits service's port while one of them restarts.
+- **Host networking** (``GPUHUB_DOCKER_NETWORK=host``): for a machine without bridge
+  networks (the demo and the tests run on a bridge network of their own).  A container on
+  the host network shares the node's loopback with every other member's, and can listen on
+  every interface of the node, so a member's code can take the proxy's, the hub's or the
+  credits service's port while one of them restarts.
   With the hub off loopback it is refused unless ``GPUHUB_HOST_NETWORK_ACK=1`` says the
   operator accepts that risk.
 - **Request bodies**: the hub's HTTP server reads at most :data:`HUB_MAX_BODY_BYTES` of a
@@ -97,7 +99,7 @@ def check_host_network(settings) -> None:
     raise ValueError(
         f"GPUHUB_DOCKER_NETWORK=host with GPUHUB_IP={settings.ip!r}: containers on the host "
         "network can listen on every interface of this machine and take the proxy's, the "
-        "hub's or the credits service's port, so host networking is a demo and test mode. "
+        "hub's or the credits service's port, and every member's loopback is everyone's. "
         "Use a Docker bridge network (GPUHUB_DOCKER_NETWORK=gpuhub), or set "
         "GPUHUB_HOST_NETWORK_ACK=1 to accept that risk (docs/explanation/security.md)"
     )

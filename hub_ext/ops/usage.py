@@ -24,7 +24,8 @@ accounting, or ``GPUHUB_SLURM_ACCOUNTING=off``, the column shows ``-`` and stder
 
 *Jobs* are GPU notebook jobs (:mod:`hub_ext.jobs`: runs of a ``job-…`` server), counted
 apart from *servers*, with their *job GPU-hours* (a part of the GPU-hours); the two
-columns show when the period has any job.
+columns show when the period has any job.  *Kernels* are GPU kernels
+(:mod:`hub_ext.kernels`: runs of a ``kernel-…`` server), counted apart likewise.
 
 *Line starts* are the runs that began in the period after a wait in line
 (:mod:`hub_ext.line`), and *average wait* their mean wait in minutes (``-`` when none).
@@ -77,6 +78,10 @@ class UsageRow:
     #: (also in ``gpu_hours``)
     jobs: int = 0
     job_gpu_hours: float = 0.0
+    #: GPU kernels (hub_ext.kernels), counted apart from ``servers`` and ``jobs``; their
+    #: GPU-hours (also in ``gpu_hours``)
+    kernels: int = 0
+    kernel_gpu_hours: float = 0.0
 
     @property
     def average_wait(self) -> str:
@@ -132,7 +137,7 @@ def summarise(
     says (a run it lacks counts 0), or is None when that was not read.  Raises ValueError
     for another ``by``.
     """
-    from ..common.runs import is_job, naive_utc
+    from ..common.runs import kind, naive_utc
 
     if by not in BY:
         raise ValueError(f"--by {by!r}: use one of {', '.join(BY)}")
@@ -152,9 +157,13 @@ def summarise(
                 ),
             )
             hours = gpu_seconds(run, since, until) / 3600
-            if is_job(run):
+            what = kind(run)
+            if what == "job":
                 row.jobs += 1
                 row.job_gpu_hours += hours
+            elif what == "kernel":
+                row.kernels += 1
+                row.kernel_gpu_hours += hours
             else:
                 row.servers += 1
             row.gpu_hours += hours
@@ -257,14 +266,24 @@ def _table(head: list[str], lines: list[list[str]], left: int, as_csv: bool, out
 
 
 def _print(
-    rows: list[UsageRow], by: str, as_csv: bool, out, slurm: bool = False, jobs: bool = False
+    rows: list[UsageRow],
+    by: str,
+    as_csv: bool,
+    out,
+    slurm: bool = False,
+    jobs: bool = False,
+    kernels: bool = False,
 ) -> None:
     """The report; ``slurm`` adds the column Slurm GPU-hours (``-`` when not read),
     ``jobs`` the columns Jobs and Job GPU-hours (GPU notebook jobs; their hours are in
-    GPU-hours too)."""
+    GPU-hours too), ``kernels`` the columns Kernels and Kernel GPU-hours (GPU kernels,
+    likewise)."""
 
-    def job_columns(row: UsageRow) -> list[str]:
-        return [str(row.jobs), f"{row.job_gpu_hours:.2f}"] if jobs else []
+    def workload_columns(row: UsageRow) -> list[str]:
+        columns = [str(row.jobs), f"{row.job_gpu_hours:.2f}"] if jobs else []
+        if kernels:
+            columns += [str(row.kernels), f"{row.kernel_gpu_hours:.2f}"]
+        return columns
 
     def credits(row: UsageRow) -> str:
         return "-" if row.credits is None else f"{row.credits:.2f}"
@@ -286,6 +305,7 @@ def _print(
                 "average_wait_min",
                 *(["slurm_gpu_hours"] if slurm else []),
                 *(["jobs", "job_gpu_hours"] if jobs else []),
+                *(["kernels", "kernel_gpu_hours"] if kernels else []),
             ]
         )
         for row in rows:
@@ -298,13 +318,14 @@ def _print(
                     row.line_starts,
                     row.average_wait,
                     *slurm_hours(row),
-                    *job_columns(row),
+                    *workload_columns(row),
                 ]
             )
         return
     width = max([len(by), *(len(r.name) for r in rows)])
     extra = f"  {'SLURM GPU-HOURS':>15}" if slurm else ""
     extra += f"  {'JOBS':>5}  {'JOB GPU-HOURS':>13}" if jobs else ""
+    extra += f"  {'KERNELS':>7}  {'KERNEL GPU-HOURS':>16}" if kernels else ""
     print(
         f"{by.upper():<{width}}  {'SERVERS':>7}  {'GPU-HOURS':>9}  {'CREDITS':>9}  "
         f"{'LINE STARTS':>11}  {'AVG WAIT MIN':>12}{extra}",
@@ -312,7 +333,8 @@ def _print(
     )
     for row in rows:
         extra = "".join(f"  {v:>15}" for v in slurm_hours(row))
-        extra += "".join(f"  {v:>{w}}" for v, w in zip(job_columns(row), (5, 13), strict=False))
+        widths = ((5, 13) if jobs else ()) + ((7, 16) if kernels else ())
+        extra += "".join(f"  {v:>{w}}" for v, w in zip(workload_columns(row), widths, strict=True))
         print(
             f"{row.name:<{width}}  {row.servers:>7}  {row.gpu_hours:>9.2f}  "
             f"{credits(row):>9}  {row.line_starts:>11}  {row.average_wait:>12}{extra}",
@@ -436,5 +458,6 @@ def usage(args) -> int:
         sys.stdout,
         slurm=settings.backend == "slurm",
         jobs=any(row.jobs for row in rows),
+        kernels=any(row.kernels for row in rows),
     )
     return status

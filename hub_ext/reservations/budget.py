@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from .policy import Holding, Window
+from .policy import Holding, Window, until_text
 
 __all__ = ["CourseBudget", "CoursePayer", "course_payer", "inside_window", "may_pay"]
 
@@ -25,12 +25,31 @@ __all__ = ["CourseBudget", "CoursePayer", "course_payer", "inside_window", "may_
 class CoursePayer:
     """The course that pays: its ``slug``, ``display_name``, Credits API ``account``, and
     ``until`` (the window's end, aware UTC): intervals beginning before it are the
-    course's."""
+    course's; ``since`` and ``timezone``: the window's start and zone, for
+    :meth:`until_text`."""
 
     slug: str
     display_name: str
     account: str
     until: datetime
+    since: datetime | None = None
+    timezone: str = "UTC"
+
+    def until_text(self) -> str:
+        """The window's end as people read it: "16:00 UTC", with the date when the window
+        began on another day (:func:`hub_ext.reservations.policy.until_text`)."""
+        return until_text(self.since or self.until, self.until, self.timezone)
+
+
+def _payer(slug: str, course: Mapping, window: Window) -> CoursePayer:
+    return CoursePayer(
+        slug,
+        course.get("display_name") or slug,
+        course["account"],
+        window.end,
+        window.start,
+        window.timezone,
+    )
 
 
 def _course_of(group: str, courses: Mapping[str, Mapping]) -> tuple[str, Mapping] | None:
@@ -78,8 +97,7 @@ def course_payer(rules, key, courses: Mapping[str, Mapping]) -> CoursePayer | No
     found = _course_of(window.group, courses)
     if found is None:
         return None
-    slug, course = found
-    return CoursePayer(slug, course.get("display_name") or slug, course["account"], window.end)
+    return _payer(*found, window)
 
 
 def may_pay(rules, user: str, courses: Mapping[str, Mapping]) -> CoursePayer | None:
@@ -91,10 +109,7 @@ def may_pay(rules, user: str, courses: Mapping[str, Mapping]) -> CoursePayer | N
         if user in rules.members.get(window.group, ()):
             found = _course_of(window.group, courses)
             if found is not None:
-                slug, course = found
-                return CoursePayer(
-                    slug, course.get("display_name") or slug, course["account"], window.end
-                )
+                return _payer(*found, window)
     return None
 
 

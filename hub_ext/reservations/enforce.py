@@ -18,14 +18,21 @@ warning time, a pass (:meth:`Reservations.check_once`):
 - stops, with reason ``reservation`` (the run record, :mod:`hub_ext.common.runs`), the servers
   the open windows need (:func:`hub_ext.reservations.policy.to_stop`), through the hub's
   normal stop (:func:`hub_ext.spawn.stopping.stop_server`: the credits hook refunds the unused
-  part of the paid interval);
+  part of the paid interval), each no sooner than its warning allows
+  (:func:`hub_ext.reservations.policy.stop_at`: ``c.Reservations.warning`` seconds after it
+  was warned, when it was not told at its start; a window that begins at once stops nobody
+  before then);
 - warns on the home page (:mod:`hub_ext.common.notices`, topic ``reservation``) the servers a
-  window starting within ``c.Reservations.warning`` seconds will need;
+  window starting within ``c.Reservations.warning`` seconds will need, and those an open
+  window needs whose warning time is not up yet;
 - when the open windows changed (one began or ended), asks the backend to hand the units
   to the line at once (:meth:`ReservationBackend.changed`).
 
 The pass checks state, not edges: a hub killed at a window's start stops the servers at
-its first pass after the restart.  Time comes from ``c.Reservations.utcnow``.
+its first pass after the restart.  When each server was warned is kept in the process; a
+restarted hub takes a server that ran when the hub could first warn of the window
+(:meth:`~hub_ext.reservations.policy.Window.noticed`) as warned then, by the hub before it,
+and warns any other afresh.  Time comes from ``c.Reservations.utcnow``.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from .policy import (
     reason,
     runs_into,
     starts_text,
+    stop_at,
     to_stop,
     windows,
 )
@@ -167,7 +175,9 @@ class Reservations(SingletonConfigurable):
         self.soon: list[Window] = []
         self.ahead: list[Window] = []
         self.members: dict[str, set[str]] = {}
-        self._warned: set = set()
+        #: server key -> when this process first warned it that it will be stopped
+        self._warned_at: dict[object, datetime] = {}
+        self._began: datetime | None = None  # this process's first pass
         self._stopped: set = set()  # told they were stopped; withdrawn when they restart
         self._stopping: set = set()
         self._next: float = 0.0
@@ -264,15 +274,41 @@ class Reservations(SingletonConfigurable):
             self.log.warning("Reservations pass skipped: the GPUs cannot be read: %s", e)
             return
         now = self.now()
+        if self._began is None:
+            self._began = now
         self._read(now)
         holdings = self._holdings()
-        for holding, window in to_stop(self.open, holdings, self.backend.free_units):
-            if holding.key not in self._stopping:
-                self._stopping.add(holding.key)
+        chosen = {h.key: (h, w) for h, w in to_stop(self.open, holdings, self.backend.free_units)}
+        by_key = {h.key: h for h in holdings}
+        soon = due(self.soon, holdings, self.backend.free_units, now, self.warning)
+        warn: dict[object, tuple[Window, datetime]] = {}
+        for key, (holding, window) in chosen.items():
+            when = stop_at(
+                window, holding.since, self._warned_since(holding, window, now), self.warning
+            )
+            if when > now:
+                warn[key] = (window, when)  # not before its warning time is up
+            elif key not in self._stopping:
+                self._stopping.add(key)
                 asyncio.ensure_future(self._stop(holding, window))
-        warned = due(self.soon, holdings, self.backend.free_units, now, self.warning)
-        for key, window in warned.items():
-            left = (window.start - now).total_seconds()
+        for key, window in soon.items():
+            if key not in chosen:
+                holding = by_key[key]
+                since = self._warned_since(holding, window, now)
+                warn[key] = (window, stop_at(window, holding.since, since, self.warning))
+        for key, (window, when) in warn.items():
+            if key not in self._warned_at:
+                self._warned_at[key] = now
+                self.log.info(
+                    "Warned %s: stopped at %s for reservation %s of %s (%s)",
+                    key,
+                    when.isoformat(),
+                    window.reservation,
+                    window.group,
+                    starts_text(window),
+                )
+            left = (when - now).total_seconds()
+            self._next = min(self._next, left)
             notices().post(
                 key[0],
                 key[1],
@@ -281,12 +317,29 @@ class Reservations(SingletonConfigurable):
                 f"about {duration(left)}: {starts_text(window)}, and it holds a "
                 "GPU they need. Save your work.",
             )
-        for key in self._warned - set(warned):
-            notices().withdraw(key[0], key[1], TOPIC)
-        self._warned = set(warned)
+        for key in set(self._warned_at) - set(warn) - set(chosen):  # no longer needed
+            if key not in self._stopping | self._stopped:  # else "was stopped" stays
+                notices().withdraw(key[0], key[1], TOPIC)
+            del self._warned_at[key]
         for key in self._stopped & {h.key for h in holdings}:  # started again
             notices().withdraw(key[0], key[1], TOPIC)
             self._stopped.discard(key)
+
+    def _warned_since(self, holding: Holding, window: Window, now: datetime) -> datetime:
+        """When ``holding``'s server was first warned that it will be stopped: as this
+        process recorded it; for a server that ran when the hub first could warn of
+        ``window`` before this process began, then (the hub before it warned it); else
+        now (it is warned in this pass)."""
+        if holding.key in self._warned_at:
+            return self._warned_at[holding.key]
+        noticed = window.noticed(self.warning)
+        if (
+            self._began is not None
+            and noticed < self._began
+            and holding.since < noticed.timestamp()
+        ):
+            return noticed
+        return now
 
     def _read(self, now: datetime) -> None:
         """The windows of the stored reservations around ``now``, their groups' members,
@@ -294,12 +347,14 @@ class Reservations(SingletonConfigurable):
         from jupyterhub import orm
 
         was = {(w.reservation, w.start) for w in self.open}
-        specs = store.all_specs(self.db)
+        rows = store.load(self.db)
+        made = {row.id: store.made_at(row) for row in rows}
         found = windows(
-            specs,
+            [store.to_spec(row) for row in rows],
             now,
             now + max(NOTICE_AHEAD, timedelta(seconds=self.warning)),
             label=lambda group: self.labels.get(group, group),
+            made=made.get,
         )
         found = [replace(w, gpus=self.backend.held(w)) for w in found]
         self.open = open_at(found, now)

@@ -8,21 +8,26 @@
   201 with the reservation and a ``Location`` header;
 - ``GET|PATCH|DELETE /hub/api/gpuhub/reservations/<id>``: one; PATCH takes the fields to
   change, and the result is checked whole again; DELETE answers 204;
-- ``GET /hub/reservations``: the admin page (template ``reservations.html``), whose form
-  and Delete buttons call the endpoints above (with the ``_xsrf`` token, as the GPU board's
-  Stop does).
+- ``GET /hub/reservations``: the page (template ``reservations.html``), whose form and
+  Delete buttons call the endpoints above (with the ``_xsrf`` token, as the GPU board's
+  Stop does); an instructor reads there what their course may reserve.
 
 All need the custom scope ``custom:gpuhub:reservations:admin`` (:mod:`.hubconfig` gives it
 to the admin groups and to the ``gpuhub-cli`` token).  JupyterHub accepts ``!group=``
 filters on custom scopes, so a role holding
 ``custom:gpuhub:reservations:admin!group=ml101`` manages ML101's reservations only: another
 group's reservation is 404 to it, creating one for another group (or moving one there) 403.
+Such a caller (a course's instructor, :mod:`hub_ext.courses.hubconfig`) is also held to the
+course's bounds (:mod:`.bounds`: no sooner than the warning time, so many GPUs, hours per
+occurrence and days ahead; 403 beyond them), and a 409 names no reservation of a group it
+does not manage.  Admins (the scope unfiltered) are not bound.
 
 Errors are JSON ``{"status", "message"}`` with the reason in words, and nothing is stored:
 400 for a body that is not a JSON object, a field unknown or of the wrong type, a group that
 does not exist, an end not after its start, a recurrence that cannot be read or never occurs,
-more GPUs than the hub has; 409 when overlapping reservations would need more GPUs than the
-hub has (the other reservations, the time and the numbers named), or when the backend
+more GPUs than the hub has; 403 beyond an instructor's bounds; 409 when overlapping
+reservations would need more GPUs than the hub has (the other reservations, the time and
+the numbers named to whoever may see them), or when the backend
 refuses it (Slurm's words, :mod:`.backend`); 413 for a body over :data:`MAX_BODY_BYTES`; 503
 when the backend cannot count its GPUs or does not answer.  A creation's check and write run
 with no ``await`` between them, so two requests to the one hub process cannot both pass the
@@ -48,7 +53,9 @@ from ..common.clock import utcnow
 from ..common.json_body import parse_json
 from . import store
 from .backend import BackendRefused, BackendUnavailable
+from .bounds import OutOfBounds, ReservationBounds, check_bounds
 from .capacity import CapacityUnknown, hub_capacity
+from .enforce import Reservations
 from .rules import Conflict, Invalid, check_capacity, occurrences, parse_spec, parse_time, validate
 
 __all__ = ["RESERVATIONS_SCOPE", "handlers", "managed_groups", "utcnow"]
@@ -126,9 +133,12 @@ class ReservationBase(APIHandler):
             raise web.HTTPError(404, f"No reservation {reservation_id}.")
         return row
 
-    async def checked(self, spec, allowed: set[str] | None):
-        """``spec`` once it passed every rule; raises 400/403/409/503.  Ends with no
-        ``await`` pending, so the caller's write follows the check at once."""
+    async def checked(self, spec, allowed: set[str] | None, before=None):
+        """``spec`` once it passed every rule; raises 400/403/409/503.  ``before``: the
+        stored reservation an edit changes.  A caller whose scope is filtered to some
+        groups (a course's instructor) is held to the course's bounds (:mod:`.bounds`),
+        and reads the reservations of other groups in a 409 without their names.  Ends
+        with no ``await`` pending, so the caller's write follows the check at once."""
         if allowed is not None and spec.group not in allowed:
             raise web.HTTPError(
                 403,
@@ -144,15 +154,38 @@ class ReservationBase(APIHandler):
             ) from None
         now = utcnow()
         groups = self.db.scalars(select(orm.Group.name)).all()
+        specs = store.all_specs(self.db)
         try:
             validate(spec, now, groups, capacity)
-            check_capacity(spec, store.all_specs(self.db), capacity, now)
+            if allowed is not None:
+                check_bounds(
+                    spec,
+                    before,
+                    [s for s in specs if s.group == spec.group],
+                    self.bounds(spec.group),
+                    capacity,
+                    now,
+                    self.warning(),
+                )
+            check_capacity(spec, specs, capacity, now)
         except Conflict as e:
             self.log.info("reservation for %s refused: %s", spec.group, e)
-            raise web.HTTPError(409, str(e)) from None
+            raise web.HTTPError(409, e.told_to(allowed)) from None
+        except OutOfBounds as e:
+            who = self.current_user.name
+            self.log.info("reservation for %s by %s refused: %s", spec.group, who, e)
+            raise web.HTTPError(403, str(e)) from None
         except Invalid as e:
             raise web.HTTPError(400, str(e)) from None
         return now
+
+    def bounds(self, group: str):
+        """The bounds of ``group``'s course (``c.ReservationBounds``)."""
+        return ReservationBounds(config=self.settings["config"], log=self.log).of(group)
+
+    def warning(self) -> float:
+        """``c.Reservations.warning``: an instructor's reservation starts no sooner."""
+        return Reservations.instance(config=self.settings["config"]).warning
 
     async def tell_backend(self, spec, reservation_id: int) -> None:
         """The backend's part (Slurm makes its own reservation): raises 409 with its words
@@ -257,8 +290,9 @@ class ReservationAPIHandler(ReservationBase):
     async def patch(self, reservation_id: str):
         allowed = self.groups_allowed()
         row = self.row_or_404(reservation_id, allowed)
-        spec = self.parse(self.body(), store.to_spec(row))
-        now = await self.checked(spec, allowed)
+        before = store.to_spec(row)
+        spec = self.parse(self.body(), before)
+        now = await self.checked(spec, allowed, before)
         row = self.row_or_404(reservation_id, allowed)  # deleted while we counted GPUs?
         await self.tell_backend(spec, row.id)
         row = self.row_or_404(reservation_id, allowed)
@@ -293,9 +327,22 @@ class ReservationsPageHandler(BaseHandler):
             "reservations.html",
             reservations=rows,
             groups=groups,
+            bounds=await self.bounds_of(groups) if allowed is not None else [],
             api_url=self.hub.base_url + "api/gpuhub/reservations",
         )
         self.finish(html)
+
+    async def bounds_of(self, groups: list[str]) -> list[str]:
+        """What an instructor may reserve for each of ``groups``, in words (none when the
+        hub cannot count its GPUs now)."""
+        try:
+            capacity = await hub_capacity(self)
+        except CapacityUnknown:
+            return []
+        config = self.settings["config"]
+        warning = Reservations.instance(config=config).warning
+        bounds = ReservationBounds(config=config, log=self.log)
+        return [bounds.of(group).summary(capacity, warning) for group in groups]
 
 
 handlers = [

@@ -17,14 +17,22 @@ The rules (issue 24):
   servers of members of none of those groups are stopped, the most recently started
   first, and only as many as the shortfall needs (a free unit is used before anyone is
   stopped);
-- the same reckoning a warning time ahead names the servers to warn.
+- the same reckoning a warning time ahead names the servers to warn;
+- a server is never stopped without its warning (:func:`stop_at`): one that ran when the
+  hub could first warn of a window (its start less the warning time, or the reservation's
+  creation if later) is stopped no sooner than the warning time after it was warned, so a
+  window made to begin at once (an admin may) stops nobody before then; one started after
+  that was told at its start until when it may run, and is stopped at the window's start.
+
+The sentences carry the date ("from Tue 2026-12-08 14:00 UTC to 16:00 UTC"; the end's date
+too when it falls on another day).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from .rules import Spec, occurrences
@@ -37,8 +45,11 @@ __all__ = [
     "open_at",
     "reason",
     "runs_into",
+    "span_text",
     "starts_text",
+    "stop_at",
     "to_stop",
+    "until_text",
     "windows",
 ]
 
@@ -48,7 +59,8 @@ class Window:
     """One occurrence of a reservation, [start, end) aware UTC: ``gpus`` units of kind
     ``units`` ("gpu", or a MIG profile) for the members of ``group``; ``label`` is the
     name people read (a course's display name, else the group's); ``timezone`` the
-    reservation's, for the times in sentences."""
+    reservation's, for the times in sentences; ``made`` when the reservation was made
+    (aware UTC; None: long ago), the earliest the hub could warn of it."""
 
     reservation: int | None
     group: str
@@ -58,6 +70,13 @@ class Window:
     start: datetime
     end: datetime
     timezone: str = "UTC"
+    made: datetime | None = None
+
+    def noticed(self, warning: float) -> datetime:
+        """When the hub first warns of this window: ``warning`` seconds before its start,
+        or when the reservation was made if that is later."""
+        first = self.start - timedelta(seconds=warning)
+        return max(first, self.made) if self.made is not None else first
 
 
 @dataclass(frozen=True)
@@ -75,11 +94,15 @@ class Holding:
 
 
 def windows(
-    specs: Iterable[Spec], since: datetime, until: datetime, label: Callable[[str], str] = str
+    specs: Iterable[Spec],
+    since: datetime,
+    until: datetime,
+    label: Callable[[str], str] = str,
+    made: Callable[[int | None], datetime | None] = lambda _: None,
 ) -> list[Window]:
     """The windows of ``specs`` overlapping [since, until), by start; ``label(group)``
-    names a group for people.  A rule that cannot be read is skipped (it was checked when
-    stored)."""
+    names a group for people, ``made(reservation id)`` says when it was made.  A rule that
+    cannot be read is skipped (it was checked when stored)."""
     found = []
     for spec in specs:
         try:
@@ -96,6 +119,7 @@ def windows(
                 o.start,
                 o.end,
                 spec.timezone,
+                made(spec.id),
             )
             for o in occurring
         ]
@@ -177,6 +201,22 @@ def due(
     return warned
 
 
+def stop_at(window: Window, since: float, warned: datetime, warning: float) -> datetime:
+    """The earliest a server that holds units ``window`` needs may be stopped for it, never
+    before its warning: ``since`` is when the server started (seconds since the epoch),
+    ``warned`` when the hub first warned it of this stop, ``warning`` the warning time in
+    seconds (``c.Reservations.warning``).
+
+    A server started after the hub could first warn of the window
+    (:meth:`Window.noticed`) and before its start was told at its start until when it may
+    run (:func:`runs_into`): the window's start.  Any other is stopped no sooner than the
+    later of the window's start and ``warning`` seconds after ``warned``."""
+    noticed = window.noticed(warning)
+    if noticed.timestamp() <= since <= window.start.timestamp():
+        return window.start
+    return max(window.start, warned + timedelta(seconds=warning))
+
+
 def runs_into(
     found: Iterable[Window], groups: Iterable[str], units: str, now: datetime
 ) -> Window | None:
@@ -187,9 +227,22 @@ def runs_into(
     return min(later, key=lambda w: w.start, default=None)
 
 
-def _clock(when: datetime, zone: str) -> str:
+def _clock(when: datetime, zone: str, date: bool = False) -> str:
     local = when.astimezone(ZoneInfo(zone))
-    return f"{local:%H:%M} {local.tzname()}"
+    return f"{local:{'%a %Y-%m-%d %H:%M' if date else '%H:%M'}} {local.tzname()}"
+
+
+def until_text(start: datetime, end: datetime, zone: str = "UTC") -> str:
+    """The end of a window that began at ``start``, as sentences write it: "16:00 UTC" when
+    it ends on the day it began (in ``zone``), else with its date: "Thu 2027-01-07 22:34
+    UTC"."""
+    tz = ZoneInfo(zone)
+    return _clock(end, zone, date=start.astimezone(tz).date() != end.astimezone(tz).date())
+
+
+def span_text(start: datetime, end: datetime, zone: str = "UTC") -> str:
+    """ "from Tue 2026-12-08 14:00 UTC to 16:00 UTC" (:func:`until_text` for the end)."""
+    return f"from {_clock(start, zone, date=True)} to {until_text(start, end, zone)}"
 
 
 def _units(n: int, units: str) -> str:
@@ -199,17 +252,19 @@ def _units(n: int, units: str) -> str:
 
 def reason(closing: Sequence[tuple[Window, int]]) -> str:
     """What a non-member reads about units closed to them: "2 GPUs reserved for ML101
-    until 16:00 UTC" (several windows joined by "and")."""
+    until 16:00 UTC" (the end's date too when the window began on another day; several
+    windows joined by "and")."""
     return " and ".join(
-        f"{_units(n, w.units)} reserved for {w.label} until {_clock(w.end, w.timezone)}"
+        f"{_units(n, w.units)} reserved for {w.label} until "
+        f"{until_text(w.start, w.end, w.timezone)}"
         for w, n in closing
     )
 
 
 def starts_text(window: Window) -> str:
-    """ "1 GPU is reserved for ML101 from 14:00 UTC to 16:00 UTC"."""
+    """ "1 GPU is reserved for ML101 from Tue 2026-12-08 14:00 UTC to 16:00 UTC"."""
     verb = "is" if window.gpus == 1 else "are"
     return (
-        f"{_units(window.gpus, window.units)} {verb} reserved for {window.label} from "
-        f"{_clock(window.start, window.timezone)} to {_clock(window.end, window.timezone)}"
+        f"{_units(window.gpus, window.units)} {verb} reserved for {window.label} "
+        f"{span_text(window.start, window.end, window.timezone)}"
     )

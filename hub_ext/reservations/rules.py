@@ -32,15 +32,18 @@ __all__ = [
     "FIELDS",
     "MAX_OCCURRENCES",
     "Conflict",
+    "Excess",
     "Invalid",
     "Occurrence",
     "Spec",
     "check_capacity",
     "describe",
     "first_conflict",
+    "first_excess",
     "occurrences",
     "parse_spec",
     "parse_time",
+    "units_text",
     "validate",
 ]
 
@@ -65,12 +68,31 @@ class Invalid(ValueError):
 class Conflict(ValueError):
     """The reservation is valid but the hub's GPUs cannot hold it beside others (HTTP 409);
     ``str()`` names the time, the other reservations and the numbers; ``others``: their
-    ids."""
+    ids; ``groups``: their groups.  :meth:`told_to` is the sentence for one who may see
+    only some groups' reservations."""
 
-    def __init__(self, message: str, when: datetime, others: list[int]):
+    def __init__(
+        self,
+        message: str,
+        when: datetime,
+        others: list[int],
+        groups: frozenset[str] = frozenset(),
+        hidden: str = "",
+    ):
         super().__init__(message)
         self.when = when
         self.others = others
+        self.groups = groups
+        self.hidden = hidden or message
+
+    def told_to(self, allowed: set[str] | None) -> str:
+        """The sentence for one who manages the reservations of ``allowed`` (None: every
+        group): the other reservations named (group, units, times) only when each is one
+        they may see (a course's instructor gets 404 for another course's), else their own
+        occurrence and how many units the others leave free, nothing named."""
+        if allowed is None or self.groups <= set(allowed):
+            return str(self)
+        return self.hidden
 
 
 @dataclass(frozen=True)
@@ -342,15 +364,24 @@ def validate(spec: Spec, now: datetime, groups: Iterable[str], capacity: int) ->
         )
 
 
-def first_conflict(
-    spec: Spec, others: Iterable[Spec], capacity: int, now: datetime
-) -> Conflict | None:
-    """The first instant at or after ``now`` when ``spec`` and the ``others`` that overlap
-    it (same units: whole GPUs, or the same MIG profile; ``spec`` itself left out by id)
-    need more than ``capacity``; None when they fit.  The sum of GPUs of occurrences that
-    overlap only changes where one starts, so those instants are the ones checked."""
-    others = [o for o in others if o.units == spec.units and (spec.id is None or o.id != spec.id)]
-    mine_all = occurrences(spec, since=now)
+@dataclass(frozen=True)
+class Excess:
+    """The first instant ``when`` at which ``mine`` (an occurrence being checked) and the
+    occurrences ``at`` that are open then need ``need`` units, more than a limit."""
+
+    when: datetime
+    mine: Occurrence
+    at: tuple[Occurrence, ...]
+    need: int
+
+
+def first_excess(
+    mine_all: list[Occurrence], others: Iterable[Spec], limit: int, now: datetime
+) -> Excess | None:
+    """The first instant at or after ``now`` when one of ``mine_all`` (occurrences in
+    order) and the occurrences of ``others`` (of the same units) open then need more than
+    ``limit``; None when they never do.  The sum of units of occurrences that overlap only
+    changes where one starts, so those instants are the ones checked."""
     if not mine_all:
         return None
     # every other occurrence that can meet one of mine, read once, by start
@@ -366,29 +397,57 @@ def first_conflict(
         first = max(mine.start, now)
         instants = sorted({first} | {o.start for o in theirs if o.start > first})
         for t in instants:
-            at = [o for o in theirs if o.start <= t < o.end]
+            at = tuple(o for o in theirs if o.start <= t < o.end)
             need = mine.gpus + sum(o.gpus for o in at)
-            if need > capacity:
-                return _conflict(spec, others, at, t, need, capacity)
+            if need > limit:
+                return Excess(t, mine, at, need)
     return None
 
 
-def _conflict(
-    spec: Spec, others: list[Spec], at: list[Occurrence], when: datetime, need: int, capacity: int
-) -> Conflict:
+def first_conflict(
+    spec: Spec, others: Iterable[Spec], capacity: int, now: datetime
+) -> Conflict | None:
+    """The first instant at or after ``now`` when ``spec`` and the ``others`` that overlap
+    it (same units: whole GPUs, or the same MIG profile; ``spec`` itself left out by id)
+    need more than ``capacity`` (:func:`first_excess`); None when they fit."""
+    others = [o for o in others if o.units == spec.units and (spec.id is None or o.id != spec.id)]
+    excess = first_excess(occurrences(spec, since=now), others, capacity, now)
+    if excess is None:
+        return None
+    return _conflict(spec, others, excess, capacity)
+
+
+def units_text(n: int, mig_profile: str | None) -> str:
+    """ "1 GPU", "2 GPUs", "3 1g.5gb MIG slices"."""
+    what = f"{mig_profile} MIG slice" if mig_profile else "GPU"
+    return f"{n} {what}{'s' if n != 1 else ''}"
+
+
+def _conflict(spec: Spec, others: list[Spec], excess: Excess, capacity: int) -> Conflict:
     by_id = {o.id: o for o in others}
+    at = sorted(excess.at)
     what = f"{spec.mig_profile} MIG slice" if spec.mig_profile else "GPU"
     names = "; ".join(
-        f"reservation {o.reservation} ({by_id[o.reservation].group}, {o.gpus} {what}"
-        f"{'s' if o.gpus != 1 else ''}, {describe(o.start)} to {describe(o.end)})"
-        for o in sorted(at)
+        f"reservation {o.reservation} ({by_id[o.reservation].group}, "
+        f"{units_text(o.gpus, spec.mig_profile)}, {describe(o.start)} to {describe(o.end)})"
+        for o in at
+    )
+    held = excess.need - spec.gpus
+    # for one who may not see the others: their own occurrence and a count, no name
+    hidden = (
+        f"Not enough {what}s from {describe(excess.mine.start)} to "
+        f"{describe(excess.mine.end)}: this reservation needs {spec.gpus} and other "
+        f"reservations leave {capacity - held} free then; the hub has {capacity}. "
+        "Ask an admin, who sees every reservation."
     )
     return Conflict(
-        f"Not enough {what}s at {describe(when)}: this reservation needs {spec.gpus} and "
-        f"{names} hold{'s' if len(at) == 1 else ''} {need - spec.gpus} then; the hub has "
+        f"Not enough {what}s at {describe(excess.when)}: this reservation needs {spec.gpus} "
+        f"and {names} hold{'s' if len(at) == 1 else ''} {held} then; the hub has "
         f"{capacity}.",
-        when,
+        excess.when,
         sorted({o.reservation for o in at}),
+        groups=frozenset(by_id[o.reservation].group for o in at),
+        hidden=hidden,
     )
 
 

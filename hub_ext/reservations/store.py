@@ -29,6 +29,7 @@ __all__ = [
     "insert",
     "iso",
     "load",
+    "made_at",
     "to_model",
     "to_spec",
     "update",
@@ -106,6 +107,11 @@ def to_spec(row: ReservationRow) -> Spec:
         id=row.id,
         exdates=tuple(datetime.fromisoformat(x) for x in row.exdates or ()),
     )
+
+
+def made_at(row: ReservationRow) -> datetime:
+    """When the reservation was made, aware UTC."""
+    return _aware(row.created_at)
 
 
 def to_model(row: ReservationRow) -> dict:

@@ -47,6 +47,7 @@ NOT_SETTINGS = frozenset(
         "GPUHUB_JOB",  # a notebook job's container: the job (hub_ext.spawn.core)
         "GPUHUB_JOB_ROOT",
         "GPUHUB_JOB_EXIT_AFTER_REPORT",  # a job's runner exits once reported (spawn.core)
+        "GPUHUB_KERNEL",  # a GPU kernel's container: the kernel (hub_ext.spawn.core)
         "GPUHUB_WORKSPACE_MOUNT",  # every container: where its workspace is (spawn.core)
         "GPUHUB_SLURMD_TIMEOUT",
         "GPUHUB_SLURM_BRIDGE",
@@ -312,13 +313,16 @@ def _settings_class() -> type:
 @dataclass
 class Reading:
     """What :func:`read` found: the values, where each came from (``default``,
-    ``environment`` or the .env file's path), the malformed ones, and unknown variables
-    with the closest declared name (or None)."""
+    ``environment`` or the .env file's path), the malformed ones, unknown variables with
+    the closest declared name (or None), and the .env file's values that the environment
+    overrides with another (``shadowed``: name -> (the file's text, the environment's))."""
 
     values: dict[str, Any]
     sources: dict[str, str]
     errors: list[str]
     unknown: dict[str, str | None]
+    shadowed: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    dotenv_name: str = ".env"
 
 
 def read(
@@ -327,7 +331,7 @@ def read(
     """Parse every declared variable: ``environ`` first, then ``dotenv`` (a .env file's
     values, as docker-compose passes them), then the default."""
     dotenv = dotenv or {}
-    values, sources, errors = {}, {}, []
+    values, sources, errors, shadowed = {}, {}, [], {}
     for row in declared():
         if environ.get(row.name, "").strip() or (row.empty_is_value and row.name in environ):
             text, source = environ[row.name], "environment"
@@ -341,7 +345,11 @@ def read(
             errors.append(str(e))
             values[row.name] = row.default
         sources[row.name] = source
-    return Reading(values, sources, errors, unknown_variables([*environ, *dotenv]))
+        mine, theirs = (dotenv.get(row.name) or "").strip(), environ.get(row.name, "").strip()
+        if mine and theirs and mine != theirs:
+            shadowed[row.name] = (mine, theirs)
+    unknown = unknown_variables([*environ, *dotenv])
+    return Reading(values, sources, errors, unknown, shadowed, dotenv_name)
 
 
 def unknown_variables(names) -> dict[str, str | None]:
@@ -360,6 +368,27 @@ def unknown_variables(names) -> dict[str, str | None]:
             close = difflib.get_close_matches(name.removeprefix("GPUHUB_"), tails, n=1, cutoff=0.6)
             unknown[name] = "GPUHUB_" + close[0] if close else None
     return unknown
+
+
+def shadowed_error(name: str, texts: tuple[str, str], path: str) -> str:
+    """A .env value the environment overrides, in words; a secret's values are not shown."""
+    mine, theirs = texts
+    row = next((r for r in declared() if r.name == name), None)
+    if row is not None and row.secret:
+        what = f"{name} in {path} has no effect: the hub's environment sets another value"
+    else:
+        what = (
+            f"{name}={_first(mine)} in {path} has no effect: the hub's environment sets "
+            f"{_first(theirs)}"
+        )
+    return (
+        f"{what} (docker-compose.yml's environment: pins it, or the hub's container was "
+        "made before the file changed; docs: reference/compose)"
+    )
+
+
+def _first(text: str, limit: int = 40) -> str:
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "…"
 
 
 def unknown_warning(name: str, closest: str | None) -> str:

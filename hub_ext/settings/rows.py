@@ -207,6 +207,15 @@ ROWS: tuple[Setting, ...] = (
         secret=True,
     ),
     Setting(
+        "GPUHUB_OIDC_TOKEN_AUTH",
+        "oidc_token_auth",
+        Choice("client_secret_basic", "client_secret_post"),
+        "",
+        "core",
+        "how the client secret goes to the token endpoint: a Basic header or the POST body",
+        default_doc="from the discovery document: Basic when listed or nothing is listed",
+    ),
+    Setting(
         "GPUHUB_OIDC_AUTHORIZE_URL",
         "oidc_authorize_url",
         URL(),
@@ -380,12 +389,30 @@ ROWS: tuple[Setting, ...] = (
         "the largest notebook a GPU notebook job takes",
     ),
     Setting(
+        "GPUHUB_KERNELS_PER_USER",
+        "kernels_per_user",
+        COUNT,
+        4,
+        "core",
+        "GPU kernels one member may have waiting or running (0: no limit)",
+    ),
+    Setting(
+        "GPUHUB_KERNEL_IDLE_TIMEOUT",
+        "kernel_idle_timeout",
+        SECONDS,
+        900,
+        "core",
+        "a GPU kernel may run no cell (its GPUs idle too) before the hub shuts it down and "
+        "its GPU goes back (0: never)",
+    ),
+    Setting(
         "GPUHUB_NAMED_SERVER_LIMIT",
         "named_server_limit",
         COUNT,
         NAMED_SERVER_LIMIT,
         "core",
-        "named servers per member besides the default one, notebook jobs not counted (0: no limit)",
+        "named servers per member besides the default one, notebook jobs and GPU kernels "
+        "not counted (0: no limit)",
     ),
     Setting(
         "GPUHUB_ACTIVE_SERVER_LIMIT",
@@ -720,6 +747,15 @@ ROWS: tuple[Setting, ...] = (
         "added for the submit host (-i KEY -p PORT -o UserKnownHostsFile=F)",
     ),
     Setting(
+        "GPUHUB_SLURM_OUTBOUND",
+        "slurm_outbound",
+        Choice("none", "slirp4netns", "pasta"),
+        "none",
+        "slurm",
+        "outbound traffic of the jobs' sandboxes, through that tool on the nodes (none: "
+        "only the hub's API)",
+    ),
+    Setting(
         "GPUHUB_SLURM_ACCOUNTING",
         "slurm_accounting",
         Choice("auto", "on", "off"),
@@ -735,6 +771,31 @@ ROWS: tuple[Setting, ...] = (
         "443",
         "compose",
         "where docker compose publishes the proxy",
+    ),
+    Setting(
+        "GPUHUB_HUB_ADDRESS",
+        None,
+        Text("an IP address"),
+        "172.31.255.2",
+        "compose",
+        "pod's (the hub's and proxy's) address on the members' network, which its rules "
+        "trust (deploy/network/gpuhub-network.sh)",
+    ),
+    Setting(
+        "GPUHUB_NETWORK_SUBNET",
+        None,
+        Text("an IPv4 network, /16 to /28"),
+        "172.31.255.0/24",
+        "compose",
+        "the members' network's subnet (deploy/network/gpuhub-network.sh create)",
+    ),
+    Setting(
+        "GPUHUB_NETWORK_OUTBOUND",
+        None,
+        Text("all, none or networks"),
+        "all",
+        "compose",
+        "where members' servers may connect outside their network (gpuhub-network.sh rules)",
     ),
     Setting(
         "GPUHUB_DOCKER_GID",

@@ -1,6 +1,7 @@
 """The Slurm backend's answers to the spawn page (:mod:`hub_ext.spawn.page`): free GPUs per
 profile from ``sinfo`` (its partition and GRES type), and what an image holds from the
-labels saved beside its unpacked filesystem.
+labels saved beside its unpacked filesystem; and which GPUs a member's servers hold
+(:mod:`hub_ext.ops.my_gpus`).
 
 A mixin of :class:`hub_ext.slurm.spawner.GPUSlurmSpawner`.  The node list is read through
 the hub's one :class:`~hub_ext.slurm.cluster.SlurmCluster` per environment, in a
@@ -217,6 +218,57 @@ class SlurmAvailability(SpawnPage):
         from .board import board_model
 
         return await board_model(handler, cls.shared_cluster(handler.settings["config"]))
+
+    #: job id -> {node: GPU indexes} of a running job: they do not change while it runs,
+    #: so a status bar that polls asks ``scontrol`` once per job, not once per poll
+    _job_gpus: dict[str, dict[str, list[int]]] = {}
+
+    @classmethod
+    async def held_gpus(cls, handler, user, servers: list[str]) -> list[dict]:
+        """The GPUs of the running Slurm jobs of ``user``'s ``servers`` (``scontrol -d
+        show job``, once per job; GRES types from the cached ``sinfo``), as
+        ``<node>/gpu<index>`` like the GPU board.  The hub does not run on the nodes, so
+        utilisation and memory are None; with Slurm not answering, no rows (logged)."""
+        from .board import gpu_names
+
+        jobs = {}
+        for name in servers:
+            spawner = user.spawners.get(name)  # .get: never makes a spawner
+            if spawner is not None and spawner.job_id and spawner.active:
+                jobs[str(spawner.job_id)] = name
+        if not jobs:
+            return []
+        cluster = cls.shared_cluster(handler.settings["config"])
+        try:
+            for job_id in set(jobs) - set(cls._job_gpus):
+                for job in await cluster.job_gpus(job_id):
+                    if job.job_id == job_id and job.state == "RUNNING" and job.gpus:
+                        cls._job_gpus[job_id] = job.gpus
+            types = {node.name: gpu_names(node) for node in await cluster.nodes()}
+        except SlurmUnavailable as e:
+            handler.log.warning("%s for %s's GPUs: %s", e.what, user.name, e)
+            return []
+        rows = []
+        for job_id, server in jobs.items():
+            for node, indexes in sorted(cls._job_gpus.get(job_id, {}).items()):
+                for index in indexes:
+                    kinds = types.get(node, [])
+                    kind = kinds[index] if index < len(kinds) else ""
+                    rows.append(
+                        {
+                            "uuid": f"{node}/gpu{index}",
+                            "name": f"{node} GPU {index}" + (f" ({kind})" if kind else ""),
+                            "held_by": server,
+                            "utilization_pct": None,
+                            "memory_used_mib": None,
+                            "memory_total_mib": None,
+                            "simulated": False,
+                        }
+                    )
+        if len(cls._job_gpus) > 4096:  # ended jobs: forget the oldest half
+            for job_id in list(cls._job_gpus)[:2048]:
+                cls._job_gpus.pop(job_id, None)
+        return rows
 
     async def image_facts(self, image: str) -> dict:
         """What an image holds, from ``labels.json`` beside its unpacked filesystem

@@ -32,6 +32,7 @@ from traitlets.config import LoggingConfigurable
 
 from ..common import metrics
 from ..spawn.member_dirs import MemberDirRefused, member_dir
+from .network import NetworkScript, SandboxNetwork
 
 __all__ = [
     "BATCH_SCRIPT",
@@ -46,7 +47,12 @@ __all__ = [
 #: unprivileged user namespaces) on the image's unpacked root filesystem, as the member's
 #: own uid; ``--disable-userns`` (bubblewrap 0.8) stops the member making nested user
 #: namespaces (``unshare -U``), and with them namespaces of every other kind: kernel code
-#: members need not reach.  Fields: see :attr:`SlurmBatchJob.container_command`.
+#: members need not reach.  The member has her name, home and bash there, as in the Docker
+#: images' terminal: ``/etc/passwd`` and ``/etc/group`` are the image's plus her entries
+#: (``member_passwd``, ``member_group`` of :data:`BATCH_SCRIPT`, read from file
+#: descriptors 7 and 8), and ``SHELL`` is bash, which JupyterLab's terminal runs.
+#: ``{network}``: a network namespace of its own and the sockets that reach it
+#: (:mod:`hub_ext.slurm.network`).  Fields: see :attr:`SlurmBatchJob.container_command`.
 BWRAP = (
     "bwrap --unshare-user --disable-userns --unshare-pid --unshare-ipc --die-with-parent"
     " --ro-bind {rootfs} / --proc /proc --dev /dev --tmpfs /tmp --tmpfs /home/jovyan"
@@ -54,6 +60,9 @@ BWRAP = (
     " --ro-bind {batchspawner} /tmp/gpuhub-batchspawner/batchspawner"
     " --setenv PYTHONPATH /tmp/gpuhub-batchspawner --setenv HOME /home/jovyan"
     " --setenv PATH {path} --chdir /home/jovyan"
+    " --perms 0644 --ro-bind-data 7 /etc/passwd --perms 0644 --ro-bind-data 8 /etc/group"
+    " --setenv SHELL /bin/bash {network}"
+    ' 7<<<"$(member_passwd {rootfs})" 8<<<"$(member_group {rootfs})"'
 )
 
 BATCH_SCRIPT = """#!/bin/bash
@@ -88,9 +97,20 @@ if [ -f {{token_file}} ]; then
   export JUPYTERHUB_API_TOKEN JPY_API_TOKEN=$JUPYTERHUB_API_TOKEN
 fi
 echo "gpuhub: job $SLURM_JOB_ID on $SLURMD_NODENAME, GPUs ${SLURM_JOB_GPUS:-none}"
+# the member's account in the container (her name, home and bash, as the Docker images'
+# terminal has): the image's /etc/passwd and /etc/group (under $1) with her entries in
+# place of any of the same uid or gid; bubblewrap reads them (container_command)
+member_passwd() {
+  grep -v "^[^:]*:[^:]*:$(id -u):" "$1/etc/passwd" || true
+  echo "$(id -un):x:$(id -u):$(id -g)::/home/jovyan:/bin/bash"
+}
+member_group() {
+  grep -v "^[^:]*:[^:]*:$(id -g):" "$1/etc/group" || true
+  echo "$(id -gn):x:$(id -g):"
+}
 # the member's files are hers alone (other cluster accounts share the nodes and storage)
 umask 077
-exec {{container}} {{cmd}}
+{{network_prologue}}exec {{network_runner}}{{container}} {{cmd}}
 """
 
 
@@ -206,8 +226,10 @@ class SlurmBatchJob(LoggingConfigurable):
         help="""The container runtime's command line in the batch script, the notebook
         command appended.  Fields: {rootfs}, {image}, {workspace}, {workspace_mount},
         {dataset_binds}, {gpu_binds} (a bash array of bubblewrap --dev-bind arguments),
-        {batchspawner} (the wrapper package's folder), {path}.  docs/howto/slurm.md ("What
-        the cluster needs") has Apptainer and Enroot templates.
+        {batchspawner} (the wrapper package's folder), {path}, {network} (bubblewrap's
+        arguments for the sandbox's own network, ``c.SandboxNetwork``; a command without it
+        shares the node's network).  docs/howto/slurm.md ("What the cluster needs") has
+        Apptainer and Enroot templates.
 
             c.GPUSlurmSpawner.container_command = "apptainer exec --nv {image} "
 
@@ -228,11 +250,27 @@ class SlurmBatchJob(LoggingConfigurable):
 
     def cmd_formatted_for_batch(self):
         """batchspawner's command in the batch script: its wrapper (it reports the port to
-        the hub, then runs the command with ``runpy``) around JupyterLab, or around
-        ``gpuhub-notebook-job`` for a notebook job."""
-        if not self.job:
-            return super().cmd_formatted_for_batch()
-        return " ".join([self.batchspawner_singleuser_cmd, *self.job_command, *self.get_args()])
+        the hub, then runs the command with ``runpy``), or in an isolated sandbox the
+        network's (:mod:`hub_ext.slurm.sandbox_net`, which does the same through the
+        sandbox's forwarders), around JupyterLab, or around ``gpuhub-notebook-job`` for a
+        notebook job."""
+        wrapper = self.network_script().wrapper or self.batchspawner_singleuser_cmd
+        command = self.job_command if self.job else self.cmd
+        return " ".join([wrapper, *command, *self.get_args()])
+
+    def network_script(self) -> NetworkScript:
+        """The batch script's part of the job's network (:mod:`hub_ext.slurm.network`): none
+        for a ``container_command`` without its ``{network}`` field."""
+        settings = SandboxNetwork(parent=self)
+        if "{network}" not in self.container_command:
+            if settings.isolated:
+                self.log.warning(
+                    "%s: container_command has no {network} field: the job shares the "
+                    "node's network (c.SandboxNetwork.isolated)",
+                    self._log_name,
+                )
+            return NetworkScript()
+        return settings.script()
 
     async def job_workspace(self) -> tuple[str, int, int]:
         """The member's workspace on the shared storage (the hub's host sees it, as for
@@ -354,6 +392,7 @@ class SlurmBatchJob(LoggingConfigurable):
             if datasets
             else ""
         )
+        network = self.network_script()
         keepvars = subvars.get("keepvars", "").split(",")
         # the core's variables (a job's GPUHUB_JOB) go into the job (sbatch --export names all)
         keepvars += [name for name in self.core_environment() if name not in keepvars]
@@ -365,6 +404,8 @@ class SlurmBatchJob(LoggingConfigurable):
             token_file=shlex.quote(self.token_file()),
             job_name=self.job_name,
             gpu_device=self.gpu_device,
+            network_prologue=network.prologue,
+            network_runner=network.runner,
             container=self.container_command.format(
                 rootfs=shlex.quote(self.rootfs()),
                 image=shlex.quote(self.image),
@@ -374,6 +415,7 @@ class SlurmBatchJob(LoggingConfigurable):
                 gpu_binds='"${gpu_binds[@]}"',
                 batchspawner=shlex.quote(str(Path(batchspawner.__file__).parent)),
                 path=shlex.quote(self.container_path),
+                network=network.binds,
             ),
         )
         return subvars

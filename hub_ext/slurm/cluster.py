@@ -19,6 +19,8 @@ import shlex
 import time
 from dataclasses import dataclass, field
 
+from ..common.limits import CPU_SERVERS, MIB, Capacity
+from ..common.limits import Node as LimitsNode
 from .submit import CommandFailed, SubmitHost, SubmitHostUnavailable
 
 #: Node states in which a node takes no new jobs (sinfo's long state names, lower case,
@@ -84,6 +86,24 @@ class Node:
     gpus_used: dict[str, int]
     reason: str = ""
     address: str = ""  # NodeAddr: where the hub reaches the node's servers
+    memory_mb: int = 0  # RealMemory, MB (what jobs' --mem is allocated from)
+    cpus: int = 0
+    jobs_per_core: int = 1  # its partition's OverSubscribe=FORCE:N or YES:N
+
+    def capacity(self) -> Capacity:
+        """What this node offers a single job (:func:`hub_ext.common.limits.misfit`)."""
+        return Capacity(self.name, self.memory_mb * MIB, float(self.cpus), dict(self.gpus))
+
+    def shape(self) -> LimitsNode:
+        """The node as the built-in profiles' limits divide it: Slurm allocates memory
+        and CPUs, so room for CPU servers is set aside (:data:`CPU_SERVERS`), on the CPUs
+        its partition lets jobs share."""
+        return LimitsNode(
+            self.memory_mb * MIB,
+            float(self.cpus * self.jobs_per_core),
+            sum(self.gpus.values()),
+            cpu_servers=CPU_SERVERS,
+        )
 
     @property
     def available(self) -> bool:
@@ -301,6 +321,60 @@ def parse_queue(out: str) -> list[QueuedJob]:
 _shared: dict[tuple, SlurmCluster] = {}
 
 
+#: ``sinfo``'s line per node and partition, read by :func:`parse_nodes`
+SINFO_NODES = (
+    "sinfo",
+    "-h",
+    "-N",
+    "-O",
+    "NodeList:|,Partition:|,StateLong:|,Gres:|,GresUsed:|,NodeAddr:|,Memory:|,CPUs:|,"
+    "OverSubscribe:|,Reason:",
+)
+
+
+def _int(text: str) -> int:
+    return int(text) if text.isdigit() else 0
+
+
+def jobs_per_core(oversubscribe: str) -> int:
+    """A partition's ``OverSubscribe`` (``NO``, ``EXCLUSIVE``, ``YES:4``, ``FORCE:2``) as
+    the jobs that may share one of its cores (Slurm: slurm.conf ``OverSubscribe``)."""
+    kind, _, count = oversubscribe.upper().partition(":")
+    if kind not in ("YES", "FORCE"):
+        return 1
+    return max(1, _int(count))
+
+
+def parse_nodes(out: str) -> tuple[list[Node], str]:
+    """``sinfo`` (:data:`SINFO_NODES`) -> the nodes, each once with all its partitions,
+    and the default partition (marked ``*``; ``""`` when none is)."""
+    by_name: dict[str, Node] = {}
+    default = ""
+    for line in out.splitlines():
+        cols = [c.strip() for c in line.split("|", 9)]  # the reason may hold a "|"
+        if len(cols) < 10:
+            continue
+        name, partition, state, gres, used, address, memory, cpus, over, reason = cols
+        if partition.endswith("*"):
+            partition = default = partition.rstrip("*")
+        if name in by_name:
+            by_name[name].partitions.append(partition)
+            continue
+        by_name[name] = Node(
+            name,
+            [partition],
+            state.rstrip("*~#!%$@^-").lower(),
+            parse_gres(gres),
+            parse_gres(used),
+            "" if reason in ("none", "(null)") else reason,
+            address,
+            memory_mb=_int(memory),
+            cpus=_int(cpus),
+            jobs_per_core=jobs_per_core(over),
+        )
+    return list(by_name.values()), default
+
+
 def member_prefix(template: str, username: str) -> list[str]:
     """``exec_prefix`` (``runuser -u {username} --``) as argv for ``username``: the
     template is split into words first, so the name is one word whatever it holds."""
@@ -357,35 +431,8 @@ class SlurmCluster:
         """Every node (cached ``cache_seconds``); ``timeout`` as in :meth:`run`."""
         if not fresh and self._nodes and time.monotonic() - self._nodes[0] < self.cache_seconds:
             return self._nodes[1]
-        out = await self.run(
-            "sinfo",
-            "-h",
-            "-N",
-            "-O",
-            "NodeList:|,Partition:|,StateLong:|,Gres:|,GresUsed:|,NodeAddr:|,Reason:",
-            timeout=timeout,
-        )
-        by_name: dict[str, Node] = {}
-        for line in out.splitlines():
-            cols = [c.strip() for c in line.split("|")]
-            if len(cols) < 7:
-                continue
-            name, partition, state, gres, used, address, reason = cols[:7]
-            if partition.endswith("*"):
-                partition = self.default_partition = partition.rstrip("*")
-            if name in by_name:
-                by_name[name].partitions.append(partition)
-                continue
-            by_name[name] = Node(
-                name,
-                [partition],
-                state.rstrip("*~#!%$@^-").lower(),
-                parse_gres(gres),
-                parse_gres(used),
-                "" if reason in ("none", "(null)") else reason,
-                address,
-            )
-        nodes = list(by_name.values())
+        nodes, default = parse_nodes(await self.run(*SINFO_NODES, timeout=timeout))
+        self.default_partition = default or self.default_partition
         self._nodes = (time.monotonic(), nodes)
         return nodes
 

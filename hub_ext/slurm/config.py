@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+from concurrent.futures import ThreadPoolExecutor
 
 from ..backends import Backend, reason
+from ..spawn.profiles import profile_requests
 from .submit import DEFAULT_SSH, SubmitHost, check_host
 
 SPAWNER_CLASS = "hub_ext.slurm.spawner.GPUSlurmSpawner"
@@ -42,6 +44,65 @@ class SlurmBackend(Backend):
         print(f"ok: Slurm's controller ({out.strip()})")
         return []
 
+    def profile_node(self, settings, ask: bool):
+        """The GPU node the built-in profiles' limits are derived from: of the nodes of
+        the jobs' partition (``GPUHUB_SLURM_PARTITION``, else Slurm's default) that take
+        jobs, those with GPUs, the one with the smallest GPU share
+        (:meth:`hub_ext.slurm.cluster.Node.shape`); read with ``sinfo`` when ``ask``.  None
+        (the profiles keep no limits: Slurm's ``DefMemPerCPU`` applies) when not asked or
+        when Slurm does not answer, which the hub's log says."""
+        if not ask:
+            return None
+        from traitlets.log import get_logger
+
+        from .cluster import SlurmUnavailable
+
+        try:
+            nodes, default = read_nodes(settings, timeout=10)
+        except SlurmUnavailable as e:
+            get_logger().warning(
+                "The built-in profiles get no memory or CPU limits: Slurm did not say what "
+                "its nodes have (%s); jobs get Slurm's defaults (DefMemPerCPU)",
+                e,
+            )
+            return None
+        partition = settings.slurm_partition or default
+        mine = [
+            n
+            for n in nodes
+            if n.available and n.memory_mb and (not partition or partition in n.partitions)
+        ]
+        shapes = [n.shape() for n in ([n for n in mine if n.gpus] or mine)]
+        return min(shapes, key=lambda shape: shape.gpu_share(), default=None)
+
+    def check_profiles(self, settings, profiles: list[dict], timeout: float) -> list[str]:
+        """Each profile's job (memory, CPUs, GPUs and partition, as the spawner submits
+        it: :func:`hub_ext.slurm.fit.job_request`) against the nodes of its partition;
+        nothing when Slurm does not answer (:meth:`reach` says so)."""
+        from .cluster import SlurmUnavailable
+        from .fit import job_request, partition_misfit
+
+        try:
+            nodes, default = read_nodes(settings, timeout=timeout * 2)
+        except SlurmUnavailable:
+            return []
+        configured = {"req_partition": settings.slurm_partition}
+        problems = []
+        for label, overrides in profile_requests(profiles):
+            values = {**configured, **overrides}
+            partition = values.get("req_partition") or default
+            try:
+                why = partition_misfit(job_request(values), partition, nodes)
+            except ValueError as e:
+                why = f"a memory size Slurm cannot read ({e})"
+            if why:
+                problems.append(
+                    f"profile {label!r} can never start on the cluster: it asks for {why}"
+                )
+        if not problems:
+            print(f"ok: every profile fits a node of the cluster ({len(nodes)} nodes)")
+        return problems
+
     def apply_config(self, c, settings) -> None:
         """Raises ValueError naming ``GPUHUB_SLURM_SUBMIT_HOST`` or
         ``GPUHUB_SLURM_SSH_OPTIONS`` when they cannot work."""
@@ -65,6 +126,8 @@ class SlurmBackend(Backend):
         ):
             if value:
                 slurm[trait] = value
+        # the sandbox's own network (hub_ext.slurm.network)
+        c.SandboxNetwork.outbound = settings.slurm_outbound
         submit = submit_host(settings)
         if submit.host:
             slurm.submit_host = submit.host
@@ -87,6 +150,19 @@ class SlurmBackend(Backend):
         from .accounting import read_accounting
 
         return read_accounting(settings, runs)
+
+
+def read_nodes(settings, timeout: float):
+    """The cluster's nodes and its default partition (``sinfo``, asked where the hub asks
+    Slurm), from any thread, a running event loop's too (``asyncio.run`` in a worker
+    thread).  Raises :class:`hub_ext.slurm.cluster.SlurmUnavailable`."""
+    from .cluster import SlurmCluster
+
+    env = {"SLURM_CONF": settings.slurm_conf} if settings.slurm_conf else {}
+    cluster = SlurmCluster(env=env, submit=submit_host(settings), timeout=timeout)
+    with ThreadPoolExecutor(1) as pool:
+        nodes = pool.submit(asyncio.run, cluster.nodes(fresh=True)).result()
+    return nodes, cluster.default_partition
 
 
 def submit_host(settings) -> SubmitHost:

@@ -41,6 +41,7 @@ from traitlets import Float, Unicode
 from traitlets.config import LoggingConfigurable
 
 from ..reservations.backend import BackendRefused, BackendUnavailable
+from ..reservations.policy import until_text as policy_until
 from ..reservations.rules import Spec, occurrences
 from .cluster import Node, SlurmCluster, SlurmUnavailable
 from .submit import CommandFailed
@@ -224,8 +225,10 @@ def create_args(w: Wanted) -> list[str]:
 
 def update_args(w: Wanted, have: SlurmReservation) -> list[str] | None:
     """``scontrol update ...`` turning ``have`` into ``w``; None when they agree.  The
-    start of a running reservation is not moved (Slurm refuses that)."""
-    if (have.start, have.end, tuple(sorted(have.users))) == (w.start, w.end, w.users):
+    start of a running reservation is not moved (Slurm refuses that), nor compared: Slurm
+    starts one asked to begin in the past (a window open when it was made) now."""
+    same_start = have.active or have.start == w.start
+    if same_start and (have.end, tuple(sorted(have.users))) == (w.end, w.users):
         return None
     return ["scontrol", "update", f"ReservationName={w.name}", *_fields(w, start=not have.active)]
 
@@ -453,9 +456,10 @@ class SlurmReservations(LoggingConfigurable):
 
 def until_text(r: SlurmReservation, group: str, nodes: list[Node]) -> str:
     """``2 GPUs reserved for ml101 until 16:00 UTC`` (the cards' and the board's words):
-    the GPUs of the reservation's ``nodes``."""
+    the GPUs of the reservation's ``nodes``; the end's date too when it is not on the day
+    the reservation began (:func:`hub_ext.reservations.policy.until_text`)."""
     gpus = sum(sum(n.gpus.values()) for n in nodes if n.name in r.nodes)
     return (
         f"{gpus} GPU{'s' if gpus != 1 else ''} reserved for {group} until "
-        f"{r.end.strftime('%H:%M')} UTC"
+        f"{policy_until(r.start, r.end)}"
     )

@@ -51,7 +51,7 @@ from .port_report import replace_batchspawner_handler
 from .spawner_end import SlurmEndSpawner
 from .spawner_line import SlurmLineSpawner
 from .spawner_reservations import SlurmReservationSpawner
-from .spawner_submit import SubmitHostSpawner
+from .spawner_submit import SUBMIT_HOST_DOWN, SubmitHostSpawner
 
 # batchspawner's own port handler assigns any key a member posts to her spawner
 replace_batchspawner_handler()
@@ -279,12 +279,45 @@ class GPUSlurmSpawner(
         id: its place in Slurm's queue stays; :meth:`take_back_job`)."""
         if await self.take_back_job():
             return self.job_id
-        job_id = await super().submit_batch_script()
+        try:
+            job_id = await super().submit_batch_script()
+        except RuntimeError as e:  # sbatch refused it: run_command gives its error output
+            if str(e).startswith(SUBMIT_HOST_DOWN):
+                raise
+            raise await self.refused_by_sbatch(str(e)) from None
         # the line reads Slurm's queue for this job only once it has waited a moment
         self._line_from = asyncio.get_running_loop().time() + self.line_poll_interval
         self.persist_state()
         self.emit(15, f"Submitted job {job_id}")
         return job_id
+
+    async def refused_by_sbatch(self, stderr: str) -> web.HTTPError:
+        """The member's words for a job sbatch refused (:func:`.fit.sbatch_refusal`: what of
+        the profile's memory, CPUs and GPUs no node of its partition has), a 503 for
+        :meth:`start` to raise; Slurm's own words go to the log."""
+        from .fit import Request, job_request, sbatch_refusal
+
+        try:
+            request = job_request(
+                {
+                    "req_memory": self.req_memory,
+                    "req_nprocs": self.req_nprocs,
+                    "req_gres": self.req_gres,
+                }
+            )
+        except ValueError:
+            request = Request(None, None)
+        try:
+            nodes = await self.cluster.nodes()
+        except SlurmUnavailable:
+            nodes = []
+        partition = self.req_partition or self.cluster.default_partition
+        message = sbatch_refusal(
+            stderr, self.profile_name or "This server", request, partition, nodes
+        )
+        self.log.error("sbatch refused the job of %s: %s", self._log_name, stderr)
+        metrics.SPAWNS_REFUSED.labels(reason="sbatch").inc()
+        return web.HTTPError(503, message)
 
     async def query_job_status(self):
         """batchspawner's status query; during a start, a pending job reports its place

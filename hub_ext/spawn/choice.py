@@ -114,6 +114,9 @@ class ProfileChoice(LoggingConfigurable):
     #: ``user_options["job"]``: the notebook job this server runs (built by the hub only,
     #: checked by hub_ext.jobs.hook), or None for an interactive server
     job = None
+    #: ``user_options["kernel"]``: the GPU kernel this server runs (built by the hub only,
+    #: checked by hub_ext.kernels.hook), or None
+    kernel = None
 
     profile_list = Union(
         [List(), Callable()],
@@ -223,6 +226,13 @@ class ProfileChoice(LoggingConfigurable):
             if not isinstance(self.job, dict) or not self.job.get("id"):
                 self._refuse(400, "A notebook job's options are made by the hub only.")
             self.wait_requested = True  # a job waits in line for its GPUs
+        self.kernel = None
+        if isinstance(options, dict) and "kernel" in options:  # a GPU kernel: hub_ext.kernels
+            options = dict(options)
+            self.kernel = options.pop("kernel")
+            if not isinstance(self.kernel, dict) or not self.kernel.get("id"):
+                self._refuse(400, "A GPU kernel's options are made by the hub only.")
+            self.wait_requested = True  # a GPU kernel waits in line for its GPUs
         if isinstance(options, dict) and "pay" in options:  # hub_ext.credits.hook
             options = dict(options)
             pay = options.pop("pay")
@@ -243,11 +253,17 @@ class ProfileChoice(LoggingConfigurable):
             # a notebook job is never idle (nobody browses it) and has its own maximum run
             # time, enforced by hub_ext.jobs: no culling of SpawnerCore's kinds
             self.gpu_idle_timeout = self.cull_idle_timeout = self.cull_max_age = 0
+        if self.kernel:
+            # a GPU kernel's idleness is its cells' (hub_ext.kernels applies the kernels'
+            # own time-out), not the idle culler's
+            self.cull_idle_timeout = 0
         self.profile_slug = selection.slug
         self.profile_name = selection.profile.get("display_name") or selection.slug
         self._accepted_choice = {"profile": selection.slug, **selection.choices}
         if self.job:  # kept: a restarted hub knows the server runs this job
             self._accepted_choice["job"] = self.job
+        if self.kernel:  # likewise for a GPU kernel
+            self._accepted_choice["kernel"] = self.kernel
         self._keep_choice(self._accepted_choice)
         self.log.info(
             "%s uses profile %s %s", self._log_name, selection.slug, selection.choices or ""

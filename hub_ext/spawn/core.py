@@ -234,8 +234,11 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         to the jobs API) and, for a notebook job, ``GPUHUB_JOB`` (its
         ``user_options["job"]`` as JSON) and ``GPUHUB_JOB_ROOT`` (the same folder, read by
         ``gpuhub-notebook-job``), and ``GPUHUB_JOB_EXIT_AFTER_REPORT=1`` where the backend
-        has :attr:`job_exits_after_report`; images/base."""
+        has :attr:`job_exits_after_report`; for a GPU kernel, ``GPUHUB_KERNEL`` (its
+        ``user_options["kernel"]`` as JSON, read by ``gpuhub-kernel``); images/base."""
         env = {"GPUHUB_WORKSPACE_MOUNT": self.workspace_mount}
+        if self.kernel:
+            env["GPUHUB_KERNEL"] = json.dumps(self.kernel, sort_keys=True)
         if self.job:
             env["GPUHUB_JOB"] = json.dumps(self.job, sort_keys=True)
             env["GPUHUB_JOB_ROOT"] = self.workspace_mount
@@ -245,6 +248,13 @@ class SpawnerCore(ProfileChoice, MemberMounts):
 
     #: the command of a notebook job's container (on the image's PATH)
     job_command = ["gpuhub-notebook-job"]
+    #: the command of a GPU kernel's container (on the image's PATH; hub_ext.kernels)
+    kernel_command = ["gpuhub-kernel"]
+    #: Whether this backend runs GPU kernels (:mod:`hub_ext.kernels`): a container of the
+    #: kernel's profile whose command is :attr:`kernel_command`, its connection files in
+    #: the member's workspace, mounted in her server at the same path.  The Docker backend
+    #: does; a backend that does not is refused kernels with 501.
+    runs_gpu_kernels = False
 
     @property
     def hooks(self) -> list:
@@ -334,6 +344,8 @@ class SpawnerCore(ProfileChoice, MemberMounts):
         options = self.user_options if isinstance(self.user_options, dict) else {}
         if self.job is None and isinstance(options.get("job"), dict):
             self.job = options["job"]  # a notebook job's server, found after a restart
+        if self.kernel is None and isinstance(options.get("kernel"), dict):
+            self.kernel = options["kernel"]  # a GPU kernel's server, likewise
         hooks = (state or {}).get("gpuhub_hooks")
         if hooks and hooks.get("version") == STATE_VERSION:
             self.hook_state = dict(hooks.get("hooks") or {})

@@ -62,8 +62,9 @@ def facts_from_labels(labels: dict) -> dict:
 class SpawnPage(LoggingConfigurable):
     """The spawn page's cards and form (JupyterHub ``Spawner.options_form``), and what a
     backend provides for them: :meth:`gpu_snapshot`, :meth:`gpus_now`,
-    :meth:`limits_of`, :meth:`image_facts`, and the class methods :meth:`availability`
-    and :meth:`gpu_board` (all required), and :meth:`reservation_changed` (optional)."""
+    :meth:`limits_of`, :meth:`image_facts`, and the class methods :meth:`availability`,
+    :meth:`gpu_board` and :meth:`held_gpus` (all required), and
+    :meth:`reservation_changed` (optional)."""
 
     # -- what a backend provides ---------------------------------------------------------
 
@@ -98,6 +99,16 @@ class SpawnPage(LoggingConfigurable):
     async def gpu_board(cls, handler) -> dict:
         """The GPU board's model for admins (:mod:`hub_ext.ops.board`; ``handler``: the
         board's request handler)."""
+        raise NotImplementedError
+
+    @classmethod
+    async def held_gpus(cls, handler, user, servers: list[str]) -> list[dict]:
+        """The GPUs ``user``'s servers named in ``servers`` hold now, for ``GET
+        /hub/api/gpuhub/gpus/mine`` (:mod:`hub_ext.ops.my_gpus`, which says who may ask):
+        one row per GPU, ``{"uuid", "name", "held_by": <server name>,
+        "utilization_pct", "memory_used_mib", "memory_total_mib", "simulated"}``
+        (percent, MiB; None where the backend cannot say).  Never a GPU another server
+        holds; never raises for an unreadable inventory (the rows lose their figures)."""
         raise NotImplementedError
 
     @classmethod

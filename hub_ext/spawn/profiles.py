@@ -11,6 +11,7 @@ A z2jh ``profile_list`` moves over with few changes.  Each profile is a dict::
      "allowed_groups": ["ml-course"],   # empty or missing: everyone
      "jobs": True,                      # GPU notebook jobs may run on it (default: GPU ones)
      "job_max_seconds": 86400,          # a job's longest run (0: no limit)
+     "kernels": True,                   # offered as a GPU kernel to every server (default: no)
      "spawner_override": {"image": "gpuhub/pytorch:latest", "mem_limit": "16G"},
      "profile_options": {
          "gpus": {"display_name": "GPUs",
@@ -53,7 +54,9 @@ __all__ = [
     "init_profiles",
     "job_max_seconds",
     "jobs_allowed",
+    "kernels_allowed",
     "profile_overrides",
+    "profile_requests",
     "quote",
     "select_profile",
     "slugify",
@@ -164,9 +167,12 @@ JOB_MAX_SECONDS = 86400
 
 
 def _check_job_keys(profile: dict) -> None:
-    jobs = profile.get("jobs")
-    if jobs is not None and not isinstance(jobs, bool):
-        raise ProfileError(f"profile {profile['slug']!r}: jobs must be true or false, not {jobs!r}")
+    for key in ("jobs", "kernels"):
+        value = profile.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise ProfileError(
+                f"profile {profile['slug']!r}: {key} must be true or false, not {value!r}"
+            )
     limit = profile.get("job_max_seconds")
     if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
         raise ProfileError(
@@ -181,6 +187,13 @@ def jobs_allowed(profile: dict) -> bool:
     if profile.get("jobs") is not None:
         return bool(profile["jobs"])
     return gpu_request(profile_overrides(Selection(profile)).get("gpus", 0))[0] > 0
+
+
+def kernels_allowed(profile: dict) -> bool:
+    """Whether ``profile`` is offered as a GPU kernel (a notebook's kernel in a container of
+    its own, :mod:`hub_ext.kernels`): its ``kernels`` key, false when missing (docs:
+    howto/gpu-kernels)."""
+    return profile.get("kernels") is True
 
 
 def job_max_seconds(profile: dict) -> int:
@@ -295,6 +308,21 @@ def profile_overrides(selection: Selection) -> dict:
         choice = profile["profile_options"][name]["choices"][key]
         _merge(merged, choice.get("spawner_override") or {})
     return merged
+
+
+def profile_requests(profiles: list[dict]):
+    """Each way a member may start each profile, as ``(label, overrides)``: the profile
+    with its options at their defaults (label: its slug), then each other choice of an
+    option with the rest at theirs (label ``"slug (option: choice)"``), as the spawn page
+    judges them (:mod:`hub_ext.spawn.page`)."""
+    for profile in init_profiles(profiles, overridable=None):
+        slug = profile["slug"]
+        yield slug, profile_overrides(select_profile([profile], {"profile": slug}))
+        for name, option in (profile.get("profile_options") or {}).items():
+            for key, choice in option["choices"].items():
+                if not choice["default"]:
+                    selection = select_profile([profile], {"profile": slug, name: key})
+                    yield f"{slug} ({name}: {key})", profile_overrides(selection)
 
 
 def _merge(dest: dict, src: dict) -> dict:

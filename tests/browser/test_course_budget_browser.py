@@ -19,7 +19,7 @@ from playwright.async_api import expect
 from hub_ext.ops.board import CLI_TOKEN_FILE
 from tests.browser.test_journey import card, log_in
 from tests.fixtures.oidc import MEMBERS
-from tests.test_reservation_enforcement_hub import PROFILES, hhmm, node
+from tests.test_reservation_enforcement_hub import PROFILES, node, until
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
@@ -67,7 +67,8 @@ async def test_a_member_whose_course_cannot_pay_pays_herself_from_the_card(
     page = await person()
     await log_in(page, hub, alice)
     gpu = card(page, "gpu")
-    paid_by = f"Paid by ML101 during its reservation until {hhmm(clock.start + END)}"
+    ends = until(clock.start + START, clock.start + END)
+    paid_by = f"Paid by ML101 during its reservation until {ends}"
     for _ in range(20):  # the window opens at the hub's next pass
         if paid_by in await gpu.inner_text():
             break

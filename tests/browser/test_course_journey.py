@@ -22,7 +22,7 @@ from tests.browser.test_gpu_board import signed_in
 from tests.browser.test_journey import card
 from tests.fixtures.hub import eventually
 from tests.fixtures.oidc import MEMBERS
-from tests.test_reservation_enforcement_hub import PROFILES, hhmm, node, spawn_ready
+from tests.test_reservation_enforcement_hub import PROFILES, node, span, spawn_ready, until
 
 pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.browser]
 
@@ -73,15 +73,13 @@ async def test_a_course_session_from_the_warning_to_the_line(
         json={"group": "ml101", "gpus": 1, "start": at(START), "end": at(END)},
     )
     assert r.status_code == 201, r.text
-    window = (
-        f"1 GPU is reserved for ML101 from {hhmm(clock.start + START)} to {hhmm(clock.start + END)}"
-    )
+    window = f"1 GPU is reserved for ML101 {span(clock.start + START, clock.start + END)}"
 
     # bob is warned on his home page, and stopped at the start
     page = await person()
     await signed_in(page, clients[bob])
-    clock.at(START - 800)
-    warning = f"will be stopped in about 13 min: {window}"
+    clock.at(START - 900)  # the warning time before the start
+    warning = f"will be stopped in about 15 min: {window}"
     for _ in range(40):
         await page.goto(f"{hub.url}/hub/home")
         if warning in await page.locator("body").inner_text():
@@ -111,7 +109,8 @@ async def test_a_course_session_from_the_warning_to_the_line(
         await page.goto(f"{hub.url}/hub/spawn")
         gpu = card(page, "gpu")
         await expect(gpu).to_contain_text(
-            f"Paid by ML101 during its reservation until {hhmm(clock.start + END)}"
+            "Paid by ML101 during its reservation until "
+            + until(clock.start + START, clock.start + END)
         )
         await screenshots.take(page, "23-course-card")
         await gpu.click()

@@ -10,7 +10,8 @@ A :class:`Stack` is laid out the way an admin's clone is: a project folder holdi
 ``docker-compose.yml`` and ``deploy/``, the ``.env`` that ``gpuhub init`` writes (plus the
 site settings a test adds: its OpenID provider, simulated GPUs), and ``tls/`` with a
 self-signed certificate.  ``tests/compose/docker-compose.test.yml`` puts every service on
-host networking with free loopback ports, since these machines have no bridge networks.
+host networking with free loopback ports; ``tests/compose/test_compose_network.py`` keeps the
+production network instead (``docker-compose.bridge.yml``).
 Each stack has its own compose project name, so volumes, containers, member containers
 (``GPUHUB_HUB_ID``) and workspaces never meet another test run's.
 
@@ -41,10 +42,15 @@ from hub_ext.credits.client import CreditsClient
 from hub_ext.ops.deploy import SECRETS
 from tests.fixtures.hub import _need, until_ready
 from tests.fixtures.oidc import ADMINS, MEMBERS, OIDCProvider, oidc_login
+from tests.fixtures.tls import self_signed
 
 REPO = Path(__file__).resolve().parents[2]
 OVERRIDE = Path(__file__).with_name("docker-compose.test.yml")
 HUB_UID = 990  # images/hub/Dockerfile
+#: the hub's image the stacks run (hub, credits, check, upgrade): this tree's, as
+#: scripts/build-images.sh names it under GPUHUB_IMAGE_NAMESPACE (default gpuhub, the name
+#: docker-compose.yml has), passed to the override as GPUHUB_TEST_HUB_IMAGE
+HUB_IMAGE = f"{os.environ.get('GPUHUB_IMAGE_NAMESPACE') or 'gpuhub'}/hub:latest"
 PORTS = (
     "GPUHUB_TEST_PORT",
     "GPUHUB_TEST_HUB_PORT",
@@ -62,7 +68,8 @@ def docker_compose() -> str:
 
 @pytest.fixture(scope="session")
 def compose_images(docker_client, tmp_path_factory) -> None:
-    """The images docker-compose.yml names, current with this tree.
+    """The images docker-compose.yml names, current with this tree (the hub's as
+    :data:`HUB_IMAGE`).
 
     ``scripts/build-images.sh hub postgres`` keeps an image whose inputs are unchanged, so
     after scripts/setup.sh this only checks fingerprints.
@@ -78,6 +85,12 @@ def compose_images(docker_client, tmp_path_factory) -> None:
         ).returncode
     if rc != 0:
         pytest.fail(f"scripts/build-images.sh hub postgres failed:\n{log.read_text()[-4000:]}")
+
+
+def make_certificate(folder: Path) -> Path:
+    """``folder``/cert.pem and key.pem: a fresh self-signed certificate for 127.0.0.1, the
+    key owned by the hub's user, mode 600."""
+    return self_signed(folder, owner=HUB_UID)
 
 
 class Stack:
@@ -97,6 +110,9 @@ class Stack:
         self.credits_url = f"http://127.0.0.1:{self.ports['GPUHUB_TEST_CREDITS_PORT']}"
         self.pg_port = int(self.ports["GPUHUB_TEST_POSTGRES_PORT"])
         self.saved_logs: list[str] = []
+        #: the test override and the variables it reads (besides the ports)
+        self.override = OVERRIDE
+        self.override_env = {"GPUHUB_TEST_HUB_IMAGE": HUB_IMAGE}
 
     # -- set-up, as docs/tutorial/first-hub.md says -----------------------------------------
 
@@ -155,33 +171,7 @@ class Stack:
 
     def make_tls(self) -> None:
         """A self-signed certificate for 127.0.0.1, the key given to the hub's user."""
-        tls = self.cert.parent
-        tls.mkdir()
-        key = tls / "key.pem"
-        subprocess.run(
-            [
-                "openssl",
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=127.0.0.1",
-                "-addext",
-                "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                "-keyout",
-                str(key),
-                "-out",
-                str(self.cert),
-            ],
-            check=True,
-            capture_output=True,
-        )
-        os.chown(key, HUB_UID, HUB_UID)
-        key.chmod(0o600)
+        make_certificate(self.cert.parent)
 
     def ssl_context(self) -> ssl.SSLContext:
         """Trusts this stack's certificate (and nothing else)."""
@@ -203,17 +193,40 @@ class Stack:
             "-f",
             str(self.dir / "docker-compose.yml"),
             "-f",
-            str(OVERRIDE),
+            str(self.override),
             *args,
         ]
-        env = {**os.environ, **self.ports}
-        r = subprocess.run(cmd, env=env, stdin=stdin, capture_output=True, timeout=timeout)
+        r = subprocess.run(
+            cmd, env=self.compose_env(), stdin=stdin, capture_output=True, timeout=timeout
+        )
         if check and r.returncode != 0:
             raise AssertionError(
                 f"{' '.join(args)} failed ({r.returncode}):\n"
                 f"{r.stderr.decode(errors='replace')[-3000:]}\n{self.logs()[-3000:]}"
             )
         return r
+
+    def compose_env(self) -> dict[str, str]:
+        """The environment docker-compose runs with: the test's ports and hub image."""
+        return {**os.environ, **self.ports, **self.override_env}
+
+    def shell(self, script: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        """``bash -c script`` in the project folder, where a plain ``docker-compose``
+        (as the docs write it) runs on this stack (COMPOSE_PROJECT_NAME, COMPOSE_FILE)."""
+        env = {
+            **self.compose_env(),
+            "COMPOSE_PROJECT_NAME": self.name,
+            "COMPOSE_FILE": f"{self.dir / 'docker-compose.yml'}:{self.override}",
+            "COMPOSE_INTERACTIVE_NO_CLI": "1",
+        }
+        return subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=self.dir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def up(self, *services: str) -> None:
         """``up -d``; then wait for the hub (all services) or for PostgreSQL."""
@@ -237,8 +250,9 @@ class Stack:
         while time.monotonic() < deadline:
             try:
                 hub = httpx.get(self.url + "/hub/api/", verify=self.ssl_context(), timeout=5)
-                credits = httpx.get(self.credits_url + "/", timeout=5)
-                if hub.status_code == 200 and credits.status_code == 404:
+                # the credits service, where this machine reaches it (host networking)
+                credits = httpx.get(self.credits_url + "/", timeout=5) if self.credits_url else None
+                if hub.status_code == 200 and (credits is None or credits.status_code == 404):
                     return
             except httpx.HTTPError:
                 pass

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import re
 import secrets
+import ssl
 import subprocess
+import textwrap
 import time
 from decimal import Decimal
 
@@ -18,7 +20,7 @@ import psycopg
 import pytest
 
 from hub_ext.ops.deploy import SECRETS
-from tests.compose.conftest import HUB_UID, PROBE, PROBE_RE
+from tests.compose.conftest import HUB_IMAGE, HUB_UID, PROBE, PROBE_RE, REPO, make_certificate
 from tests.fixtures.hub import terminal_run
 
 pytestmark = [pytest.mark.docker, pytest.mark.compose]
@@ -245,6 +247,88 @@ def test_upgrade_one_shot_migrates_both_databases(stack):
     ), out
 
 
+# -- the operator's commands, as the docs write them ------------------------------------------
+
+
+def doc_block(page: str, heading: str) -> str:
+    """The first ```bash block after ``heading`` in ``docs/<page>``: the commands an
+    operator copies."""
+    text = (REPO / "docs" / page).read_text()
+    assert heading in text, f"{page} has no {heading!r}"
+    after = text.split(heading, 1)[1]
+    match = re.search(r"```bash\n(.*?)```", after, re.S)
+    assert match, f"no bash block after {heading!r} in {page}"
+    return textwrap.dedent(match.group(1))
+
+
+def test_check_reads_the_edited_env_while_the_hub_runs(stack):
+    """docker-compose run --rm check: .env as edited, beside the running hub (`run --rm hub`
+    is refused while it runs; `exec hub` reads the environment it was made with)."""
+    original = stack.env_file.read_text()
+    stack.set_env(GPUHUB_CULL_IDEL_TIMEOUT="600", GPUHUB_PORT="eighty")
+    try:
+        r = stack.compose("run", "--rm", "-T", "check", check=False)
+        out = r.stdout.decode()
+        assert r.returncode == 1, out + r.stderr.decode()
+        assert "GPUHUB_CULL_IDEL_TIMEOUT is not a setting of this hub and is ignored " in out
+        assert "(did you mean GPUHUB_CULL_IDLE_TIMEOUT?)" in out
+        assert (
+            "error: GPUHUB_PORT='eighty' in /etc/gpuhub/env has no effect: the hub's "
+            "environment sets"
+        ) in out
+    finally:
+        with open(stack.env_file, "r+") as f:  # in place: its mode stays
+            f.truncate()
+            f.write(original)
+    r = stack.compose("run", "--rm", "-T", "check", check=False)
+    out = r.stdout.decode()
+    assert r.returncode == 0, out + r.stderr.decode()
+    assert "ok: the OIDC provider accepts the hub's client id and secret" in out
+    assert "ok: every profile fits this machine" in out
+    assert "gpuhub config check: the settings are good and every service answers" in out
+    for value in stack.secrets().values():
+        assert value not in out
+
+
+def test_the_documented_backup_makes_dumps_only_their_owner_reads(stack, tmp_path):
+    script = doc_block("howto/upgrades-backups.md", "## Backups")
+    assert "pg_dump" in script
+    r = stack.shell(script)
+    assert r.returncode == 0, r.stderr
+    for db in ("jupyterhub", "credits"):
+        dump = stack.dir / "backups" / f"{db}.dump"
+        assert dump.stat().st_size > 0, db
+        assert dump.stat().st_mode & 0o777 == 0o600, oct(dump.stat().st_mode)
+    assert (stack.dir / "backups").stat().st_mode & 0o777 == 0o700
+
+
+async def test_the_documented_credits_command_runs_in_the_hubs_container(stack):
+    """The tutorial's "Next": a `gpuhub credits` command on a compose deployment."""
+    tutorial = (REPO / "docs" / "tutorial" / "first-hub.md").read_text()
+    [command] = re.findall(r"`(docker-compose [^`]*gpuhub credits grant alice[^`]*)`", tutorial)
+    r = stack.shell(command.replace("docker-compose exec", "docker-compose exec -T"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Granted 100.00 credits to alice" in r.stdout
+    async with stack.credits() as admin:
+        assert (await admin.balance("alice")).balance >= Decimal("100")
+
+
+def test_a_renewed_certificate_is_served_after_the_documented_steps(stack, tmp_path):
+    before = ssl.get_server_certificate(("127.0.0.1", int(stack.ports["GPUHUB_TEST_PORT"])))
+    renewed = make_certificate(tmp_path)
+    script = doc_block("howto/tls-reverse-proxy.md", "## Renew the certificate")
+    script = script.replace("/path/fullchain.pem", str(renewed / "cert.pem"))
+    script = script.replace("/path/privkey.pem", str(renewed / "key.pem"))
+    r = stack.shell(script)
+    assert r.returncode == 0, r.stderr
+    stack.wait_ready()  # trusts tls/cert.pem: the renewed one
+    served = ssl.get_server_certificate(("127.0.0.1", int(stack.ports["GPUHUB_TEST_PORT"])))
+    assert served.strip() == (renewed / "cert.pem").read_text().strip()
+    assert served != before
+    key = stack.dir / "tls" / "key.pem"
+    assert (key.stat().st_uid, key.stat().st_mode & 0o777) == (HUB_UID, 0o600)
+
+
 def test_hub_refuses_to_start_while_env_is_readable_by_others(stack):
     stack.env_file.chmod(0o644)
     try:
@@ -272,7 +356,7 @@ def test_no_secret_in_the_logs(stack):
         assert value not in logs, f"{name} is in the logs"
 
 
-@pytest.mark.parametrize("image", ["gpuhub/hub:latest", "postgres:15-bookworm"])
+@pytest.mark.parametrize("image", [HUB_IMAGE, "postgres:15-bookworm"])
 def test_no_secret_in_the_images(stack, docker_client, image):
     """Neither the values of this deployment's secrets nor any setting of a secret variable."""
     history = subprocess.run(

@@ -49,15 +49,56 @@ def test_production_file_validates_with_the_env_of_gpuhub_init(project):
     r = config(project)
     assert r.returncode == 0, r.stderr
     services = yaml.safe_load(r.stdout)["services"]
-    assert set(services) == {"pod", "postgres", "credits", "hub", "upgrade"}
+    assert set(services) == {"pod", "postgres", "credits", "hub", "check", "upgrade"}
     assert services["credits"]["profiles"] == ["credits"]
     assert services["upgrade"]["profiles"] == ["upgrade"]
+    assert services["check"]["profiles"] == ["check"]
     # hub, credits and postgres share the pod's namespace; only the pod is on the network
-    for name in ("postgres", "credits", "hub", "upgrade"):
+    for name in ("postgres", "credits", "hub", "check", "upgrade"):
         assert services[name]["network_mode"] == "service:pod", name
     hub = services["hub"]
     assert hub["environment"]["GPUHUB_DOCKER_NETWORK"] == "gpuhub"
+    # pod at the address the network's rules trust: the default subnet's .2
+    # (deploy/network/gpuhub-network.sh)
+    assert services["pod"]["networks"]["default"]["ipv4_address"] == "172.31.255.2"
+    script = (REPO / "deploy" / "network" / "gpuhub-network.sh").read_text()
+    assert 'SUBNET="${GPUHUB_NETWORK_SUBNET:-172.31.255.0/24}"' in script
     assert hub["group_add"] == [str(os.stat("/var/run/docker.sock").st_gid)]
+
+
+def test_the_check_service_sees_what_the_hub_sees(project):
+    """`docker-compose run --rm check` checks .env as edited with everything the hub's own
+    container gets: its pinned environment, files, Docker access and GPUs."""
+    services = yaml.safe_load(config(project).stdout)["services"]
+    hub, check = services["hub"], services["check"]
+    for key in ("image", "environment", "group_add", "volumes", "deploy"):  # with .env
+        assert check[key] == hub[key], key
+    assert check["entrypoint"] == ["gpuhub", "config", "check", "--env-file", "/etc/gpuhub/env"]
+    assert check["command"] == ["--reach"]
+    assert "/etc/gpuhub/env" in {v.split(":")[1] for v in hub["volumes"]}
+
+
+def test_the_reference_names_every_setting_compose_pins():
+    """docs/reference/compose.md lists each variable the hub's `environment:` sets: a .env
+    value for one of them never reaches the hub (`gpuhub config check` says so too)."""
+    pinned = yaml.safe_load(PRODUCTION.read_text())["services"]["hub"]["environment"]
+    page = (REPO / "docs" / "reference" / "compose.md").read_text()
+    section = page.split("## What docker-compose.yml pins", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(GPUHUB_[A-Z_]+)` \|", section, re.MULTILINE))
+    assert listed == set(pinned), set(pinned) ^ listed
+
+
+def test_no_page_tells_operators_to_run_a_second_hub_container():
+    """`docker-compose run --rm hub ...` is refused while the hub runs (compose links a
+    one-off container to the running one, which network_mode service:pod does not allow),
+    and `exec hub gpuhub config check` reads the environment the hub was made with."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    for page in pages:  # the commands operators copy: the pages' code blocks
+        for block in re.findall(r"```(?:bash|console)\n(.*?)```", page.read_text(), re.S):
+            assert "docker-compose run --rm hub" not in block, page
+            assert "exec hub gpuhub config check" not in block, page
+    for page in ("tutorial/first-hub.md", "howto/upgrades-backups.md", "reference/settings.md"):
+        assert "docker-compose run --rm check" in (REPO / "docs" / page).read_text(), page
 
 
 def test_a_missing_secret_stops_compose_naming_it(project):
@@ -95,6 +136,10 @@ def test_images_are_the_ones_the_build_script_makes(project):
     script = (REPO / "scripts" / "build-images.sh").read_text()
     postgres = re.search(r"^POSTGRES_IMAGE=(\S+)$", script, re.MULTILINE).group(1)
     assert images == {"gpuhub/hub:latest", postgres}
+    env = {name: "12345" for name in PORTS} | {"GPUHUB_TEST_HUB_IMAGE": "gh-x/hub:latest"}
+    tested = config(project, project / "docker-compose.yml", OVERRIDE, env=env)
+    images = {s["image"] for s in yaml.safe_load(tested.stdout)["services"].values()}
+    assert images == {"gh-x/hub:latest", postgres}  # the tests run this tree's own
 
 
 def test_test_override_puts_every_started_service_on_host_networking(project):
@@ -102,7 +147,7 @@ def test_test_override_puts_every_started_service_on_host_networking(project):
     r = config(project, project / "docker-compose.yml", OVERRIDE, env=env)
     assert r.returncode == 0, r.stderr
     services = yaml.safe_load(r.stdout)["services"]
+    assert services.pop("pod")["profiles"] == ["bridge-networks-only"]  # never started
     for name, service in services.items():
         assert service["network_mode"] == "host", name
-    assert services["pod"]["profiles"] == ["bridge-networks-only"]  # never started
     assert services["hub"]["environment"]["GPUHUB_DOCKER_NETWORK"] == "host"

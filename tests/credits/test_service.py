@@ -6,6 +6,7 @@ result is.  Every test names its own account, since the services are shared.
 
 from __future__ import annotations
 
+import json
 import uuid
 from decimal import Decimal
 
@@ -377,21 +378,70 @@ def test_refund_of_something_that_is_not_this_accounts_debit_is_404(api, credits
     assert api.balance(credits_username) == "10.00"
 
 
+#: 23 characters, a NUL and two lone surrogates among them: a JSON string like any other
+#: (``"\\u0000"``, ``"\\ud800"``), which PostgreSQL's text and UTF-8 cannot hold as they are
+ODD_REASON = "GPU time\x00 \ud800 and \udfff: 2.5h"
+
+
 def test_nul_characters_never_reach_the_database(api, credits_username):
     """PostgreSQL text cannot hold NUL; the service answers instead of failing with 500."""
     api.grant(credits_username, "10.00")
     refund = api.post(credits_username, "refunds", {"amount": "1.00", "debit_id": "txn\x00"})
     assert refund.status_code == 404  # names no debit
-    assert (
-        api.post(credits_username, "debits", {"amount": "1.00", "reason": "a\x00"}).status_code
-        == 422
-    )
     listing = api.get(f"/v1/accounts/{credits_username}/transactions", params={"before": "txn\x00"})
     assert listing.status_code == 404
     meta = api.post(credits_username, "debits", {"amount": "1.00", "metadata": {"k\x00": "v\x00"}})
     assert meta.status_code == 201
     assert meta.json()["metadata"] == {"k\x00": "v\x00"}
     assert api.balance(credits_username) == "9.00"
+
+
+def test_any_json_string_is_a_reason_and_is_kept_exactly(api, credits_username):
+    """The contract's reason is ``{type: string, maxLength: 500}``: a NUL and lone surrogates
+    are valid, so the debit is taken and the ledger gives the reason back as it came; the
+    database's own column holds a readable copy."""
+    assert len(ODD_REASON) == 23
+    api.grant(credits_username, "10.00")
+    body = json.dumps({"amount": "1.00", "reason": ODD_REASON}).encode()  # \u escapes
+    assert b"\\u0000" in body and b"\\ud800" in body
+    idempotency_key = key()
+    debit = api.post(credits_username, "debits", None, raw=body, idempotency_key=idempotency_key)
+    assert debit.status_code == 201, debit.text
+    assert debit.json()["reason"] == ODD_REASON
+    replay = api.post(credits_username, "debits", None, raw=body, idempotency_key=idempotency_key)
+    assert (replay.status_code, replay.json()) == (200, debit.json())
+    refund = {"amount": "0.50", "debit_id": debit.json()["transaction_id"], "reason": ODD_REASON}
+    refunded = api.post(credits_username, "refunds", None, raw=json.dumps(refund).encode())
+    assert refunded.status_code == 201, refunded.text
+    listing = api.get(f"/v1/accounts/{credits_username}/transactions").json()["transactions"]
+    assert [e.get("reason") for e in listing] == [ODD_REASON, ODD_REASON, None]
+    assert api.balance(credits_username) == "9.50"
+    engine = sa.create_engine(api.service.db_url)
+    try:
+        with engine.connect() as conn:
+            stored = conn.scalar(
+                sa.text("SELECT reason FROM transactions WHERE transaction_id = :t"),
+                {"t": debit.json()["transaction_id"]},
+            )
+    finally:
+        engine.dispose()
+    assert stored == "GPU time\ufffd \ufffd and \ufffd: 2.5h"
+
+
+@pytest.mark.parametrize(
+    ("reason", "words"),
+    [
+        pytest.param("x" * 501, "reason is 501 characters long; at most 500", id="long"),
+        pytest.param(None, "reason must be a string", id="null"),
+        pytest.param(5, "reason must be a string", id="number"),
+    ],
+)
+def test_a_refused_reason_is_told_by_its_rule(api, credits_username, reason, words):
+    api.grant(credits_username, "10.00")
+    response = api.post(credits_username, "debits", {"amount": "1.00", "reason": reason})
+    assert response.status_code == 422
+    assert words in response.json()["message"]
+    assert api.balance(credits_username) == "10.00"
 
 
 # -- the ledger listing -----------------------------------------------------------------------
@@ -475,6 +525,19 @@ async def test_client_round_trip_against_the_real_service(any_credits_service, c
         entries = [e async for e in hub.iter_transactions(credits_username, page_size=2)]
         assert [e.kind for e in entries] == ["refund", "debit", "grant"]
         assert (await hub.balance(credits_username)).balance == Decimal("4.75")
+
+
+async def test_the_client_sends_any_reason_the_contract_allows(
+    any_credits_service, credits_username
+):
+    """A reason with a NUL and lone surrogates: the client sends it (httpx's own JSON is
+    UTF-8, which cannot carry a lone surrogate) and reads it back from the ledger."""
+    async with any_credits_service.client(admin=True) as admin, any_credits_service.client() as hub:
+        await admin.grant(credits_username, Decimal("5"), key=key(), reason=ODD_REASON)
+        debit = await hub.debit(credits_username, Decimal("1"), key=key(), reason=ODD_REASON)
+        assert debit.reason == ODD_REASON
+        page, _ = await hub.transactions(credits_username)
+        assert [e.reason for e in page] == [ODD_REASON, ODD_REASON]
 
 
 # -- the database -----------------------------------------------------------------------------

@@ -125,11 +125,24 @@ def free_port():
         return s.getsockname()[1]
 
 
+def alice_route(path: str, auth: str | None, version: str) -> tuple[int, dict]:
+    """What :class:`HubThatKnowsOnlyAlice` answers (status, JSON body) for ``path``: the
+    version, alice for her token, 404 for the rest."""
+    if path.rstrip("/") == "/hub/api":
+        return 200, {"version": version}
+    if path.startswith("/hub/api/user"):
+        if auth == f"token {HubThatKnowsOnlyAlice.ALICE_TOKEN}":
+            return 200, HubThatKnowsOnlyAlice.ALICE
+        return 403, {"status": 403, "message": "not alice"}
+    return 404, {"status": 404, "message": "not in this stand-in"}
+
+
 class HubThatKnowsOnlyAlice:
     """A stand-in for the hub's REST API, enough for jupyterhub-singleuser to start and to
     authenticate requests: `GET /hub/api/` answers the hub's version (the single-user server
     checks it at start and waits for it), `GET /hub/api/user` answers alice's model for
-    `ALICE_TOKEN` and 403 for anything else (fails closed)."""
+    `ALICE_TOKEN` and 403 for anything else (fails closed).  A subclass answers more GETs
+    by overriding :meth:`route`."""
 
     ALICE_TOKEN = "alice-api-token"
     ALICE = {
@@ -141,21 +154,18 @@ class HubThatKnowsOnlyAlice:
         "scopes": ["access:servers!server=alice/"],
     }
 
+    def route(self, path: str, auth: str | None) -> tuple[int, dict]:
+        """(status, JSON body) of ``GET path`` with the ``Authorization`` header ``auth``."""
+        return alice_route(path, auth, self.version)
+
     def __init__(self, version):
         hub = self
+        self.version = version
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
                 hub.requests.append(self.path)
-                if self.path.rstrip("/") == "/hub/api":
-                    self.reply(200, {"version": version})
-                elif self.path.startswith("/hub/api/user"):
-                    if self.headers.get("Authorization") == f"token {hub.ALICE_TOKEN}":
-                        self.reply(200, hub.ALICE)
-                    else:
-                        self.reply(403, {"status": 403, "message": "not alice"})
-                else:
-                    self.reply(404, {"status": 404, "message": "not in this stand-in"})
+                self.reply(*hub.route(self.path.split("?")[0], self.headers.get("Authorization")))
 
             def reply(self, status, body):
                 data = json.dumps(body).encode()

@@ -9,6 +9,7 @@ an image that is not built is skipped with the command that builds it.
 import asyncio
 import json
 import re
+import secrets
 from datetime import datetime
 
 import httpx
@@ -287,6 +288,13 @@ def test_every_image_keeps_kernels_on_unix_sockets(image):
     assert "KernelManager\n  .transport = 'ipc'" in shown, shown
 
 
+def test_every_image_serves_its_assets_compressed(image):
+    # /etc/jupyter/jupyter_server_config.json of the base: JupyterLab's 6 MB of JavaScript
+    # go gzipped to browsers that take it (tests/test_lab_assets_hub.py, through the proxy)
+    shown = image.exec("sh", "-c", "jupyter server --show-config 2>/dev/null")
+    assert "ServerApp" in shown and ".tornado_settings = {'compress_response': True}" in shown
+
+
 async def test_kernels_run_on_unix_sockets_in_the_private_runtime_folder(alice_server, alice_hub):
     # images/base jupyter_server_config.json: no kernel port on a loopback that servers with
     # host networking (or on one Slurm node) share; notebooks still run (issue 21)
@@ -310,6 +318,163 @@ async def test_kernels_run_on_unix_sockets_in_the_private_runtime_folder(alice_s
     mode, owner, kind = folder.split(" ", 2)
     assert (int(mode, 8) & 0o077, owner, kind) == (0, "jovyan", "directory"), folder
     assert sock.endswith(" jovyan socket"), sock
+
+
+def one_cell_notebook(source: str) -> str:
+    """A notebook (JSON) of one code cell, for the image's python3 kernel."""
+    cell = {
+        "cell_type": "code",
+        "execution_count": None,
+        "id": "only",
+        "metadata": {},
+        "outputs": [],
+        "source": source,
+    }
+    return json.dumps(
+        {
+            "cells": [cell],
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}},
+            "nbformat": 4,
+            "nbformat_minor": 5,
+        }
+    )
+
+
+#: a notebook of one cell, FACTS (tests/fixtures/kernels.py): how its kernel is reached
+FACTS_NOTEBOOK = one_cell_notebook(FACTS)
+
+#: each tool a member may start a kernel with by hand, writing the executed notebook to out.ipynb
+BY_HAND = {
+    "nbconvert": "jupyter nbconvert --to notebook --execute --output out.ipynb in.ipynb",
+    "jupyter-execute": "cp in.ipynb out.ipynb && jupyter execute --inplace out.ipynb",
+    "papermill": "papermill --no-progress-bar in.ipynb out.ipynb",
+}
+
+
+@pytest.mark.parametrize("tool", list(BY_HAND))
+def test_kernels_started_by_hand_use_unix_sockets_in_the_runtime_folder(image, tool):
+    # images/base gpuhub_kernel_sockets.py, the python3 kernelspec's provisioner: no TCP port
+    # for another process on the same network, whichever tool starts the kernel (issue 28)
+    folder = f"/tmp/by-hand-{tool}"
+    image.exec("mkdir", "-p", folder)
+    image.container.put_archive(folder, _tar({"in.ipynb": FACTS_NOTEBOOK}))
+    image.exec("sh", "-c", f"cd {folder} && {BY_HAND[tool]} >log 2>&1 || (cat log; exit 1)")
+    notebook = json.loads(image.exec("cat", f"{folder}/out.ipynb"))
+    text = "".join(
+        "".join(o.get("text", "")) for cell in notebook["cells"] for o in cell.get("outputs", [])
+    )
+    facts = facts_of(text)
+    runtime = "/home/jovyan/.local/share/jupyter/runtime/kernel-"
+    assert facts["info"]["transport"] == "ipc", facts
+    assert facts["info"]["ip"].startswith(runtime), facts
+    assert facts["tcp_listening"] == [], facts  # the fork pipe is no TCP port either
+    assert facts["fork_pipe_url"].startswith("ipc:///home/jovyan/.local/share/jupyter/runtime/")
+    # nothing left beside the notebook (the ipc default would put socket files here)
+    assert sorted(image.exec("ls", folder).split()) == ["in.ipynb", "log", "out.ipynb"]
+
+
+def _tar(files: dict[str, str]) -> bytes:
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.uid, info.gid = len(data), 0o644, 1000, 100
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+#: sends, as the kernel's own uid, two messages without the kernel's key to its fork pipe:
+#: one with the marker, one of 64 MiB (issue 28: a 700 MiB one got a kernel OOM-killed)
+STRANGER = r"""
+import os, sys, time, zmq
+url, marker = sys.argv[1], sys.argv[2].encode()
+push = zmq.Context().socket(zmq.PUSH)
+push.linger = 5000
+push.connect(url)
+push.send_multipart([os.urandom(16), marker])
+push.send_multipart([os.urandom(16), marker + b"x" * (64 * 2**20)])
+time.sleep(3)
+push.close()
+print("SENT")
+"""
+
+#: prints the kernel's resident memory, KiB
+RSS_KIB = """
+rss = next(ln for ln in open("/proc/self/status") if ln.startswith("VmRSS"))
+print(int(rss.split()[1]))
+"""
+
+
+async def test_fork_pipe_is_private_bounded_and_silent(alice_server, alice_hub):
+    # images/base gpuhub_kernel.py PrivateForkPipe: the pipe still brings a forked child's
+    # output back; a message without the kernel's key is dropped unread and unechoed
+    alice = {"Authorization": f"token {alice_hub.ALICE_TOKEN}"}
+    async with httpx.AsyncClient() as client:
+        kernel = await start_kernel(client, alice_server.url, alice)
+    ws_base = alice_server.url.replace("http://", "ws://")
+    facts = facts_of(await run_code(ws_base, alice, kernel, FACTS + "kept = 'still here'"))
+    assert facts["fork_pipe_url"].startswith("ipc:///home/jovyan/.local/share/jupyter/runtime/")
+    assert facts["fork_pipe_port"] is None and facts["tcp_listening"] == [], facts
+    child = (
+        "import os\npid = os.fork()\nif pid == 0:\n    print('from the child', flush=True)\n"
+        "    os._exit(0)\nos.waitpid(pid, 0)\nimport time; time.sleep(0.5)"
+    )
+    assert "from the child" in await run_code(ws_base, alice, kernel, child)
+
+    before = int(await run_code(ws_base, alice, kernel, RSS_KIB))
+    marker = "stranger" + secrets.token_hex(4)
+    code, out = alice_server.container.exec_run(
+        ["python", "-c", STRANGER, facts["fork_pipe_url"], marker], user="1000:100"
+    )
+    assert code == 0 and b"SENT" in out, out
+    after = int(await run_code(ws_base, alice, kernel, RSS_KIB))
+    assert marker not in alice_server.container.logs().decode(errors="replace")
+    assert after - before < 32 * 1024, (before, after)  # KiB: not 64 MiB taken in
+    assert (await run_code(ws_base, alice, kernel, "print(kept)")).strip() == "still here"
+
+
+#: a notebook job's notebook that prints a first line, 8 MiB, and a last line, and fails
+LOUD_NOTEBOOK = one_cell_notebook(
+    "import sys\n"
+    "sys.stderr.write('FIRST LINE\\n' + 'x' * (8 * 2**20) + '\\nLAST LINE\\n')\n"
+    "sys.stderr.flush()\n"
+    "raise SystemExit('the end')"
+)
+
+
+def test_a_notebook_jobs_log_keeps_its_first_and_last_part_only(base_image):
+    # images/base gpuhub-notebook-job BoundedLog: a job's output cannot fill the workspace's
+    # disk (issue 28: 700 MiB in one log); the error at the end is still read
+    folder = "/tmp/loud-job"
+    base_image.exec("mkdir", "-p", f"{folder}/out")
+    base_image.container.put_archive(folder, _tar({"loud.ipynb": LOUD_NOTEBOOK}))
+    job = {
+        "id": "loud",
+        "input": "loud.ipynb",
+        "cwd": "",
+        "output_dir": "out",
+        "outputs": {"ipynb": "out/loud.ipynb", "log": "out/loud.log"},
+        "parameters": {},
+    }
+    env = {
+        "GPUHUB_JOB": json.dumps(job),
+        "GPUHUB_JOB_ROOT": folder,
+        "GPUHUB_JOB_LINGER": "0",
+        "GPUHUB_JOB_LOG_MAX_BYTES": str(2**20),
+    }
+    code, _ = base_image.container.exec_run(
+        ["sh", "-c", "gpuhub-notebook-job --port=0 >/dev/null 2>&1"], environment=env
+    )
+    assert code == 1, code  # the notebook failed (SystemExit)
+    size = int(base_image.exec("stat", "-c", "%s", f"{folder}/out/loud.log"))
+    assert size < 2**20 + 200, size
+    log = base_image.exec("sh", "-c", f"grep -a -v '^xxxx' {folder}/out/loud.log")
+    assert "bytes of output left out here" in log, log[-2000:]
+    assert "LAST LINE" in log and "gpuhub-error: " in log, log[-2000:]
 
 
 def test_every_images_kernelspec_says_the_debugger_is_off(image):
@@ -362,6 +527,7 @@ SERVER_EXTENSIONS = {
     "jupyter_lsp": "/lsp/status",
     "notebook_shim": None,
     "jupyter_scheduler": "/scheduler/config",  # notebook jobs (gpuhub_scheduler)
+    "gpuhub_lab": "/gpuhub-lab/status",  # the status bar's GPUs and GPU kernels
     "jupyterhub": "/api/me",  # jupyterhub.singleuser's own extension
 }
 

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from tests.images.conftest import HubThatKnowsOnlyAlice, singleuser_server
+from tests.images.conftest import HubThatKnowsOnlyAlice, alice_route, singleuser_server
 
 pytestmark = pytest.mark.docker
 
@@ -91,14 +91,8 @@ class JobsHub:
         handler.wfile.write(data)
 
     def route(self, method, path, body, auth):
-        if path.rstrip("/") == "/hub/api":
-            return 200, {"version": self.version}
-        if path.startswith("/hub/api/user"):
-            if auth == f"token {self.ALICE_TOKEN}":
-                return 200, self.ALICE
-            return 403, {"status": 403, "message": "not alice"}
         if not path.startswith("/hub/api/gpuhub/jobs"):
-            return 404, {"status": 404, "message": "not in this stand-in"}
+            return alice_route(path, auth, self.version)
         if auth != f"token {SERVER_TOKEN}":
             return 403, {"status": 403, "message": "not alice's server"}
         rest = path[len("/hub/api/gpuhub/jobs") :].strip("/")
