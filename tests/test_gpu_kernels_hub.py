@@ -261,10 +261,14 @@ async def test_a_notebook_on_the_cpu_profile_runs_on_a_gpu_kernel_that_hands_its
     assert [(k["user"], k["profile"], k["notebook"]) for k in board["kernels"]] == [
         (alice_name, "gpu", "train.ipynb")
     ]
-    metrics = (
-        await hub.client.get("/hub/metrics", headers={"Authorization": f"token {hub.admin_token}"})
-    ).text
-    assert 'gpuhub_gpu_kernels{state="running"} 1.0' in metrics
+
+    async def counted_running():  # the gauge is set at each pass of the kernels' keeper
+        metrics = await hub.client.get(
+            "/hub/metrics", headers={"Authorization": f"token {hub.admin_token}"}
+        )
+        return 'gpuhub_gpu_kernels{state="running"} 1.0' in metrics.text
+
+    await eventually(counted_running, 30, "the metrics counting alice's running GPU kernel")
 
     # interrupt
     sleeping = asyncio.ensure_future(
