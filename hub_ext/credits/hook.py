@@ -217,8 +217,10 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
             price,
             self.interval,
         )
-        # what the ledger names of the workload (a GPU kernel: its id and notebook)
-        for name, value in spawner.workload.ledger().items():
+        # what the ledger names of the workload (a GPU kernel: its id and notebook; a
+        # notebook job: its name as the member's list shows it)
+        display_name = getattr(getattr(spawner, "orm_spawner", None), "display_name", None)
+        for name, value in spawner.workload.ledger(display_name).items():
             setattr(record, name, value)
         payer = self.paying_course(spawner)
         if payer is not None:

@@ -52,6 +52,10 @@ class NotebookJob(Workload):
     def max_seconds(self) -> int:
         return int(self.value.get("max_seconds") or 0)
 
+    def ledger(self, display_name: str | None) -> dict:
+        """The job's name as the member's list shows it ("Notebook job: <its name>")."""
+        return {"job": display_name or "Notebook job"}
+
     def overrides(self) -> dict:
         """No culling of the core's kinds: nobody browses a job, and its maximum run time
         is the jobs keeper's (:mod:`.lifecycle`)."""

@@ -48,7 +48,7 @@ class GPUKernel(Workload):
         :mod:`.lifecycle`), not the idle culler's."""
         return {"cull_idle_timeout": 0}
 
-    def ledger(self) -> dict:
+    def ledger(self, display_name: str | None) -> dict:
         return {
             "kernel": str(self.value.get("id", "")),
             "notebook": str(self.value.get("notebook") or ""),

@@ -67,9 +67,10 @@ class Workload:
         time-outs off: nobody browses it)."""
         return {}
 
-    def ledger(self) -> dict:
+    def ledger(self, display_name: str | None) -> dict:
         """What the credits ledger's record of its run names besides the server (a GPU
-        kernel: its id and notebook)."""
+        kernel: its id and notebook; a notebook job: its name), ``display_name`` being the
+        server's as JupyterHub lists it (None: none)."""
         return {}
 
     def __repr__(self) -> str:
