@@ -221,7 +221,6 @@ async def test_a_kernel_server_runs_gpuhub_kernel_waits_in_line_and_the_idle_cul
     assert spawner.workload.command == ("gpuhub-kernel",)
     assert json.loads(spawner.core_environment()["GPUHUB_KERNEL"]) == KERNEL
     assert spawner.container_labels()["io.gpuhub.kernel"] == KERNEL["id"]
-    assert spawner.runs_gpu_kernels
 
     spawner.user_options = {"profile": "gpu"}  # the same spawner's next start as a server
     await spawner.load_profile()
@@ -231,6 +230,49 @@ async def test_a_kernel_server_runs_gpuhub_kernel_waits_in_line_and_the_idle_cul
     spawner.user_options = {"profile": "gpu", "kernel": "x"}
     with pytest.raises(Exception, match="made by the hub only"):
         await spawner.load_profile()
+
+
+@pytest.mark.parametrize(
+    ("backend", "runs"),
+    [
+        pytest.param("hub_ext.docker.spawner.GPUDockerSpawner", {"job", "kernel"}, id="docker"),
+        pytest.param("hub_ext.slurm.spawner.GPUSlurmSpawner", {"job"}, id="slurm"),
+        pytest.param("tests.skeleton_backend.SkeletonSpawner", set(), id="skeleton"),
+    ],
+)
+async def test_a_backend_runs_the_workloads_it_declares_and_refuses_the_others_in_words(
+    backend, runs
+):
+    """The seam the Slurm GPU kernel path will use: a backend names the workloads it runs
+    (``runs_workloads``); the lifecycle's first step refuses any other with 501 in its
+    words, before a hook is asked or anything taken, and the server stays a server."""
+    from tornado import web
+    from traitlets.utils.importstring import import_item
+
+    from hub_ext.jobs.workload import NotebookJob
+    from hub_ext.kernels.workload import GPUKernel
+    from hub_ext.spawn.workload import Server
+    from tests.fixtures.members import fake_user
+
+    spawner = import_item(backend)(user=fake_user(), profile_list=[PROFILES[1]])
+    assert {w.option for w in (Server, NotebookJob, GPUKernel) if spawner.runs(w)} == {
+        None,
+        *runs,
+    }
+    asks = {"kernel": KERNEL, "job": {"id": "j1", "max_seconds": 60}}
+    for option, workload in (("kernel", GPUKernel), ("job", NotebookJob)):
+        spawner.user_options = {"profile": "gpu", option: asks[option]}
+        if option in runs:
+            await spawner.load_profile()
+            assert isinstance(spawner.workload, workload)
+            continue
+        with pytest.raises(web.HTTPError) as e:
+            await spawner.load_profile()
+        assert (e.value.status_code, e.value.log_message) == (
+            501,
+            f"This hub's backend runs no {workload.noun}.",
+        )
+        assert isinstance(spawner.workload, Server)
 
 
 def test_the_named_server_limit_leaves_gpu_kernels_and_jobs_out(hub_db):

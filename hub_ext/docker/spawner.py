@@ -64,9 +64,9 @@ class GPUDockerSpawner(SpawnerCore, DockerSettings, DockerSpawner):
     #: Seconds between asking Docker whether a starting server's container still runs.
     _exit_check_interval = 0.5
 
-    #: GPU kernels (hub_ext.kernels) run here: a container of their own, their connection
-    #: files in the member's workspace
-    runs_gpu_kernels = True
+    #: notebook jobs and GPU kernels run here, each in a container of its own (a GPU
+    #: kernel's connection files in the member's workspace)
+    runs_workloads = frozenset({"job", "kernel"})
 
     #: ``(count, unit kind)`` this start was admitted with by the spawn gate
     #: (:meth:`check_spawn`), until its reservation is made or refused (None: no claim)

@@ -50,6 +50,7 @@ from ..spawn.profiles import job_max_seconds
 from . import store
 from .checks import DIR_FLAGS, JobRefused, job_profile, output_names, read_request
 from .intake import MemberTurns, load_notebook
+from .workload import NotebookJob
 
 __all__ = [
     "Jobs",
@@ -304,10 +305,10 @@ async def create(jobs: Jobs, user, body) -> store.JobRow:
             f"You have {active} notebook jobs queued or running; each member may have "
             f"{jobs.per_user}. Wait for one to end, or stop one.",
         )
+    if not user.spawner.runs(NotebookJob):
+        raise JobRefused(501, NotebookJob.not_run())
     try:
         workspace, uid, gid = await user.spawner.job_workspace()
-    except NotImplementedError:
-        raise JobRefused(501, "This hub's backend runs no notebook jobs.") from None
     except web.HTTPError as e:
         raise refused(e) from None
     data = await load_notebook(workspace, request.input_uri, jobs.notebook_max_mib * 2**20)

@@ -118,8 +118,6 @@ class KernelsHook(Hook, SingletonConfigurable):
                 "no such kernel" if row is None else f"kernel {row.id}, {row.state}",
             )
             raise web.HTTPError(403, FORGED)
-        if not spawner.runs_gpu_kernels:
-            raise web.HTTPError(501, "This hub's backend runs no GPU kernels.")
 
     async def before_container(self, spawner) -> None:
         """Nothing to take: the kernel's row is its record."""

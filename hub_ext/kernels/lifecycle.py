@@ -50,6 +50,7 @@ from ..spawn.choice import json_size
 from ..spawn.stopping import stop_server
 from . import store
 from .checks import KernelRefused, check_connection_dir, kernel_profile, read_request
+from .workload import GPUKernel
 
 __all__ = [
     "Kernels",
@@ -321,8 +322,8 @@ async def create(kernels: Kernels, user, body, parent: str) -> store.KernelRow:
             f"You have {live} GPU kernels waiting or running; each member may have "
             f"{kernels.per_user}. Shut one down first.",
         )
-    if not user.spawner.runs_gpu_kernels:
-        raise KernelRefused(501, "This hub's backend runs no GPU kernels.")
+    if not user.spawner.runs(GPUKernel):
+        raise KernelRefused(501, GPUKernel.not_run())
     visible, everything = await user.spawner.get_profiles()
     profile = kernel_profile(visible, everything, request.profile)
     kernel_id = store.new_id()
@@ -331,10 +332,7 @@ async def create(kernels: Kernels, user, body, parent: str) -> store.KernelRow:
     row = None
     kernels.creating.add(kernel_id)
     try:
-        try:
-            workspace, uid, _ = await spawner.job_workspace()
-        except NotImplementedError:
-            raise KernelRefused(501, "This hub's backend runs no GPU kernels.") from None
+        workspace, uid, _ = await spawner.job_workspace()
         check_connection_dir(workspace, request.connection_dir, uid)
         row = store.insert(
             db,

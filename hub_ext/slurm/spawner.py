@@ -79,6 +79,9 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSettings, SlurmSpawner):
     """A SlurmSpawner with profiles, credits, progress and the line of the Docker backend,
     and its spawn page (free GPUs from Slurm: :mod:`hub_ext.slurm.availability`)."""
 
+    #: notebook jobs run here; GPU kernels do not yet (the hub refuses them with 501)
+    runs_workloads = frozenset({"job"})
+
     #: a notebook job's runner exits by itself once its report is acknowledged (the batch
     #: job ends COMPLETED or FAILED in sacct); :meth:`end` waits for that end
     job_exits_after_report = True

@@ -46,16 +46,23 @@ class SpawnBackend:
     #: takes it back (Slurm: the job keeps its place in the queue); default: undone.
     keeps_start_at_shutdown = False
 
-    #: Optional: the backend runs GPU kernels (:mod:`hub_ext.kernels`: a container of the
-    #: kernel's profile running ``gpuhub-kernel``, its connection files in the member's
-    #: workspace, mounted in her server at the same path); default: it does not, and the
-    #: hub refuses kernels with 501.
-    runs_gpu_kernels = False
+    #: Optional: the workloads the backend runs besides the interactive server, which
+    #: every backend runs, by their ``user_options`` key
+    #: (:attr:`hub_ext.spawn.workload.Workload.option`: ``"job"`` a notebook job,
+    #: ``"kernel"`` a GPU kernel); the hub refuses any other with 501 and the workload's
+    #: words (:meth:`hub_ext.spawn.workload.Workload.not_run`).  Default: none.
+    runs_workloads: frozenset[str] = frozenset()
 
     #: Optional: a notebook job's runner ends its server by itself once the hub has
     #: acknowledged its report (``GPUHUB_JOB_EXIT_AFTER_REPORT=1``), for a backend whose
     #: scheduler keeps an account of how each job ended (Slurm); default: the hub stops it.
     job_exits_after_report = False
+
+    def runs(self, workload) -> bool:
+        """Whether the backend runs ``workload`` (a
+        :class:`~hub_ext.spawn.workload.Workload` subclass or instance): the interactive
+        server always, another when :attr:`runs_workloads` names its option."""
+        return workload.option is None or workload.option in self.runs_workloads
 
     # -- a start -------------------------------------------------------------------------
 
@@ -209,10 +216,11 @@ class SpawnBackend:
         yield
 
     async def job_workspace(self) -> tuple[str, int, int]:
-        """Optional, needed for notebook jobs (:mod:`hub_ext.jobs`): the
-        member's workspace as a folder on the hub's machine, and the uid and gid that own
-        what the hub writes there.  Raises ``tornado.web.HTTPError`` (404: the member has
-        no workspace yet) or NotImplementedError (the backend runs no jobs)."""
+        """Optional, needed for notebook jobs and GPU kernels (a backend whose
+        :attr:`runs_workloads` names them; :mod:`hub_ext.jobs`, :mod:`hub_ext.kernels`):
+        the member's workspace as a folder on the hub's machine, and the uid and gid that
+        own what the hub writes there.  Raises ``tornado.web.HTTPError`` (404: the member
+        has no workspace yet)."""
         raise NotImplementedError
 
     # -- a hub restart -------------------------------------------------------------------

@@ -355,9 +355,11 @@ class SpawnerCore(SpawnBackend, Spawner):
         """Step 1 of a start: validate ``user_options`` (untrusted), apply the chosen
         profile's overrides and keep the workload (:func:`hub_ext.spawn.choice.read_choice`).
 
-        Raises ``HTTPError(413)`` for options over ``user_options_max_bytes`` and
-        ``HTTPError(400)`` naming the valid choices for a choice that is not one; either
-        way the last accepted choice stays the next start's default.
+        Raises ``HTTPError(413)`` for options over ``user_options_max_bytes``,
+        ``HTTPError(400)`` naming the valid choices for a choice that is not one (either
+        way the last accepted choice stays the next start's default), and
+        ``HTTPError(501)`` in the workload's words for one the backend does not run
+        (:meth:`hub_ext.spawn.backend.SpawnBackend.runs`: a GPU kernel on Slurm).
         """
         for name, value in self._configured.items():
             setattr(self, name, copy.deepcopy(value))
@@ -373,6 +375,14 @@ class SpawnerCore(SpawnBackend, Spawner):
             )
         except Refused as e:
             self._refuse(e.status, e.message)
+        if not self.runs(choice.workload):  # e.g. a GPU kernel on a backend without them
+            metrics.SPAWNS_REFUSED.labels(reason="not_run").inc()
+            self.log.warning(
+                "Refusing spawn of %s: this backend runs no %s",
+                self._log_name,
+                choice.workload.noun,
+            )
+            raise web.HTTPError(501, choice.workload.not_run())
         self.wait_requested, self.pay_self = choice.wait, choice.pay_self
         self.workload = choice.workload
         if choice.selection is None:

@@ -73,6 +73,12 @@ class Workload:
         server's as JupyterHub lists it (None: none)."""
         return {}
 
+    @classmethod
+    def not_run(cls) -> str:
+        """The member's words when the hub's backend does not run this kind
+        (:meth:`hub_ext.spawn.backend.SpawnBackend.runs`; refused with 501)."""
+        return f"This hub's backend runs no {cls.noun}."
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.value!r})"
 
