@@ -4,17 +4,27 @@ tests/test_jobs_hub.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
 import pytest
 
 from hub_ext.jobs import store
-from hub_ext.jobs.checks import JobRefused, job_profile, read_notebook, read_request
-from hub_ext.jobs.handlers import place_message
+from hub_ext.jobs.checks import (
+    JobRefused,
+    check_notebook,
+    job_profile,
+    read_notebook,
+    read_request,
+)
+from hub_ext.jobs.handlers import environment_label, place_message
+from hub_ext.jobs.intake import MemberTurns, load_notebook
 from hub_ext.spawn.profiles import ProfileError, init_profiles, job_max_seconds, jobs_allowed
 
 NOTEBOOK = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+#: a notebook whose metadata nests lists 2000 deep: more than Python's json parser goes
+NESTED = '{"nbformat": 4, "cells": [], "metadata": {"a": ' + "[" * 2000 + "]" * 2000 + "}}"
 PROFILES = [
     {"display_name": "CPU only", "slug": "cpu", "default": True},
     {"display_name": "One GPU", "slug": "gpu", "gpus": 1, "credits_per_hour": 4},
@@ -101,9 +111,10 @@ def workspace(tmp_path):
     secret.write_text(json.dumps(NOTEBOOK))
     os.symlink(secret, home / "link.ipynb")
     os.symlink(tmp_path, home / "out")
-    (home / "big.ipynb").write_text(json.dumps({**NOTEBOOK, "metadata": {"x": "y" * 3000}}))
+    (home / "big.ipynb").write_text(json.dumps({**NOTEBOOK, "metadata": {"x": "y" * 9000}}))
     (home / "plain.ipynb").write_text("print('hello')\n")
     (home / "old.ipynb").write_text(json.dumps({**NOTEBOOK, "nbformat": 3}))
+    (home / "nested.ipynb").write_text(NESTED)
     os.mkfifo(home / "fifo.ipynb")
     return str(home)
 
@@ -122,17 +133,50 @@ def workspace(tmp_path):
         pytest.param("sub/nb.py", 400, "not a notebook", id="not-ipynb"),
         pytest.param("missing.ipynb", 404, "not in your workspace", id="missing"),
         pytest.param("fifo.ipynb", 403, "not a regular file", id="fifo"),
+        pytest.param("nested.ipynb", 400, "nests lists or objects too deeply", id="nested"),
     ],
 )
-def test_a_notebook_outside_the_workspace_or_not_a_notebook_is_refused(
+async def test_a_notebook_outside_the_workspace_or_not_a_notebook_is_refused(
     workspace, path, status, words
 ):
-    got, message = refused(read_notebook, workspace, path, 2048)
-    assert (got, words in message) == (status, True), message
+    with pytest.raises(JobRefused) as e:
+        await load_notebook(workspace, path, 8192)  # read in a thread, parsed in a child
+    assert (e.value.status, words in e.value.message) == (status, True), e.value.message
 
 
-def test_the_notebook_is_read_through_folders_of_the_workspace(workspace):
-    assert json.loads(read_notebook(workspace, "./sub//nb.ipynb", 2048)) == NOTEBOOK
+def test_a_deeply_nested_notebook_is_refused_in_words_in_the_hub_too(workspace):
+    data = read_notebook(workspace, "nested.ipynb", 8192)
+    status, message = refused(check_notebook, data, "nested.ipynb")
+    assert status == 400 and "too deeply" in message
+
+
+async def test_the_notebook_is_read_through_folders_of_the_workspace(workspace):
+    assert json.loads(await load_notebook(workspace, "./sub//nb.ipynb", 8192)) == NOTEBOOK
+
+
+async def test_a_members_job_requests_are_taken_one_at_a_time_and_a_flood_is_refused():
+    turns = MemberTurns(waiting=2)
+    order, release = [], asyncio.Event()
+
+    async def request(name, n):
+        async with turns.turn(name):
+            order.append((name, n, "in"))
+            await release.wait()
+            order.append((name, n, "out"))
+
+    tasks = [asyncio.create_task(request("alice", n)) for n in range(3)]
+    other = asyncio.create_task(request("bob", 0))
+    await asyncio.sleep(0.01)
+    # one of alice's at a time, bob's beside hers; alice's fourth is refused at once
+    assert order == [("alice", 0, "in"), ("bob", 0, "in")]
+    with pytest.raises(JobRefused) as e:
+        await asyncio.wait_for(request("alice", 3), 1)  # refused at once, never waits
+    assert e.value.status == 429 and "3 job requests waiting" in e.value.message
+    release.set()
+    await asyncio.gather(*tasks, other)
+    mine = [(n, step) for name, n, step in order if name == "alice"]
+    assert mine == [(0, "in"), (0, "out"), (1, "in"), (1, "out"), (2, "in"), (2, "out")]
+    assert turns.queued("alice") == 0
 
 
 def test_jobs_run_on_gpu_profiles_unless_a_profile_says_otherwise():
@@ -264,3 +308,60 @@ def test_why_a_jobs_container_ended_is_said_in_words(code, words):
 )
 def test_a_queued_jobs_place_is_one_line_for_the_scheduler(position, sentence, estimate_s, message):
     assert place_message(position, sentence, estimate_s) == message
+
+
+@pytest.mark.parametrize(
+    "name, label",
+    [
+        pytest.param("PyTorch", "PyTorch, 1 GPU, 1.00 credits/h, 1 of 2 free", id="plain-name"),
+        pytest.param(
+            "PyTorch, 1 GPU", "PyTorch, 1 GPU, 1.00 credits/h, 1 of 2 free", id="names-its-gpu"
+        ),
+        pytest.param("One GPU", "One GPU, 1.00 credits/h, 1 of 2 free", id="in-words"),
+        pytest.param(
+            "Two A100 GPUs, big", "Two A100 GPUs, big, 1.00 credits/h, 1 of 2 free", id="kind"
+        ),
+        pytest.param(
+            "GPU playground", "GPU playground, 1 GPU, 1.00 credits/h, 1 of 2 free", id="no-count"
+        ),
+    ],
+)
+def test_an_environments_label_names_its_gpus_once(name, label):
+    assert environment_label(name, "1 GPU", 1.0, 1, 2) == label
+
+
+def test_the_ledger_names_a_notebook_job_by_its_name():
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from hub_ext.credits.metering import MeterRecord
+
+    def record(server: str) -> MeterRecord:
+        when = datetime(2026, 1, 5, tzinfo=UTC)
+        return MeterRecord.new("alice", server, "pytorch", when, Decimal(4), 900)
+
+    job = record("job-a7d70db30f9c")
+    job.job = "Notebook job: train"  # as JupyterHub lists the job's server
+    assert job.reason(0).startswith(
+        "Notebook job: train, alice/job-a7d70db30f9c (pytorch) at 4 credits/hour"
+    )
+    assert job.refunded == "Notebook job: train, alice/job-a7d70db30f9c"
+    assert MeterRecord.from_state(job.to_state()).reason(0) == job.reason(0)
+    # a server of the member's own keeps its words
+    assert record("exp").reason(0).startswith("Server alice/exp (pytorch) at")
+
+
+async def test_a_members_next_job_request_is_taken_an_interval_after_her_last():
+    turns = MemberTurns(interval=0.2)
+    loop = asyncio.get_running_loop()
+    began = []
+
+    async def request(name):
+        async with turns.turn(name):
+            began.append((name, loop.time()))
+
+    await request("alice")
+    await asyncio.gather(request("alice"), request("bob"))  # bob's first is not held up
+    (_, first), (who, other), (_, second) = sorted(began, key=lambda b: b[1])
+    assert who == "bob" and other - first < 0.2
+    assert second - first >= 0.2

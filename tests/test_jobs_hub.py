@@ -71,6 +71,9 @@ def notebook(*sources: str, parameters: str = "") -> str:
     )
 
 
+#: a notebook whose metadata nests lists 2000 deep: more than Python's json parser goes
+NESTED = '{"nbformat": 4, "cells": [], "metadata": {"a": ' + "[" * 2000 + "]" * 2000 + "}}"
+
 #: writes the GPU it sees and a value computed from a papermill parameter
 GPU_NOTEBOOK = notebook(
     "import os\nprint('GPU seen:', os.environ.get('NVIDIA_VISIBLE_DEVICES'))",
@@ -126,6 +129,21 @@ async def status_is(hub, token, job_id, status: str, timeout: float = 60) -> dic
 async def gpus_free(hub) -> int:
     r = await hub.api("GET", "/gpuhub/availability")
     return r.json()["free"]
+
+
+async def with_credits(hub, ledger_admin, *names: str) -> dict[str, str]:
+    """Members ``names``, 10.00 credits each: {name: an API token of theirs}."""
+    tokens = {name: await hub.create_user(name) for name in names}
+    for name in names:
+        await ledger_admin.grant(name, "10.00", key=f"test-grant-{name}")
+    return tokens
+
+
+async def gpu_server(hub, name: str) -> None:
+    """``name``'s server on the "gpu" profile, ready: it holds a GPU."""
+    r = await hub.spawn(name, {"profile": "gpu"})
+    assert r.status_code in (201, 202), r.text
+    await hub.wait_ready(name)
 
 
 def members(prefix: str, *names: str) -> list[str]:
@@ -185,6 +203,7 @@ async def test_hostile_job_requests_are_refused_and_nothing_starts_or_is_charged
             "ok.ipynb": GPU_NOTEBOOK,
             "big.ipynb": notebook("x = 1", parameters="pad = '" + "p" * 2**20 + "'"),
             "plain.ipynb": "print('not a notebook')\n",
+            "nested.ipynb": NESTED,
         },
     )
     os.symlink(outside, mine / "link.ipynb")
@@ -207,7 +226,9 @@ async def test_hostile_job_requests_are_refused_and_nothing_starts_or_is_charged
 
     r = await hub.api("GET", f"{JOBS}/environments", tokens[alice])
     assert [e["name"] for e in r.json()["environments"]] == ["gpu"], r.text
-    assert r.json()["environments"][0]["label"].startswith("One GPU, 1 GPU, 4.00 credits/h, ")
+    # the profile's name says its GPU: the label does not say it twice (issue 28)
+    label = r.json()["environments"][0]["label"]
+    assert re.fullmatch(r"One GPU, 4\.00 credits/h, [01] of 1 free", label), label
 
     cases = [
         (
@@ -223,6 +244,13 @@ async def test_hostile_job_requests_are_refused_and_nothing_starts_or_is_charged
         ({"input_uri": "up/outside.ipynb"}, 403, "link"),
         ({"input_uri": "big.ipynb"}, 413, "at most 1 MiB"),
         ({"input_uri": "plain.ipynb"}, 400, "does not read as a notebook"),
+        ({"input_uri": "nested.ipynb"}, 400, "nests lists or objects too deeply"),
+        # refused for its parameters before the notebook is looked for (issue 28)
+        (
+            {"input_uri": "missing.ipynb", "parameters": {f"p{i}": "x" * 900 for i in range(9)}},
+            413,
+            "parameters and file names come to",
+        ),
         ({"input_uri": "ok.ipynb", "parameters": "n=3"}, 400, "JSON object of strings"),
         ({"input_uri": "ok.ipynb", "parameters": {"n": 3}}, 400, "must be a string"),
         ({"input_uri": "ok.ipynb", "output_formats": ["exe"]}, 400, "output_formats"),
@@ -313,14 +341,10 @@ async def test_a_job_waits_in_line_runs_on_its_gpu_and_is_settled_then_one_is_st
             "course/slow.ipynb": notebook("import time\ntime.sleep(600)"),
         },
     )
-    tokens = {name: await hub.create_user(name) for name in (alice, bob)}
-    for name in (alice, bob):
-        await ledger_admin.grant(name, "10.00", key=f"test-grant-{name}")
+    tokens = await with_credits(hub, ledger_admin, alice, bob)
 
     # bob's GPU server holds the only GPU: alice's job waits in the same line
-    r = await hub.spawn(bob, {"profile": "gpu"})
-    assert r.status_code in (201, 202), r.text
-    await hub.wait_ready(bob)
+    await gpu_server(hub, bob)
     r = await hub.api(
         "POST",
         JOBS,
@@ -456,9 +480,7 @@ async def test_after_a_hub_restart_a_running_job_is_settled_once_and_a_waiting_o
         {"long.ipynb": notebook("import time\ntime.sleep(15)\nprint('slept')")},
     )
     home(workspaces, bob, {"quick.ipynb": GPU_NOTEBOOK})
-    tokens = {name: await hub.create_user(name) for name in (alice, bob)}
-    for name in (alice, bob):
-        await ledger_admin.grant(name, "10.00", key=f"test-grant-{name}")
+    tokens = await with_credits(hub, ledger_admin, alice, bob)
 
     async def create(who, path):
         r = await hub.api(
@@ -502,3 +524,139 @@ async def test_after_a_hub_restart_a_running_job_is_settled_once_and_a_waiting_o
             ("debit", "1.00"),
             ("refund", "1.00"),
         ], name
+
+
+async def test_a_members_jobs_on_one_profile_wait_behind_each_other_and_the_limit_holds(
+    gpu_hub, ledger_admin, credits_username, job_runner, docker_client
+):
+    """Issue 28: ten jobs posted at once by one member, the GPU held by another's server:
+    four are created (GPUHUB_JOBS_PER_USER=4), six refused in words; none fails for "already
+    in line": the first waits in the line, the others behind it; all four run in turn.
+    Her workspace is a Docker volume, as in production: the hub asks the engine where it
+    is (a call in a thread), which let all ten past a limit counted before it."""
+    hub = await gpu_hub(
+        node(GPU_A), PROFILES, "c.Jobs.check_interval = 0.5\n", GPUHUB_JOBS_PER_USER="4"
+    )
+    alice, bob = members(credits_username, "alice", "bob")
+    volume = docker_client.create_volume(hub.workspace(alice))
+    home(Path(volume["Mountpoint"]).parent, "_data", {"quick.ipynb": notebook("print('quick')")})
+    tokens = await with_credits(hub, ledger_admin, alice, bob)
+    await gpu_server(hub, bob)
+
+    posts = await asyncio.gather(
+        *(
+            hub.api(
+                "POST",
+                JOBS,
+                tokens[alice],
+                json={"input_uri": "quick.ipynb", "runtime_environment_name": "gpu"},
+            )
+            for _ in range(10)
+        )
+    )
+    statuses = sorted(r.status_code for r in posts)
+    assert statuses == [201] * 4 + [409] * 6, [r.text for r in posts]
+    assert all(
+        "each member may have 4" in r.json()["message"] for r in posts if r.status_code == 409
+    )
+    made = [r.json()["job_id"] for r in posts if r.status_code == 201]
+
+    async def placed():
+        models = [await job(hub, tokens[alice], j) for j in made]
+        positions = sorted((m.get("place") or {}).get("position") or 0 for m in models)
+        return models if positions == [0, 0, 0, 1] else None
+
+    models = await eventually(placed, 20, "one job in line, three behind it")
+    assert {m["status"] for m in models} == {"QUEUED"}, models
+    behind = [m["place"]["message"] for m in models if not m["place"]["position"]]
+    assert (
+        behind
+        == ["It starts once your job or server before it on the same environment has its GPU."] * 3
+    ), behind
+
+    await hub.stop_server(bob)
+    for job_id in made:
+        done = await ended(hub, tokens[alice], job_id, 180)
+        assert (done["status"], done["exit_code"]) == ("COMPLETED", 0), done
+    assert await eventually(lambda: _free(hub, 1), 20, "the GPU free at the end")
+    assert (await hub.api("GET", f"/users/{alice}")).json()["servers"] == {}
+
+
+async def test_only_the_jobs_own_server_token_ends_it_and_its_server_goes_with_it(
+    gpu_hub, ledger_admin, credits_username, workspaces, docker_client
+):
+    """Issue 28: a token alice makes herself, with the server token's note and scopes, may
+    not report her job's end; a ``.gpuhub-job.json`` she plants does not count either when
+    she deletes the job's server through JupyterHub's API: the job FAILED, not COMPLETED,
+    and no ``job-…`` server is left in her list.  The ledger names the notebook job."""
+    hub = await gpu_hub(
+        node(GPU_A), PROFILES, "c.Jobs.check_interval = 0.5\n", **hub_env(workspaces)
+    )
+    [alice] = members(credits_username, "alice")
+    mine = home(workspaces, alice, {"slow.ipynb": notebook("import time\ntime.sleep(600)")})
+    [token] = (await with_credits(hub, ledger_admin, alice)).values()
+
+    async def running(name: str) -> dict:
+        r = await hub.api(
+            "POST",
+            JOBS,
+            token,
+            json={"input_uri": "slow.ipynb", "runtime_environment_name": "gpu", "name": name},
+        )
+        assert r.status_code == 201, r.text
+        return await status_is(hub, token, r.json()["job_id"], "IN_PROGRESS")
+
+    async def all_servers() -> dict:
+        r = await hub.api("GET", f"/users/{alice}?include_stopped_servers=1")
+        return r.json()["servers"]
+
+    # a planted report, then JupyterHub's DELETE of the job's server
+    first = await running("planted")
+    server = first["server_name"]
+    report = mine / first["output_dir"] / ".gpuhub-job.json"
+    report.write_text(json.dumps({"exit_code": 0, "error": ""}))
+    os.chown(report, 1000, 100)
+    r = await hub.api("DELETE", f"/users/{alice}/servers/{server}", token)
+    assert r.status_code in (202, 204), r.text
+    failed = await ended(hub, token, first["job_id"], 60)
+    assert failed["status"] == "FAILED", failed
+    assert "ended without a report" in failed["status_message"], failed
+
+    async def forgotten():
+        return server not in await all_servers()
+
+    await eventually(forgotten, 20, "the deleted job's server gone from her list")
+
+    # the debit names the notebook job, not "Server alice/job-…"
+    reasons = [t.reason async for t in ledger_admin.iter_transactions(alice) if t.kind == "debit"]
+    assert reasons and reasons[-1].startswith(
+        f"Notebook job: planted, {alice}/{server} (gpu) at 4 credits/hour"
+    ), reasons
+
+    # a token of her own with the server token's note and scopes
+    second = await running("forged")
+    server = second["server_name"]
+    r = await hub.api(
+        "POST",
+        f"/users/{alice}/tokens",
+        token,
+        json={
+            "note": f"Server at /user/{alice}/{server}/",
+            "scopes": [
+                "users:activity!user",
+                f"access:servers!server={alice}/{server}",
+                "custom:gpuhub:jobs!user",
+            ],
+        },
+    )
+    assert r.status_code in (200, 201), r.text
+    forged = r.json()["token"]
+    r = await hub.api("POST", f"{JOBS}/{second['job_id']}/report", forged, json={"exit_code": 0})
+    assert r.status_code == 403, r.text
+    assert (await job(hub, token, second["job_id"]))["status"] == "IN_PROGRESS"
+    r = await hub.api("POST", f"{JOBS}/{second['job_id']}/stop", token)
+    assert r.status_code == 204, r.text
+    stopped = await ended(hub, token, second["job_id"], 60)
+    assert stopped["status"] == "STOPPED", stopped
+    await eventually(forgotten, 20, "the stopped job's server gone from her list")
+    assert await eventually(lambda: _free(hub, 1), 20, "the GPU free at the end")

@@ -492,3 +492,114 @@ async def test_sacct_shows_a_failed_notebook_failed_and_a_stopped_job_cancelled(
     assert [kind for kind, _ in entries] == ["grant", "debit", "refund", "debit", "refund"]
     await asyncio.sleep(2)  # a second settlement would come within the meter's period
     assert len(await ledger(admin, member)) == 5
+
+
+async def test_a_members_jobs_on_one_profile_wait_behind_each_other_and_the_limit_holds(
+    slurm_hub, slurm_cluster, credits_service, admin
+):
+    """Issue 28 on Slurm: three jobs posted at once by one member while every GPU is held,
+    GPUHUB_JOBS_PER_USER=2: two created, one refused; the second waits behind the first
+    (no "already in line" failure) and each runs once a GPU frees; the environment's label
+    names the GPU once ("PyTorch, 1 GPU" is the profile's name)."""
+    member = slurm_cluster.fresh_member("ghs-job")
+    workspace(slurm_cluster, member, {"train.ipynb": GPU_NOTEBOOK})
+    pytorch = {**PROFILES[1], "display_name": "PyTorch, 1 GPU"}
+    hub = await slurm_hub(
+        [PROFILES[0], pytorch],
+        extra_config=QUICK,
+        GPUHUB_CREDITS_URL=credits_service.url,
+        GPUHUB_CREDITS_TOKEN=credits_service.hub_token,
+        GPUHUB_JOBS_PER_USER="2",
+    )
+    token = await hub.create_user(member)
+    await grant(admin, member, "10.00")
+    r = await hub.api("GET", f"{JOBS}/environments", token)
+    [label] = [e["label"] for e in r.json()["environments"]]
+    assert re.fullmatch(r"PyTorch, 1 GPU, 4\.00 credits/h, \d of \d free", label), label
+
+    holds = hold_every_gpu(slurm_cluster, slurm_cluster.fresh_member("ghs-hold"))
+    posts = await asyncio.gather(
+        *(
+            hub.api(
+                "POST",
+                JOBS,
+                token,
+                json={"input_uri": "train.ipynb", "runtime_environment_name": "gpu"},
+            )
+            for _ in range(3)
+        )
+    )
+    assert sorted(r.status_code for r in posts) == [201, 201, 409], [r.text for r in posts]
+    made = [r.json()["job_id"] for r in posts if r.status_code == 201]
+
+    async def first_placed_second_behind():
+        models = [await job(hub, token, j) for j in made]
+        places = sorted(str((m.get("place") or {}).get("position")) for m in models)
+        return models if places == ["1", "None"] else None
+
+    models = await eventually(first_placed_second_behind, 60, "one in line, one behind it")
+    assert {m["status"] for m in models} == {"QUEUED"}, models
+    assert len(slurm_cluster.run("squeue", "-h", "-u", member).stdout.splitlines()) == 1
+
+    slurm_cluster.run("scancel", holds[0])  # one GPU: the jobs run one after the other
+    for job_id in made:
+        done = await ended(hub, token, job_id, 240)
+        assert (done["status"], done["exit_code"]) == ("COMPLETED", 0), done
+    for held in holds[1:]:
+        slurm_cluster.run("scancel", held)
+
+
+async def test_only_the_jobs_own_server_token_ends_it_and_its_server_goes_with_it(
+    jobs_hub, slurm_cluster, admin
+):
+    """Issue 28 on Slurm: a token the member makes with the server token's note and scopes
+    may not report her job's end; a planted ``.gpuhub-job.json`` and JupyterHub's DELETE of
+    the job's server end it FAILED, not COMPLETED, and leave no ``job-…`` server.  The
+    ledger names the notebook job."""
+    member = slurm_cluster.fresh_member("ghs-job")
+    mine = workspace(
+        slurm_cluster, member, {"slow.ipynb": notebook("import time\ntime.sleep(600)")}
+    )
+    hub = await jobs_hub()
+    token = await hub.create_user(member)
+    await grant(admin, member, "10.00")
+
+    job_id = await create(hub, token, "slow.ipynb", name="slow")
+    running = await status_is(hub, token, job_id, "IN_PROGRESS", 240)
+    server = running["server_name"]
+    r = await hub.api(
+        "POST",
+        f"/users/{member}/tokens",
+        token,
+        json={
+            "note": f"Server at /user/{member}/{server}/",
+            "scopes": [
+                "users:activity!user",
+                f"access:servers!server={member}/{server}",
+                "custom:gpuhub:jobs!user",
+            ],
+        },
+    )
+    assert r.status_code in (200, 201), r.text
+    r = await hub.api("POST", f"{JOBS}/{job_id}/report", r.json()["token"], json={"exit_code": 0})
+    assert r.status_code == 403, r.text
+
+    report = mine / running["output_dir"] / ".gpuhub-job.json"
+    report.write_text('{"exit_code": 0, "error": ""}')
+    entry = pwd.getpwnam(member)
+    os.chown(report, entry.pw_uid, entry.pw_gid)
+    r = await hub.api("DELETE", f"/users/{member}/servers/{server}", token)
+    assert r.status_code in (202, 204), r.text
+    failed = await ended(hub, token, job_id, 60)
+    assert failed["status"] == "FAILED", failed
+
+    async def forgotten():
+        r = await hub.api("GET", f"/users/{member}?include_stopped_servers=1")
+        return server not in r.json()["servers"]
+
+    await eventually(forgotten, 20, "the job's server gone from her list")
+    assert slurm_cluster.run("squeue", "-h", "-u", member).stdout == ""
+    reasons = [t.reason async for t in admin.iter_transactions(member) if t.kind == "debit"]
+    assert reasons and reasons[-1].startswith(
+        f"Notebook job: slow, {member}/{server} (gpu) at 4 credits/hour"
+    ), reasons

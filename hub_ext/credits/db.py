@@ -21,12 +21,13 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 from ..common.private_files import private_dir, private_sqlite
 
-__all__ = ["READ_ONLY", "alembic_config", "make_engine", "upgrade"]
+__all__ = ["READ_ONLY", "alembic_config", "head_revision", "make_engine", "upgrade"]
 
 HERE = Path(__file__).resolve().parent
 
@@ -92,3 +93,8 @@ def alembic_config(engine: Engine | None = None) -> Config:
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Migrate the database behind ``engine`` to ``revision`` (default: the newest)."""
     command.upgrade(alembic_config(engine), revision)
+
+
+def head_revision() -> str:
+    """The newest revision of the ledger's migrations (e.g. ``"0002_reason_json"``)."""
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()

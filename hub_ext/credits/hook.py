@@ -242,6 +242,9 @@ class CreditsHook(CreditsMeter, Affordability, Hook, SingletonConfigurable):
         if spawner.kernel:  # a GPU kernel: the ledger names it and its notebook
             record.kernel = str(spawner.kernel.get("id", ""))
             record.notebook = str(spawner.kernel.get("notebook") or "")
+        if spawner.job:  # a notebook job: the ledger names it as the member's list does
+            orm_spawner = getattr(spawner, "orm_spawner", None)
+            record.job = getattr(orm_spawner, "display_name", None) or "Notebook job"
         payer = self.paying_course(spawner)
         if payer is not None:
             record.course, record.course_account = payer.slug, payer.account

@@ -152,6 +152,9 @@ class MeterRecord:
     #: (workspace-relative), named in the ledger's reasons and metadata; None for a server
     kernel: str | None = None
     notebook: str | None = None
+    #: a GPU notebook job's (hub_ext.jobs): its name as JupyterHub lists its server,
+    #: "Notebook job: train", named in the ledger's reasons; None for a server
+    job: str | None = None
 
     @classmethod
     def new(
@@ -184,16 +187,20 @@ class MeterRecord:
 
     @property
     def title(self) -> str:
-        """What the ledger's reasons call the run: "Server alice/dev", or for a GPU
-        kernel "GPU kernel alice/kernel-0a1b2c3d4e5f for work/train.ipynb"."""
-        if self.kernel is None:
-            return f"Server {self.label}"
-        return f"GPU kernel {self.label} for {self.notebook or 'a notebook'}"
+        """What the ledger's reasons call the run: "Server alice/dev", for a GPU kernel
+        "GPU kernel alice/kernel-0a1b2c3d4e5f for work/train.ipynb", for a notebook job
+        "Notebook job: train, alice/job-a7d70db30f9c"."""
+        if self.kernel is not None:
+            return f"GPU kernel {self.label} for {self.notebook or 'a notebook'}"
+        if self.job:
+            return f"{self.job}, {self.label}"
+        return f"Server {self.label}"
 
     @property
     def refunded(self) -> str:
-        """What a refund's reason names: ``user/server``, or a GPU kernel's :attr:`title`."""
-        return self.label if self.kernel is None else self.title
+        """What a refund's reason names: ``user/server``, or a GPU kernel's or a notebook
+        job's :attr:`title`."""
+        return self.label if self.kernel is None and not self.job else self.title
 
     def course_pays(self, index: int) -> bool:
         """Whether interval ``index`` is the course's (it begins before the window's end)."""
@@ -261,6 +268,7 @@ class MeterRecord:
             "paid_until": self.paid_until.isoformat() if self.paid_until else None,
             "kernel": self.kernel,
             "notebook": self.notebook,
+            "job": self.job,
         }
 
     @classmethod
@@ -289,6 +297,7 @@ class MeterRecord:
                 paid_until=datetime.fromisoformat(paid_until) if paid_until else None,
                 kernel=state.get("kernel"),
                 notebook=state.get("notebook"),
+                job=state.get("job"),
             )
         except (KeyError, TypeError, ArithmeticError) as e:
             raise ValueError(f"malformed credits record: {e!r}") from e

@@ -2,25 +2,30 @@
 
 Every refusal is a :class:`JobRefused` with an HTTP status and a sentence for the member
 (the REST answer's ``message``); nothing is stored, copied, started or debited before all
-checks pass (:mod:`hub_ext.jobs.lifecycle` runs them first).
+checks pass.  :func:`hub_ext.jobs.lifecycle.create` asks what is cheap first, so that a
+request refused for its body, its size, the per-member limit or the profile never makes
+the hub open the notebook, and one refused for its notebook never makes it write to its
+database:
 
 - :func:`read_request`: the body, Jupyter Scheduler's ``CreateJob`` (400);
+- the job's ``user_options`` at most ``user_options_max_bytes`` (413; the lifecycle);
+- the per-member limit (``GPUHUB_JOBS_PER_USER``, 409; the lifecycle);
 - :func:`job_profile`: the profile exists (404), is open to the member (403: the spawn
   page's rule, :func:`hub_ext.spawn.profiles.visible_profiles`) and runs jobs (403);
-- :func:`read_notebook`: the input is a workspace-relative path (400) to a regular file
+- :func:`open_notebook`: the input is a workspace-relative path (400) to a regular file
   inside the workspace, every component opened without following a link (403: a symbolic
   link anywhere on the way, as :mod:`hub_ext.spawn.member_dirs` opens folders), at most
-  ``GPUHUB_JOB_NOTEBOOK_MAX_MIB`` (413), that reads as a notebook (400: nbformat 4 JSON).
-
-The per-member limit (``GPUHUB_JOBS_PER_USER``, 409) and the first interval's price (402,
-the credits hook's own ``before_reserve``: the same sentence as for a server) are asked by
-the lifecycle, which has the spawner.
+  ``GPUHUB_JOB_NOTEBOOK_MAX_MIB`` (413, from its size before anything is read);
+- :func:`notebook_refusal`: it reads as a notebook (400: nbformat 4 JSON, not nested
+  deeper than a parser goes), checked apart from the hub's event loop
+  (:mod:`hub_ext.jobs.intake`);
+- the first interval's price (402, the credits hook's own ``before_reserve``: the same
+  sentence as for a server; the lifecycle, which makes the job's server to ask it).
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import posixpath
 import stat
@@ -28,13 +33,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ..spawn.profiles import ProfileError, jobs_allowed, quote, select_profile
+from .notebook_check import read_all, verdict
 
 __all__ = [
     "OUTPUT_FORMATS",
     "JobRefused",
     "JobRequest",
+    "check_notebook",
     "job_profile",
+    "notebook_refusal",
+    "open_notebook",
     "read_notebook",
+    "read_open",
     "read_request",
 ]
 
@@ -174,15 +184,17 @@ def open_in(workspace: str, parts: list[str]) -> int:
             os.close(d)
 
 
-def read_notebook(workspace: str, path: str, max_bytes: int) -> bytes:
-    """The bytes of the notebook at ``path`` (relative) in the folder ``workspace``.
+def open_notebook(workspace: str, path: str, max_bytes: int) -> int:
+    """A read-only descriptor of the notebook at ``path`` (relative) in the folder
+    ``workspace``; the caller closes it.
 
     Each component is opened relative to its parent's descriptor with ``O_NOFOLLOW``: a
     symbolic link anywhere on the way is refused, whatever it points to, so a member's
-    link cannot make the hub read a file outside the workspace.  Raises
-    :class:`JobRefused`: 400 for a path that leaves the workspace or a file that is not a
-    notebook, 403 for a link or a non-regular file, 404 for a missing file, 413 for one
-    over ``max_bytes``.
+    link cannot make the hub read a file outside the workspace.  Blocking (the hub calls
+    it in a thread); nothing is read here.  Raises :class:`JobRefused`: 400 for a path
+    that leaves the workspace or a name without ``.ipynb``, 403 for a link or a
+    non-regular file, 404 for a missing file, 413 for one over ``max_bytes`` (from its
+    size).
     """
     parts = relative_path(path)
     if not parts[-1].endswith(".ipynb"):
@@ -209,54 +221,62 @@ def read_notebook(workspace: str, path: str, max_bytes: int) -> bytes:
                 f"{quote(path)} is {info.st_size / 2**20:.1f} MiB; a job takes notebooks "
                 f"of at most {max_bytes / 2**20:g} MiB. Clear its outputs and try again.",
             )
-        data = os.read(fd, max_bytes + 1)
-        chunk = data
-        while chunk and len(data) <= max_bytes:
-            chunk = os.read(fd, max_bytes + 1 - len(data))
-            data += chunk
-    finally:
+    except BaseException:
         os.close(fd)
+        raise
+    return fd
+
+
+def read_open(fd: int, path: str, max_bytes: int) -> bytes:
+    """The bytes of the notebook open as ``fd`` (:func:`open_notebook`), from its start
+    (``os.pread``: the descriptor's offset is left alone).  Blocking.  Raises
+    :class:`JobRefused` (413) when it grew over ``max_bytes``."""
+    data = read_all(fd, max_bytes)
     if len(data) > max_bytes:
         raise JobRefused(413, f"{quote(path)} is larger than {max_bytes / 2**20:g} MiB.")
-    check_notebook(data, path)
     return data
 
 
-def read_small(workspace: str, path: str, max_bytes: int) -> bytes | None:
-    """The bytes of a small file the hub reads back from the workspace (a job's
-    ``.gpuhub-job.json``), opened without following a link; None when it is missing, a
-    link, not a regular file or over ``max_bytes``."""
+def read_notebook(workspace: str, path: str, max_bytes: int) -> bytes:
+    """The bytes of the notebook at ``path`` in ``workspace``: :func:`open_notebook`, then
+    :func:`read_open`; not parsed (:func:`check_notebook`).  Blocking."""
+    fd = open_notebook(workspace, path, max_bytes)
     try:
-        fd = open_in(workspace, relative_path(path))
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, max_bytes + 1)
+        return read_open(fd, path, max_bytes)
     finally:
         os.close(fd)
-    return data if len(data) <= max_bytes else None
+
+
+def notebook_refusal(found: str, path: str) -> JobRefused | None:
+    """The refusal of a notebook whose check (:func:`hub_ext.jobs.notebook_check.verdict`)
+    found ``found``, or None for ``"ok"``: 400 for a file that is not a notebook or nests
+    too deeply to be one, 413 for one too large to check."""
+    if found == "ok":
+        return None
+    if found == "nested":
+        return JobRefused(
+            400,
+            f"{quote(path)} nests lists or objects too deeply to be a notebook; open it in "
+            "JupyterLab and save it again.",
+        )
+    if found == "too_big":
+        return JobRefused(
+            413, f"{quote(path)} takes more memory to read than a notebook job may take."
+        )
+    return JobRefused(
+        400,
+        f"{quote(path)} does not read as a notebook (nbformat 4 JSON); open it in "
+        "JupyterLab and save it again.",
+    )
 
 
 def check_notebook(data: bytes, path: str) -> None:
-    """Raise :class:`JobRefused` (400) unless ``data`` is a notebook: JSON with nbformat 4's
-    top-level keys (``cells`` a list, ``metadata`` an object, ``nbformat`` 4)."""
-    try:
-        nb = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        nb = None
-    if (
-        not isinstance(nb, dict)
-        or nb.get("nbformat") != 4
-        or not isinstance(nb.get("cells"), list)
-        or not isinstance(nb.get("metadata"), dict)
-    ):
-        raise JobRefused(
-            400,
-            f"{quote(path)} does not read as a notebook (nbformat 4 JSON); open it in "
-            "JupyterLab and save it again.",
-        )
+    """Raise :class:`JobRefused` unless ``data`` is a notebook (:func:`notebook_refusal`),
+    checked in this process (the hub checks in a child process:
+    :func:`hub_ext.jobs.intake.load_notebook`)."""
+    refusal = notebook_refusal(verdict(data), path)
+    if refusal is not None:
+        raise refusal
 
 
 def output_names(input_path: str, job_id: str, created_ms: int, formats: list[str]):

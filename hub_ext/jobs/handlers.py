@@ -19,9 +19,10 @@ are JSON ``{"status", "message"}`` in plain words; nothing is started or charged
 
 from __future__ import annotations
 
+import re
+
 from jupyterhub import orm
 from jupyterhub.apihandlers.base import APIHandler
-from jupyterhub.utils import url_escape_path, url_path_join
 from tornado import web
 
 from ..common.member_api import allowed_users, json_body, own_member, reply
@@ -158,14 +159,29 @@ class JobsAPIHandler(JobsBase):
 
     async def post(self):
         user = self.member()
-        body = self.body()
         try:
-            row = await lifecycle.create(self.jobs, user, body)
+            async with self.jobs.turns.turn(user.name):  # one of hers at a time: intake
+                row = await lifecycle.create(self.jobs, user, self.body())
         except JobRefused as e:
             self.log.info("Job of %s refused (%s): %s", user.name, e.status, e.message)
             raise web.HTTPError(e.status, e.message) from None
         self.set_header("Location", f"{self.hub.base_url}api/gpuhub/jobs/{row.id}")
         self.reply(201, {"job_id": row.id})
+
+
+#: a profile's name that says its GPUs already: "PyTorch, 1 GPU", "Two A100 GPUs"
+SAYS_GPUS = re.compile(
+    r"\b(\d+|an?|one|two|three|four|five|six|seven|eight)\s+(\S+\s+)?GPUs?\b", re.IGNORECASE
+)
+
+
+def environment_label(name: str, gpus: str, price: float, free: int, total: int) -> str:
+    """An environment as the Scheduler's form lists it: "PyTorch, 1 GPU, 1.00 credits/h,
+    1 of 2 free" (``name`` the profile's display name, ``gpus`` its GPUs in words, ``price``
+    credits per hour); the GPUs are left out when the name says them already ("PyTorch,
+    1 GPU" is not followed by "1 GPU" again)."""
+    parts = [name] if SAYS_GPUS.search(name) else [name, gpus]
+    return ", ".join([*parts, f"{price:.2f} credits/h", f"{free} of {total} free"])
 
 
 def place_message(position: int, sentence: str, estimate_s: float | None) -> str:
@@ -197,8 +213,8 @@ class JobAPIHandler(JobsBase):
         )
         if key is None:
             sentence = (
-                "It starts after your other job on the same environment has its GPU."
-                if lifecycle.waiting_elsewhere(line, row, self.db)
+                "It starts once your job or server before it on the same environment has its GPU."
+                if lifecycle.start_blocked(self.owner(row), row)
                 else "Starting."
             )
             return {"position": None, "ahead": None, "estimate": sentence, "message": sentence}
@@ -239,21 +255,23 @@ class JobStopAPIHandler(JobsBase):
 class JobReportAPIHandler(JobsBase):
     """``POST /hub/api/gpuhub/jobs/<id>/report``: from the job's own server token."""
 
-    def from_job_server(self, row, user) -> bool:
+    def from_job_server(self, row) -> bool:
+        """Whether the request's token is the one JupyterHub made for the job's server at
+        its start (``row.server_token_id``, kept by :class:`hub_ext.jobs.hook.JobsHook`):
+        not another token of the member's, whatever its note or scopes (she may make
+        tokens with any scope she holds, the server's among them)."""
         token = self.get_auth_token()
         orm_token = orm.APIToken.find(self.db, token) if token else None
-        if orm_token is None or orm_token.user is None or orm_token.user.name != row.user:
-            return False
-        spawner = user.spawners[row.server_name] if row.server_name in user.orm_spawners else None
-        if spawner is not None and spawner.api_token and spawner.api_token == token:
-            return True
-        base = url_path_join(user.base_url, url_escape_path(row.server_name), "/")
-        return orm_token.note == f"Server at {base}"  # as JupyterHub's User.spawn names it
+        return (
+            orm_token is not None
+            and row.server_token_id is not None
+            and orm_token.id == row.server_token_id
+        )
 
     async def post(self, job_id: str):
         row = self.row_or_404(job_id)
         user = self.owner(row)
-        if not self.from_job_server(row, user):
+        if not self.from_job_server(row):
             raise web.HTTPError(403, "Only the job's own server reports its end.")
         body = self.body()
         if not isinstance(body, dict) or not isinstance(body.get("exit_code"), int):
@@ -289,10 +307,12 @@ class EnvironmentsAPIHandler(JobsBase):
             gpus = spawner.gpus_now(snapshot, overrides)
             price = float(overrides.get("credits_per_hour", 0) or 0)
             unit = f"{gpus.kind} GPU slice" if gpus.mig else "GPU"
-            label = (
-                f"{profile.get('display_name', profile['slug'])}, {gpus.count} {unit}"
-                f"{'s' if gpus.count != 1 else ''}, {price:.2f} credits/h, "
-                f"{gpus.free} of {gpus.total} free"
+            label = environment_label(
+                profile.get("display_name", profile["slug"]),
+                f"{gpus.count} {unit}{'s' if gpus.count != 1 else ''}",
+                price,
+                gpus.free,
+                gpus.total,
             )
             environments.append(
                 {

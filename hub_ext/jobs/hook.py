@@ -6,26 +6,30 @@
 - ``before_reserve``: a start of a ``job-*`` server whose profile and ``user_options["job"]``
   are not exactly those the hub stored for that job (a member forging
   ``POST /hub/api/users/<me>/servers/job-x``), or a start of any other server with a
-  ``"job"`` option, is refused with 403 before anything is reserved or charged;
+  ``"job"`` option, is refused with 403 before anything is reserved or charged.  The
+  hub's own start is let through, and the API token JupyterHub made for it
+  (``Spawner.api_token``, with ``c.Spawner.server_token_scopes``) is kept as the job's
+  (``server_token_id``): the only token whose report the hub takes
+  (:mod:`.handlers`);
 - ``after_stop``: the job's server stopped: :func:`finalise` sets COMPLETED or FAILED from
-  the runner's report (the report endpoint's record, else ``<output_dir>/.gpuhub-job.json``
-  in the workspace), STOPPED when the member, an admin or the maximum run time stopped it,
-  FAILED when its container ended without a report.  One conditional ``UPDATE``
-  (:func:`hub_ext.jobs.store.finish`): a second call changes nothing.
+  the runner's report (which only the job's own server token can send), STOPPED when the
+  member, an admin or the maximum run time stopped it, FAILED when its container ended
+  without a report, whoever stopped it (JupyterHub's ``DELETE`` of the server too).  One
+  conditional ``UPDATE`` (:func:`hub_ext.jobs.store.finish`): a second call changes
+  nothing.  The ended job's server is then forgotten
+  (:func:`hub_ext.jobs.lifecycle.forget_when_stopped`).
 """
 
 from __future__ import annotations
 
-import json
-
+from jupyterhub import orm
 from tornado import web
 from traitlets.config import SingletonConfigurable
 
 from ..common.runs import JOB_PREFIX
 from ..spawn.hooks import Hook
 from . import store
-from .checks import read_small
-from .lifecycle import job_options, jobs_of
+from .lifecycle import forget_when_stopped, job_options, jobs_of
 
 __all__ = ["JOB_PREFIX", "JobsHook", "finalise"]
 
@@ -68,6 +72,11 @@ class JobsHook(Hook, SingletonConfigurable):
                 "no such job" if row is None else f"job {row.id}, {row.status}",
             )
             raise web.HTTPError(403, FORGED)
+        token = (
+            orm.APIToken.find(self._db(spawner), spawner.api_token) if spawner.api_token else None
+        )
+        if token is not None and row.server_token_id != token.id:
+            store.set_server_token(self._db(spawner), row, token.id)
 
     async def before_container(self, spawner) -> None:
         """Nothing to take: the job's row is its record."""
@@ -87,21 +96,10 @@ class JobsHook(Hook, SingletonConfigurable):
             if row is None or row.status not in store.ACTIVE:
                 return
             ran = row.start_time is not None or getattr(spawner, "stop_reason", "") == "job_ended"
-            if ran:
-                await finalise(spawner.user, row, spawner)
+            if ran and await finalise(spawner.user, row, spawner):
+                forget_when_stopped(spawner.user, spawner.name)
         except Exception:
             self.log.exception("Job of %s not finalised", spawner._log_name)
-
-
-async def _report_file(user, row, spawner) -> dict | None:
-    """``<output_dir>/.gpuhub-job.json`` from the member's workspace, or None."""
-    try:
-        workspace, _, _ = await (spawner or user.spawner).job_workspace()
-        data = read_small(workspace, f"{row.output_dir}/.gpuhub-job.json", 64 * 1024)
-        report = json.loads(data) if data else None
-    except Exception:  # noqa: BLE001 - no report: the job ended without one
-        return None
-    return report if isinstance(report, dict) else None
 
 
 def _ended_unreported(spawner) -> str:
@@ -120,12 +118,13 @@ def _ended_unreported(spawner) -> str:
 
 
 async def finalise(user, row, spawner=None) -> bool:
-    """End ``row``'s job from what is known: its report (COMPLETED when its exit code is
-    0, else FAILED with its error line), else STOPPED when a stop was asked (STOPPING),
-    else FAILED (its container ended without a report).  Returns whether this call ended
-    it (False: it had ended already)."""
+    """End ``row``'s job from what is known: the report its server's token sent (COMPLETED
+    when its exit code is 0, else FAILED with its error line), else STOPPED when a stop
+    was asked (STOPPING), else FAILED (its container ended without a report).  Nothing in
+    the member's workspace counts as a report.  Returns whether this call ended it (False:
+    it had ended already)."""
     db = user.db
-    report = row.reported or await _report_file(user, row, spawner)
+    report = row.reported
     if isinstance(report, dict) and "exit_code" in report:
         try:
             code = int(report["exit_code"])

@@ -8,20 +8,26 @@ holding no GPU and no debit: ``user_options["job"]`` asks to wait,
 :mod:`hub_ext.spawn.choice`), the pool's exclusive GPUs, the debit, the meter, the run
 record.  Its container runs ``gpuhub-notebook-job`` instead of JupyterLab.
 
-- :func:`create`: every check of :mod:`.checks`, the per-member limit, then the credits
-  hook's question on the job's own spawner; only then the input is copied into the job's
-  output folder in the workspace (owned by the member) and the job is QUEUED and launched.
-  A refusal leaves nothing: no row, no server, no file, no debit.
+- :func:`create`, in the member's turn (:mod:`.intake`): every check of :mod:`.checks`,
+  cheapest first (the body, the profile, the size of the job's options, the per-member
+  limit; the notebook, read and parsed away from the event loop; the credits hook's
+  question on the job's own spawner); only then the input is copied into the job's
+  output folder in the workspace (owned by the member) and the job is QUEUED.  A refusal
+  leaves nothing: no row, no server, no file, no debit.
+- :func:`start_next`: a member's queued jobs on one profile start one after the other,
+  each once the one before has its GPU (the line holds one place per member and
+  profile: :func:`start_blocked`); asked when a job is created, when a job's start ends
+  and by the keeper.
 - :func:`launch`: ``User.spawn`` as a task; when it returns the job is IN_PROGRESS with its
   ``start_time``; when it fails before running, the job ends (FAILED, or STOPPED when the
   member stopped it) here, the only end that :mod:`.hook` does not decide.
 - :func:`stop`: a queued job leaves the line (its waiting start ends); a running one's
   server is stopped now (the GPU goes back to the line's head in the same step).
 - :class:`Jobs`: the settings (``c.Jobs.*``) and the keeper, a pass every
-  ``c.Jobs.check_interval`` seconds: the maximum run time, queued jobs that are not waiting
-  in the line (after a hub restart, or behind the member's other job on the same profile:
-  the line holds one place per member and profile), jobs whose server a restarted hub
-  found running or gone.  It runs from the hub's start (:func:`keep_from_start`).
+  ``c.Jobs.check_interval`` seconds: the maximum run time, queued jobs to start (after a
+  hub restart, or once the member's start before them has its GPU), jobs whose server a
+  restarted hub found running or gone, and job servers left behind by ended jobs (a job's
+  server never outlives its job).  It runs from the hub's start (:func:`keep_from_start`).
 """
 
 from __future__ import annotations
@@ -36,20 +42,26 @@ from traitlets import Float, Int
 from traitlets.config import SingletonConfigurable
 
 from ..common.periodic import ensure_task, every
+from ..common.runs import JOB_PREFIX
 from ..common.server_key import ServerKey
-from ..line.core import Line
+from ..line.core import Line, LineRefused
 from ..spawn.choice import json_size
+from ..spawn.profiles import job_max_seconds
 from . import store
-from .checks import (
-    DIR_FLAGS,
-    JobRefused,
-    job_profile,
-    output_names,
-    read_notebook,
-    read_request,
-)
+from .checks import DIR_FLAGS, JobRefused, job_profile, output_names, read_request
+from .intake import MemberTurns, load_notebook
 
-__all__ = ["Jobs", "create", "job_options", "keep_from_start", "launch", "stop"]
+__all__ = [
+    "Jobs",
+    "create",
+    "forget_when_stopped",
+    "job_options",
+    "keep_from_start",
+    "launch",
+    "start_blocked",
+    "start_next",
+    "stop",
+]
 
 
 class Jobs(SingletonConfigurable):
@@ -72,6 +84,16 @@ class Jobs(SingletonConfigurable):
             c.Jobs.notebook_max_mib = 20
         """,
     )
+    request_interval = Float(
+        0.5,
+        config=True,
+        help="""Seconds at least between two job requests of one member that the hub
+        takes (the next waits its turn; 0: none).  A member's requests are taken one at
+        a time in any case (hub_ext.jobs.intake).
+
+            c.Jobs.request_interval = 0.5
+        """,
+    )
     check_interval = Float(
         5.0,
         config=True,
@@ -86,6 +108,8 @@ class Jobs(SingletonConfigurable):
         super().__init__(**kwargs)
         #: job id -> the task watching its start
         self.starting: dict[str, asyncio.Task] = {}
+        #: each member's job requests, one at a time (:mod:`.intake`)
+        self.turns = MemberTurns(interval=self.request_interval)
         self.users = None
         self._keeper = None
 
@@ -107,30 +131,25 @@ class Jobs(SingletonConfigurable):
         return self.users[orm_user] if orm_user is not None else None
 
     async def check_once(self) -> None:
-        """One pass of the keeper over the jobs that have not ended."""
+        """One pass of the keeper over the jobs that have not ended, then over the job
+        servers left behind by ended ones (:meth:`forget_leftovers`)."""
         db = self.users.db
-        line = the_line(db)
-        for row in store.load(db, statuses=store.ACTIVE):
+        rows = store.load(db, statuses=store.ACTIVE)
+        to_start = set()
+        for row in rows:
             user = self.user(row.user)
             if user is None:
                 store.finish(db, row, "FAILED", "Its member was deleted.")
                 continue
-            spawner = (
-                user.spawners.get(row.server_name) if row.server_name in user.spawners else None
-            )
+            spawner = user.spawners.get(row.server_name)
             task = self.starting.get(row.id)
             if task is not None and not task.done():
                 continue
             if row.status == "QUEUED":
                 if spawner is not None and spawner.ready:
                     mark_running(db, row)
-                elif ServerKey(row.user, row.server_name) in line.places:
-                    continue  # its place kept through a restart: the line's keeper starts it
-                elif (spawner is None or not spawner.active) and not waiting_elsewhere(
-                    line, row, db
-                ):
-                    self.log.info("Job %s of %s: starting its server", row.id, row.user)
-                    launch(user, row)
+                elif spawner is None or not spawner.active:
+                    to_start.add((row.user, row.profile))
             elif row.status == "IN_PROGRESS":
                 started = (row.start_time or row.create_time) / 1000
                 if row.max_seconds and store.ms() / 1000 - started > row.max_seconds:
@@ -144,6 +163,31 @@ class Jobs(SingletonConfigurable):
                     await ended_unseen(user, row)
             elif row.status == "STOPPING" and (spawner is None or not spawner.active):
                 store.finish(db, row, "STOPPED", row.status_message or "Stopped.")
+        for name, profile in sorted(to_start):
+            user = self.user(name)
+            if user is not None:
+                start_next(user, profile)
+        self.forget_leftovers({(r.user, r.server_name) for r in rows})
+
+    def forget_leftovers(self, active: set[tuple[str, str]]) -> None:
+        """Forget every ``job-…`` server that runs no job that has not ended (``active``:
+        (member, server) of those that have not) and is not running: a job's server never
+        outlives its job, however it stopped."""
+        db = self.users.db
+        found = db.query(orm.Spawner).filter(
+            orm.Spawner.name.startswith(JOB_PREFIX, autoescape=True),
+            orm.Spawner.server_id.is_(None),
+        )
+        for orm_spawner in list(found):
+            if orm_spawner.user is None or (orm_spawner.user.name, orm_spawner.name) in active:
+                continue
+            user = self.users[orm_spawner.user]
+            spawner = user.spawners.get(orm_spawner.name)
+            if spawner is None or not spawner.active:
+                self.log.info(
+                    "Forgetting %s's server %s: its job ended", user.name, orm_spawner.name
+                )
+                forget(user, orm_spawner.name)
 
 
 def keep_from_start(app) -> None:
@@ -178,13 +222,28 @@ def the_line(db) -> Line:
     return line
 
 
-def waiting_elsewhere(line: Line, row, db) -> bool:
-    """Whether ``row``'s member has another place in line (or a start granted) for the
-    job's profile: the line keeps one place per member and profile, so this job waits its
-    turn in the jobs' own order first."""
+def _profile_of(spawner) -> str | None:
+    """The profile a server starts on: the one its start loaded, else the one asked."""
+    options = spawner.user_options if isinstance(spawner.user_options, dict) else {}
+    return getattr(spawner, "profile_slug", "") or options.get("profile")
+
+
+def start_blocked(user, row) -> bool:
+    """Whether another start of ``row``'s member on the job's profile comes first: one with
+    a place in line (or granted and still starting), or one under way (a start of one of
+    her servers or jobs that has no place yet: Docker's reservation, a Slurm job not yet
+    read from the queue).  The line keeps one place per member and profile, so the job
+    starts once that one has its GPU (:func:`start_next`)."""
+    line = the_line(user.db)
+    try:
+        line.check_one_place(ServerKey(user.name, row.server_name), row.profile, row.profile)
+    except LineRefused:
+        return True
     return any(
-        p.key[0] == row.user and p.profile == row.profile and p.key[1] != row.server_name
-        for p in [*line.places.values(), *line.granted.values()]
+        name != row.server_name
+        and spawner.pending == "spawn"
+        and _profile_of(spawner) == row.profile
+        for name, spawner in list(user.spawners.items())
     )
 
 
@@ -209,11 +268,30 @@ def job_options(row) -> dict:
 
 
 async def create(jobs: Jobs, user, body) -> store.JobRow:
-    """Check and create a job of ``user`` from a ``CreateJob`` body; returns its row
-    (QUEUED, its start launched), or the job made before with the same idempotency token.
-    Raises :class:`~.checks.JobRefused` (400, 402, 403, 404, 409, 413, 501, 503) having
-    left nothing behind."""
+    """Check and create a job of ``user`` from a ``CreateJob`` body, in the member's turn
+    (:attr:`Jobs.turns`: nothing else of hers is created meanwhile); returns its row
+    (QUEUED, its start launched or waiting behind her other job on the same profile), or
+    the job made before with the same idempotency token.  Raises
+    :class:`~.checks.JobRefused` (400, 402, 403, 404, 409, 413, 501, 503) having left
+    nothing behind.
+
+    What is cheap is asked first (:mod:`.checks`): the body, the profile, the size of the
+    job's options, the idempotency token, the per-member limit; then the notebook, read
+    and parsed away from the event loop (:mod:`.intake`); then the price, which needs the
+    job's server and row in the hub database (the jobs hook checks a start against its
+    row): writes that hold up the event loop, so none is made for a request refused
+    before."""
     request = read_request(body)
+    visible, everything = await user.spawner.get_profiles()
+    values = new_job(user.name, request, job_profile(visible, everything, request.profile))
+    limit = user.spawner.user_options_max_bytes
+    size = json_size(job_options(store.JobRow(**values)))
+    if size > limit:  # load_profile's 413, in a job's words
+        raise JobRefused(
+            413,
+            f"The job's parameters and file names come to {size} bytes; a job takes at "
+            f"most {limit}. Give fewer or shorter parameters, or a shorter path.",
+        )
     db = user.db
     if request.idempotency_token:
         earlier = store.by_token(db, user.name, request.idempotency_token)
@@ -226,63 +304,27 @@ async def create(jobs: Jobs, user, body) -> store.JobRow:
             f"You have {active} notebook jobs queued or running; each member may have "
             f"{jobs.per_user}. Wait for one to end, or stop one.",
         )
-    visible, everything = await user.spawner.get_profiles()
-    profile = job_profile(visible, everything, request.profile)
-    from ..spawn.profiles import job_max_seconds
-
-    job_id = store.new_id()
-    server_name = store.server_name_of(job_id)
-    title = request.name or os.path.splitext(os.path.basename(request.input_uri))[0]
-    spawner = user.get_or_create_spawner(server_name, display_name(title))
+    try:
+        workspace, uid, gid = await user.spawner.job_workspace()
+    except NotImplementedError:
+        raise JobRefused(501, "This hub's backend runs no notebook jobs.") from None
+    except web.HTTPError as e:
+        raise refused(e) from None
+    data = await load_notebook(workspace, request.input_uri, jobs.notebook_max_mib * 2**20)
+    server_name = values["server_name"]
+    spawner = user.get_or_create_spawner(server_name, display_name(values["name"]))
     row = None
     try:
-        try:
-            workspace, uid, gid = await spawner.job_workspace()
-        except NotImplementedError:
-            raise JobRefused(501, "This hub's backend runs no notebook jobs.") from None
-        data = read_notebook(workspace, request.input_uri, jobs.notebook_max_mib * 2**20)
-        created = store.ms()
-        out, outputs, input_copy = output_names(
-            request.input_uri, job_id, created, request.output_formats
-        )
-        cwd = os.path.dirname(os.path.normpath(request.input_uri))
-        row = store.insert(
-            db,
-            id=job_id,
-            user=user.name,
-            name=title,
-            profile=profile["slug"],
-            server_name=server_name,
-            input_path=input_copy,
-            input_filename=os.path.basename(request.input_uri),
-            cwd=cwd,
-            output_dir=out,
-            outputs=outputs,
-            output_formats=request.output_formats,
-            parameters=request.parameters,
-            idempotency_token=request.idempotency_token,
-            status="CREATED",
-            create_time=created,
-            update_time=created,
-            max_seconds=job_max_seconds(profile),
-        )
+        row = store.insert(db, **values)
         # the start's own checks, before anything is reserved: the profile as the
         # spawner loads it, and the hooks (the credits hook: the first interval, 402)
         spawner.user_options = job_options(row)
-        size = json_size(spawner.user_options)
-        if size > spawner.user_options_max_bytes:  # load_profile's 413, in a job's words
-            raise JobRefused(
-                413,
-                f"The job's parameters and file names come to {size} bytes; a job takes "
-                f"at most {spawner.user_options_max_bytes}. Give fewer or shorter "
-                "parameters, or a shorter path.",
-            )
         await spawner.load_profile()
         await spawner.check_hooks()
-        write_input(workspace, input_copy, data, uid, gid)
+        await asyncio.to_thread(write_input, workspace, row.input_path, data, uid, gid)
     except web.HTTPError as e:
         forget(user, server_name, row)
-        raise JobRefused(e.status_code, e.log_message or e.reason or "Refused.") from None
+        raise refused(e) from None
     except BaseException:
         forget(user, server_name, row)
         raise
@@ -295,8 +337,44 @@ async def create(jobs: Jobs, user, body) -> store.JobRow:
         row.profile,
         request.input_uri,
     )
-    launch(user, row)
+    start_next(user, row.profile)
     return row
+
+
+def new_job(user: str, request, profile: dict) -> dict:
+    """The columns of a new job of ``user`` from its checked ``request``
+    (:class:`~.checks.JobRequest`) on ``profile``: its id and server, where its input copy
+    and outputs go (:func:`~.checks.output_names`), its maximum run time; CREATED (QUEUED
+    once it passed every check)."""
+    job_id = store.new_id()
+    created = store.ms()
+    out, outputs, input_copy = output_names(
+        request.input_uri, job_id, created, request.output_formats
+    )
+    return dict(
+        id=job_id,
+        user=user,
+        name=request.name or os.path.splitext(os.path.basename(request.input_uri))[0],
+        profile=profile["slug"],
+        server_name=store.server_name_of(job_id),
+        input_path=input_copy,
+        input_filename=os.path.basename(request.input_uri),
+        cwd=os.path.dirname(os.path.normpath(request.input_uri)),
+        output_dir=out,
+        outputs=outputs,
+        output_formats=request.output_formats,
+        parameters=request.parameters,
+        idempotency_token=request.idempotency_token,
+        status="CREATED",
+        create_time=created,
+        update_time=created,
+        max_seconds=job_max_seconds(profile),
+    )
+
+
+def refused(error: web.HTTPError) -> JobRefused:
+    """A spawner's refusal (``tornado.web.HTTPError``) as the job's."""
+    return JobRefused(error.status_code, error.log_message or error.reason or "Refused.")
 
 
 def forget(user, server_name: str, row=None) -> None:
@@ -360,23 +438,52 @@ def write_input(workspace: str, path: str, data: bytes, uid: int, gid: int) -> N
 # -- start --------------------------------------------------------------------------------
 
 
+def start_next(user, profile: str) -> store.JobRow | None:
+    """Start the oldest of ``user``'s queued jobs on ``profile`` whose start is not under
+    way, unless another start of hers on that profile comes first
+    (:func:`start_blocked`): a member's jobs on one profile start one after the other, each
+    once the one before has its GPU.  Returns the job started, or None."""
+    jobs = Jobs.instance()
+    line = the_line(user.db)
+    queued = [r for r in store.load(user.db, user.name, ("QUEUED",)) if r.profile == profile]
+    for row in reversed(queued):  # oldest first
+        task = jobs.starting.get(row.id)
+        spawner = user.spawners.get(row.server_name)
+        if (
+            (task is not None and not task.done())
+            or ServerKey(row.user, row.server_name) in line.places
+            or (spawner is not None and spawner.active)
+        ):
+            continue  # started already (a place kept through a restart: the line's keeper)
+        if start_blocked(user, row):
+            return None
+        jobs.log.info("Job %s of %s: starting its server", row.id, row.user)
+        launch(user, row)
+        return row
+    return None
+
+
 def launch(user, row) -> asyncio.Task:
     """Start the job's server in the background (``User.spawn``, as JupyterHub's
-    ``spawn_single_user`` does, without a proxy route: nobody browses a job)."""
+    ``spawn_single_user`` does, without a proxy route: nobody browses a job).  The
+    server's start is pending from this call on, with the job's options (a start
+    :func:`start_blocked` sees at once)."""
     jobs = Jobs.instance()
-    name, job_id = row.server_name, row.id
+    name, job_id, profile = row.server_name, row.id, row.profile
     spawner = user.get_or_create_spawner(name, display_name(row.name), replace_failed=True)
+    options = job_options(row)
+    spawner.user_options = options
     spawner._spawn_pending = True
 
     async def spawn():
         try:
-            await user.spawn(name, options=job_options(row))
+            await user.spawn(name, options=options)
         finally:
             spawner._spawn_pending = False
 
     start = asyncio.ensure_future(spawn())
     spawner._spawn_future = start
-    task = asyncio.ensure_future(_watch(user, job_id, name, start))
+    task = asyncio.ensure_future(_watch(user, job_id, name, profile, start))
     jobs.starting[job_id] = task
     return task
 
@@ -400,7 +507,9 @@ def mark_running(db, row) -> None:
         Jobs.instance().log.info("Job %s of %s runs (%s)", row.id, row.user, row.server_name)
 
 
-async def _watch(user, job_id: str, name: str, start: asyncio.Future) -> None:
+async def _watch(user, job_id: str, name: str, profile: str, start: asyncio.Future) -> None:
+    """The job's start ended: the job runs (IN_PROGRESS) or ends (FAILED, STOPPED); either
+    way the member's next job on the profile may start (:func:`start_next`)."""
     jobs = Jobs.instance()
     db = user.db
     try:
@@ -415,6 +524,7 @@ async def _watch(user, job_id: str, name: str, start: asyncio.Future) -> None:
                 store.finish(db, row, "FAILED", f"It could not start: {why}")
             jobs.log.info("Job %s of %s ended before it ran: %s", job_id, user.name, why)
         forget(user, name)
+        start_next(user, profile)
         return
     finally:
         jobs.starting.pop(job_id, None)
@@ -422,10 +532,10 @@ async def _watch(user, job_id: str, name: str, start: asyncio.Future) -> None:
     spawner._spawn_future = None
     spawner.add_poll_callback(server_ended, user, name)
     row = store.get(db, job_id)
-    if row is None:
-        return
-    mark_running(db, row)
-    if row.status == "STOPPING":  # stopped while it was starting
+    if row is not None:
+        mark_running(db, row)
+    start_next(user, profile)
+    if row is not None and row.status == "STOPPING":  # stopped while it was starting
         await stop_server(user, name)
 
 
@@ -446,6 +556,23 @@ async def stop_server(user, name: str) -> None:
     if row is not None and row.status in store.ACTIVE:
         await ended_unseen(user, row)
     forget(user, name)
+
+
+def forget_when_stopped(user, name: str) -> asyncio.Task:
+    """Forget an ended job's server once JupyterHub's stop of it is over: a stop the hub
+    did not ask for (JupyterHub's ``DELETE /users/<name>/servers/<server>``, its poll)
+    leaves the named server in JupyterHub's tables otherwise.  Gives up after a minute
+    (the keeper's :meth:`Jobs.forget_leftovers` finds it later)."""
+
+    async def later():
+        for _ in range(600):
+            spawner = user.spawners.get(name)
+            if spawner is None or not spawner.active:
+                break
+            await asyncio.sleep(0.1)
+        forget(user, name)
+
+    return asyncio.ensure_future(later())
 
 
 async def ended_unseen(user, row) -> None:

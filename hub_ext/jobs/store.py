@@ -14,7 +14,18 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import JSON, BigInteger, Integer, String, Text, func, select, update
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Integer,
+    String,
+    Text,
+    func,
+    inspect,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from ..common.clock import now
@@ -85,11 +96,25 @@ class JobRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     #: the runner's report, {"exit_code", "error"}, as it came
     reported: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    #: the id (``orm.APIToken.id``) of the API token JupyterHub made for the job's server
+    #: at its start: the only token that may report the job's end
+    server_token_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+def _add_columns(engine) -> None:
+    """A table made before the server's token was kept (``server_token_id``) lacks it."""
+    columns = {c["name"] for c in inspect(engine).get_columns(JobRow.__tablename__)}
+    if "server_token_id" not in columns:
+        with engine.begin() as conn:
+            conn.execute(
+                text(f"ALTER TABLE {JobRow.__tablename__} ADD COLUMN server_token_id INTEGER")
+            )
 
 
 def ensure_table(session: Session) -> None:
-    """Create ``gpuhub_jobs`` if the database lacks it (once per process and URL)."""
-    ensure_tables(session, Base.metadata)
+    """Create ``gpuhub_jobs`` if the database lacks it, and add what an older one lacks
+    (once per process and URL)."""
+    ensure_tables(session, Base.metadata, _add_columns)
 
 
 def ms(seconds: float | None = None) -> int:
@@ -210,6 +235,13 @@ def finish(
     False when it had ended already (nothing changed); commits."""
     assert status in ENDED, status
     return set_status(session, row, status, message, end_time=ms(), exit_code=exit_code)
+
+
+def set_server_token(session: Session, row: JobRow, token_id: int) -> None:
+    """Keep ``token_id`` (``orm.APIToken.id``) as the token of the job's server; commits."""
+    session.execute(update(JobRow).where(JobRow.id == row.id).values(server_token_id=token_id))
+    session.commit()
+    session.refresh(row)
 
 
 def delete(session: Session, row: JobRow) -> None:

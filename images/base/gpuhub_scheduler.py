@@ -357,6 +357,11 @@ class HubEnvironments(EnvironmentManager):
     it again by name (its own Conda manager makes both the same), so a slug as name showed
     "pytorch" and sent the label. ``profiles`` maps every label listed to its slug, for
     :meth:`HubScheduler.profile` (the same instance serves both; jupyter_scheduler.extension).
+
+    With a single environment the form shows no Environment list at all (it takes that
+    one); the label is then that environment's only "compute type", which the form shows
+    as a list of one, selected ("Compute type: PyTorch, 1 GPU, 1.00 credits/h, 1 of 2
+    free"). The compute type a job is created with is not sent to the hub.
     """
 
     def __init__(self, hub: HubJobs | None = None):
@@ -370,19 +375,18 @@ class HubEnvironments(EnvironmentManager):
             found = await self.hub.request("list the job environments", "GET", "/environments")
         except HubRefused as e:
             raise EnvironmentRetrievalError(str(e)) from e
+        found = found.get("environments", [])
         environments = []
-        for env in found.get("environments", []):
+        for env in found:
             metadata = {k: str(v) for k, v in (env.get("metadata") or {}).items() if v is not None}
             self.profiles[env["label"]] = env["name"]
-            environments.append(
-                RuntimeEnvironment(
-                    **{
-                        **env,
-                        "name": env["label"],
-                        "metadata": {**metadata, "profile": env["name"]},
-                    }
-                )
-            )
+            shown = {"name": env["label"], "metadata": {**metadata, "profile": env["name"]}}
+            if len(found) == 1:
+                # the form shows no Environment list for a single environment; its "Compute
+                # type" list, shown whenever the environment has compute types, then
+                # carries the label: GPUs, price and free GPUs are seen before Create
+                shown.update(compute_types=[env["label"]], default_compute_type=env["label"])
+            environments.append(RuntimeEnvironment(**{**env, **shown}))
         return environments
 
     def manage_environments_command(self) -> str:

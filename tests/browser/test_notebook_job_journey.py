@@ -78,18 +78,51 @@ NOTEBOOK = {
 
 
 @pytest.fixture
-async def jobs_hub(hub_factory, tmp_path, oidc_provider):
-    profiles = tmp_path / "profiles.json"
-    profiles.write_text(json.dumps(PROFILES))
-    hub = await hub_factory(
-        extra_config="c.Line.update_interval = 0.5\nc.Jobs.check_interval = 0.5\n",
-        GPUHUB_PROFILES=str(profiles),
-        GPUHUB_GPUS="simulated:1",
-    )
-    oidc_provider.member("alice")
-    for name in ("alice", "bob"):
-        await grant(hub, name, "10")
-    return hub
+def hub_with(hub_factory, tmp_path, oidc_provider):
+    """``make(profiles)``: a hub with one simulated GPU, alice a member, alice and bob 10
+    credits each."""
+
+    async def make(profiles: list[dict]):
+        path = tmp_path / "profiles.json"
+        path.write_text(json.dumps(profiles))
+        hub = await hub_factory(
+            extra_config="c.Line.update_interval = 0.5\nc.Jobs.check_interval = 0.5\n",
+            GPUHUB_PROFILES=str(path),
+            GPUHUB_GPUS="simulated:1",
+        )
+        oidc_provider.member("alice")
+        for name in ("alice", "bob"):
+            await grant(hub, name, "10")
+        return hub
+
+    return make
+
+
+@pytest.fixture
+async def jobs_hub(hub_with):
+    return await hub_with(PROFILES)
+
+
+async def create_job_form(alice, hub, tmp_path, screenshots=None):
+    """alice signs in, starts the CPU profile, uploads her notebook into work/ with
+    JupyterLab's file browser and opens Jupyter Scheduler's Create Job form on it
+    (right-click > Create Job)."""
+    await log_in(alice, hub, "alice")
+    await start_profile(alice, "cpu")
+    await alice.wait_for_url(re.compile("/user/alice/lab"), timeout=90_000)
+    listing = alice.locator(".jp-DirListing-content")
+    await listing.get_by_text("work", exact=True).dblclick()
+    await expect(alice.locator(".jp-FileBrowser-crumbs")).to_contain_text("work")
+    notebook = tmp_path / "train.ipynb"
+    notebook.write_text(json.dumps(NOTEBOOK))
+    async with alice.expect_file_chooser() as chooser:
+        await alice.locator(".jp-FileBrowser-toolbar").get_by_title("Upload Files").click()
+    await (await chooser.value).set_files(notebook)
+    await listing.get_by_text("train.ipynb", exact=True).click(button="right")
+    if screenshots is not None:
+        await screenshots.take(alice, "30-job-menu", full_page=False)
+    await alice.locator(".lm-Menu-item", has_text=re.compile(r"^Create Job$")).click()
+    await expect(alice.get_by_label("Job name")).to_have_value("train")
 
 
 async def reload_until(page, button: str, where, text, timeout: float = 120) -> None:
@@ -121,25 +154,10 @@ async def test_a_member_runs_her_notebook_as_a_gpu_job(
     env = docker_client.exec_start(probe).decode().split("\0")
     (gpu,) = [e.split("=", 1)[1] for e in env if e.startswith("NVIDIA_VISIBLE_DEVICES=GPU-")]
 
-    # alice signs in, starts the CPU profile and uploads her notebook into work/
+    # alice signs in, starts the CPU profile, uploads her notebook into work/, right-click >
+    # Create Job: Jupyter Scheduler's form, the hub's environments
     alice = await person()
-    await log_in(alice, hub, "alice")
-    await start_profile(alice, "cpu")
-    await alice.wait_for_url(re.compile("/user/alice/lab"), timeout=90_000)
-    listing = alice.locator(".jp-DirListing-content")
-    await listing.get_by_text("work", exact=True).dblclick()
-    await expect(alice.locator(".jp-FileBrowser-crumbs")).to_contain_text("work")
-    notebook = tmp_path / "train.ipynb"
-    notebook.write_text(json.dumps(NOTEBOOK))
-    async with alice.expect_file_chooser() as chooser:
-        await alice.locator(".jp-FileBrowser-toolbar").get_by_title("Upload Files").click()
-    await (await chooser.value).set_files(notebook)
-
-    # right-click > Create Job: Jupyter Scheduler's form, the hub's environments
-    await listing.get_by_text("train.ipynb", exact=True).click(button="right")
-    await screenshots.take(alice, "30-job-menu", full_page=False)
-    await alice.locator(".lm-Menu-item", has_text=re.compile(r"^Create Job$")).click()
-    await expect(alice.get_by_label("Job name")).to_have_value("train")
+    await create_job_form(alice, hub, tmp_path, screenshots)
     environment = alice.get_by_role("button", name=re.compile("^Environment"))
     await environment.click()
     await alice.get_by_role("option", name="PyTorch, 1 GPU, 4.00 credits/h, 0 of 1 free").click()
@@ -174,3 +192,16 @@ async def test_a_member_runs_her_notebook_as_a_gpu_job(
     await expect(output.filter(has_text="loss after 3 epochs: 0.125")).to_be_visible(timeout=30_000)
     await expect(output.filter(has_text=f"GPU: {gpu}")).to_be_visible()
     await screenshots.take(alice, "35-job-output")
+
+
+async def test_with_one_gpu_environment_the_form_still_shows_its_gpus_price_and_free_gpus(
+    hub_with, tmp_path, person
+):
+    """Issue 28: with a single job environment (the demo's case) the Scheduler's form shows
+    no Environment list; the environment's label is shown as its compute type instead."""
+    hub = await hub_with(PROFILES[:2])  # CPU only, and PyTorch: one environment runs jobs
+    alice = await person()
+    await create_job_form(alice, hub, tmp_path)
+    await expect(alice.get_by_role("button", name=re.compile("^Environment"))).to_have_count(0)
+    compute = alice.get_by_role("button", name=re.compile("^Compute type"))
+    await expect(compute).to_have_text("PyTorch, 1 GPU, 4.00 credits/h, 1 of 1 free")

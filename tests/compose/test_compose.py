@@ -19,6 +19,7 @@ from decimal import Decimal
 import psycopg
 import pytest
 
+from hub_ext.credits.db import head_revision
 from hub_ext.ops.deploy import SECRETS
 from tests.compose.conftest import HUB_IMAGE, HUB_UID, PROBE, PROBE_RE, REPO, make_certificate
 from tests.fixtures.hub import terminal_run
@@ -242,7 +243,7 @@ def test_upgrade_one_shot_migrates_both_databases(stack):
     ), out
     assert re.search(
         r"credits ledger postgresql\+psycopg://credits:\*\*\*@127\.0\.0\.1:\d+/"
-        r"credits: up to date \(revision 0001_ledger\)",
+        rf"credits: up to date \(revision {head_revision()}\)",
         out,
     ), out
 

@@ -13,6 +13,7 @@ from hub_ext.config import Settings, apply_config
 from hub_ext.credits.hook import CreditsHook
 from hub_ext.credits.hubconfig import ADMIN_TOKEN_FILE, HOOK, HUB_TOKEN_FILE
 from hub_ext.jobs.hubconfig import HOOK as JOBS_HOOK
+from hub_ext.kernels.hubconfig import HOOK as KERNELS_HOOK
 from tests.test_config import spawner_reads
 
 REF_SERVICE = ["-m", "hub_ext.credits.service"]
@@ -31,9 +32,10 @@ def configure(tmp_path, monkeypatch, **env) -> Config:
 
 
 def first_after_jobs(hooks: list[str]) -> str:
-    """The first of ``hooks`` after the jobs hook, which must come first."""
-    assert hooks[0] == JOBS_HOOK
-    return hooks[1]
+    """The first of ``hooks`` after the kernels' and jobs' hooks, which refuse forged starts
+    and must come first."""
+    assert sorted(hooks[:2]) == sorted([JOBS_HOOK, KERNELS_HOOK]), hooks
+    return hooks[2]
 
 
 def credits_services(c: Config) -> list[dict]:

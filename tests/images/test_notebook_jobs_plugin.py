@@ -46,6 +46,7 @@ class JobsHub:
     def __init__(self, version):
         self.requests = []  # (method, path, body or None, Authorization header)
         self.jobs = {}
+        self.environments = [PYTORCH]  # what GET .../environments lists
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -96,7 +97,7 @@ class JobsHub:
             return 403, {"status": 403, "message": "not alice's server"}
         rest = path[len("/hub/api/gpuhub/jobs") :].strip("/")
         if method == "GET" and rest == "environments":
-            return 200, {"environments": [PYTORCH]}
+            return 200, {"environments": self.environments}
         if method == "POST" and rest == "":
             return self.create(body)
         if method == "GET" and rest == "":
@@ -215,6 +216,25 @@ def test_environment_list_shows_the_hubs_job_profiles_with_price_and_free_gpus(s
     assert pytorch["output_formats"] == [
         {"name": "ipynb", "label": "Notebook"},
         {"name": "html", "label": "HTML"},
+    ]
+    # the hub's only job environment: the form shows no Environment list, but it shows the
+    # environment's one "Compute type", the label (issue 28)
+    assert pytorch["compute_types"] == [pytorch["label"]]
+    assert pytorch["default_compute_type"] == pytorch["label"]
+
+
+def test_with_several_environments_the_list_alone_shows_each_label(scheduler, alice_hub):
+    python = {
+        **PYTORCH,
+        "name": "python-gpu",
+        "label": "Python, 1 GPU, 0.50 credits/h, 2 of 2 free",
+    }
+    alice_hub.environments = [PYTORCH, python]
+    response = scheduler.get("/runtime_environments")
+    assert response.status_code == 200, response.text
+    assert [(e["name"], e["compute_types"]) for e in response.json()] == [
+        (PYTORCH["label"], None),
+        (python["label"], None),
     ]
 
 
