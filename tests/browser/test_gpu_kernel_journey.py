@@ -15,8 +15,10 @@ reference credits service, Docker containers of the notebook images (the CPU ser
 ``GPUHUB_TEST_IMAGE``, default gpuhub/base, whose provisioner, kernelspecs and
 ``gpuhub_lab`` extension are under test; the GPU kernel's: ``GPUHUB_TEST_KERNEL_IMAGE``,
 default gpuhub/pytorch), one simulated GPU.  The profiles are the hub's shipped ones
-(:data:`hub_ext.config.DEFAULT_PROFILES`), with GPU kernels on for the PyTorch profile.
-``GPUHUB_DOCS_SCREENSHOTS=1`` keeps the steps docs/howto/gpu-kernels-member.md shows.
+(:data:`hub_ext.config.DEFAULT_PROFILES`: "CPU only", and "PyTorch, 1 GPU", which offers
+GPU kernels), on the images under test.  ``GPUHUB_DOCS_SCREENSHOTS=1`` keeps the steps
+that docs/howto/gpu-in-jupyterlab.md (the member's) and docs/howto/gpu-kernels.md (the
+board) show.
 """
 
 from __future__ import annotations
@@ -63,14 +65,12 @@ NOTEBOOK = {
 
 
 def shipped_profiles() -> list[dict]:
-    """The hub's shipped profiles, the CPU one on the image under test, GPU kernels on for
-    PyTorch (on its image, ``GPUHUB_TEST_KERNEL_IMAGE``)."""
+    """The hub's shipped profiles as they are, on the images under test (the CPU one's:
+    ``GPUHUB_TEST_IMAGE``; PyTorch's: ``GPUHUB_TEST_KERNEL_IMAGE``)."""
     profiles = copy.deepcopy(DEFAULT_PROFILES)
     images = {"cpu": NOTEBOOK_IMAGE, "pytorch": KERNEL_IMAGE}
     for profile in profiles:
         profile["spawner_override"]["image"] = images[profile["slug"]]
-        if profile["slug"] == "pytorch":
-            profile["kernels"] = True
     return profiles
 
 
@@ -183,7 +183,8 @@ async def test_a_member_runs_her_notebook_on_a_gpu_kernel(
     await expect(output).to_contain_text(GPU_RE, timeout=120_000)
     (gpu,) = GPU_RE.search(await output.inner_text()).groups()
     # her status bar shows that GPU, the stand-in's figures said to be simulated
-    item = alice.locator("#gpuhub-gpu-status .gpuhub-GPUStatus-item")
+    # (the item of its GPU: the kernel's own may still say "starting" for a poll or two)
+    item = alice.locator(f"#gpuhub-gpu-status .gpuhub-GPUStatus-item[data-uuid='{gpu}']")
     await expect(item).to_have_text(GPU_FIGURES, timeout=30_000)
     await expect(item).to_have_attribute("title", re.compile(re.escape(f"({gpu}), held by")))
     await screenshots.take(alice, "52-gpu-kernel-cell", full_page=False)
@@ -231,11 +232,7 @@ async def test_a_member_runs_her_notebook_on_a_gpu_kernel(
         timeout=30_000,
     )
     # the notebook shows the kernel gone, and never says it will restart: it would not
-    for i in range(4):
-        await bob.wait_for_timeout(4000)
-        await screenshots.take(bob, f"57-after-{i}", full_page=False)
-        print("STATUS", await bob.locator(".jp-StatusBar-Widget").all_inner_texts())
-    await bob.wait_for_timeout(3000)  # a restart would be tried by now
+    await bob.wait_for_timeout(5000)  # a restart would be tried by now
     await expect(bob.locator(".jp-Dialog")).to_have_count(0)
     await screenshots.take(bob, "56-kernel-ended", full_page=False)
 
