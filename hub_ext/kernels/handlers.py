@@ -244,13 +244,14 @@ class KernelAPIHandler(KernelsBase):
 
 class KernelSpecsAPIHandler(KernelsBase):
     """``GET /hub/api/gpuhub/kernels/specs``: the profiles that offer GPU kernels to the
-    member, as her server lists them beside "Python 3"."""
+    member, as her server lists them beside "Python 3"; none on a backend that runs no GPU
+    kernels (the start would be refused with 501)."""
 
     async def get(self):
         user = self.member()
         spawner = user.spawner
         visible, _ = await spawner.get_profiles()
-        offered = [p for p in visible if kernels_allowed(p)]
+        offered = [p for p in visible if kernels_allowed(p)] if spawner.runs_gpu_kernels else []
         snapshot = await spawner.gpu_snapshot() if offered else None
         specs = []
         for profile in offered:
