@@ -70,8 +70,12 @@ PROFILES = [
     {"display_name": "CPU", "slug": "cpu", "gpus": 0, "credits_per_hour": 0, "default": True},
     {"display_name": "PyTorch", "slug": "gpu", "gpus": 1, "credits_per_hour": 1},
 ]
-#: (c)'s profiles: the GPU profile offers GPU kernels (issue 29)
-KERNEL_PROFILES = [{**p, "kernels": True} if p["gpus"] else p for p in PROFILES]
+#: (c)'s profiles: the GPU profile offers GPU kernels (issue 29); the CPU servers are not
+#: culled for inactivity: her JupyterLab, open all class, would keep hers (nobody browses
+#: here), and her GPU kernels end with it
+KERNEL_PROFILES = [
+    {**p, "kernels": True} if p["gpus"] else {**p, "cull_idle_timeout": 0} for p in PROFILES
+]
 #: the GPU kernels' idle time-out, class minutes, when none is given (issue 29's default)
 KERNEL_IDLE_DEFAULT = 15
 #: the GPU kernels' contended idle time-out, class minutes (GPUHUB_KERNEL_CONTENDED_IDLE_TIMEOUT)
@@ -333,9 +337,8 @@ async def start_kernel(hub, home: Path, server: dict[str, str]) -> str:
 async def kernel_model(hub, token: str, kernel: str) -> dict:
     """The hub's model of the kernel (``state``, ``gpus``, ``ended``); ended when forgotten."""
     r = await hub.api("GET", f"{KERNELS}/{kernel}", token)
-    if r.status_code == 404:
-        return {"state": "ended", "ended": {"reason": "forgotten", "message": r.text}}
-    r.raise_for_status()
+    if r.status_code != 200:  # 404: forgotten; 403: her server (and its token) gone
+        return {"state": "ended", "ended": {"reason": f"HTTP {r.status_code}", "message": r.text}}
     return r.json()
 
 
@@ -374,7 +377,12 @@ async def member_kernels(hub, node, home, server, steps, end, out) -> None:
                     out["found_ended"][reason] = out["found_ended"].get(reason, 0) + 1
                     kernel = None
             if kernel is None:
-                kernel = await start_kernel(hub, home, server)
+                try:
+                    kernel = await start_kernel(hub, home, server)
+                except RuntimeError as e:
+                    out["refused"].append(str(e))
+                    await asyncio.sleep(1)
+                    continue
                 out["kernels"] += 1
                 out["kernel_ids"].append(kernel)
             model = await kernel_ready(hub, token, kernel, end)
