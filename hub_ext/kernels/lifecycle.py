@@ -25,9 +25,8 @@ folder of her workspace.
   other kernel of the same profile: the line holds one place per member and profile);
   ended kernels forgotten after ``c.Kernels.keep_ended``.  While someone waits in line for
   the kind of GPU a kernel holds, the shorter ``c.Kernels.contended_idle_timeout`` applies
-  to it instead (:func:`waiting_for`): an idle kernel then yields its GPU to the line's
-  head.  It runs from the hub's start
-  (:func:`keep_from_start`).
+  to it too (:func:`waiting_for`): an idle kernel then yields its GPU to the line's head.
+  It runs from the hub's start (:func:`keep_from_start`).
 """
 
 from __future__ import annotations
