@@ -5,12 +5,15 @@ nodes' container runtime, members' jobs under their own uids."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import pwd
 import re
 
 import pytest
 
+from hub_ext.config import DEFAULT_PROFILES
+from hub_ext.spawn.profiles import kernels_allowed
 from tests.fixtures.hub import terminal_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.hub, pytest.mark.docker]
@@ -161,3 +164,21 @@ async def test_datasets_are_read_only_and_per_group_on_the_nodes(
     assert seen[bob] == ("mnist,", "mnist,", "1")
     assert seen[vera] == ("imagenet,mnist,", "imagenet,mnist,", "1")
     assert not (root / "mnist" / "new").exists()
+
+
+async def test_on_slurm_no_gpu_kernel_is_offered_though_a_profile_says_kernels(
+    slurm_hub, slurm_cluster
+):
+    """GPU kernels run on Docker only (docs: howto/gpu-kernels, "Limits of this version"):
+    a Slurm hub on the shipped profiles, whose PyTorch one offers them, lists none for
+    JupyterLab's launcher and kernel picker (a start would be refused with 501)."""
+    profiles = copy.deepcopy(DEFAULT_PROFILES)
+    for profile in profiles:
+        profile["spawner_override"].pop("image")  # GPUHUB_IMAGE: the image the nodes run
+    assert any(kernels_allowed(p) for p in profiles)
+    hub = await slurm_hub(profiles, GPUHUB_CREDITS="off")
+    name = "ghs-kn1"
+    slurm_cluster.member(name)
+    token = await hub.create_user(name)
+    r = await hub.api("GET", "/gpuhub/kernels/specs", token)
+    assert (r.status_code, r.json()) == (200, []), r.text
