@@ -16,6 +16,7 @@ from ..common.services import grant_member_scope
 from ..jobs.hubconfig import NamedServerLimit
 from . import store
 from .handlers import KERNELS_SCOPE, handlers
+from .relay import handlers as relay_handlers
 
 __all__ = ["HOOK", "MEMBER_SCOPE", "KernelsNamedServerLimit", "apply_kernels_config"]
 
@@ -41,7 +42,7 @@ def apply_kernels_config(c, settings) -> None:
     have = list(c.Spawner.server_token_scopes) if "server_token_scopes" in c.Spawner else []
     c.Spawner.server_token_scopes = [s for s in have if s != MEMBER_SCOPE] + [MEMBER_SCOPE]
     extra = list(c.JupyterHub.extra_handlers) if "extra_handlers" in c.JupyterHub else []
-    c.JupyterHub.extra_handlers = extra + [h for h in handlers if h not in extra]
+    c.JupyterHub.extra_handlers = extra + [h for h in handlers + relay_handlers if h not in extra]
     core = c.SpawnerCore
     hooks = list(core.before_container_hooks) if "before_container_hooks" in core else []
     core.before_container_hooks = [HOOK] + [h for h in hooks if h != HOOK]

@@ -252,11 +252,14 @@ class SlurmBatchJob(LoggingConfigurable):
         """batchspawner's command in the batch script: its wrapper (it reports the port to
         the hub, then runs the command with ``runpy``), or in an isolated sandbox the
         network's (:mod:`hub_ext.slurm.sandbox_net`, which does the same through the
-        sandbox's forwarders), around JupyterLab, or around ``gpuhub-notebook-job`` for a
-        notebook job."""
+        sandbox's forwarders), around JupyterLab, ``gpuhub-notebook-job`` for a notebook
+        job or ``gpuhub-kernel`` for a GPU kernel (:meth:`workload_command`)."""
         wrapper = self.network_script().wrapper or self.batchspawner_singleuser_cmd
-        command = self.job_command if self.job else self.cmd
-        return " ".join([wrapper, *command, *self.get_args()])
+        return " ".join([wrapper, *self.workload_command(), *self.get_args()])
+
+    def workload_command(self) -> list[str]:
+        """The command in the sandbox (:class:`hub_ext.slurm.kernels.SlurmKernels`)."""
+        return list(self.job_command if self.job else self.cmd)
 
     def network_script(self) -> NetworkScript:
         """The batch script's part of the job's network (:mod:`hub_ext.slurm.network`): none

@@ -47,6 +47,7 @@ from ..spawn.core import SpawnerCore
 from .availability import SlurmAvailability
 from .batch import BATCH_SCRIPT, SlurmBatchJob, job_time_limit, slurm_request
 from .cluster import MEMBER_PREFIX, SlurmCluster, SlurmUnavailable
+from .kernels import SlurmKernels
 from .port_report import replace_batchspawner_handler
 from .spawner_end import SlurmEndSpawner
 from .spawner_line import SlurmLineSpawner
@@ -58,6 +59,7 @@ replace_batchspawner_handler()
 
 
 class GPUSlurmSpawner(
+    SlurmKernels,
     SlurmEndSpawner,
     SlurmReservationSpawner,
     SlurmLineSpawner,
@@ -417,7 +419,8 @@ class GPUSlurmSpawner(
     async def poll(self):
         """batchspawner's poll.  A server whose job ended without the hub stopping it is
         stopped here for the hooks (``after_stop``): its run record says ``gone``
-        (``job_ended`` for a notebook job, ``stop_detail`` what Slurm says: "Slurm job 12
+        (``job_ended`` for a notebook job, ``kernel_ended`` for a GPU kernel,
+        ``stop_detail`` what Slurm says: "Slurm job 12
         was cancelled outside the hub"),
         ``out_of_memory`` when the job's cgroup killed it past its memory (Slurm's
         OUT_OF_MEMORY), or ``node_down`` with ``stop_detail`` ("node node2 down: <Slurm's
@@ -442,7 +445,7 @@ class GPUSlurmSpawner(
             # server whose poll says it ended, so the stop hooks run here (idempotent:
             # credits settled and the unused part refunded, the run record closed, a
             # notebook job ended with why: hub_ext.jobs.hook)
-            self.stop_reason = "job_ended" if self.job else "gone"
+            self.stop_reason = self.ended_reason()
             if not self.job_reported:  # after its report: the job's normal end
                 await self._why_ended(last)
             try:

@@ -252,8 +252,8 @@ class SpawnerCore(ProfileChoice, MemberMounts):
     kernel_command = ["gpuhub-kernel"]
     #: Whether this backend runs GPU kernels (:mod:`hub_ext.kernels`): a container of the
     #: kernel's profile whose command is :attr:`kernel_command`, its connection files in
-    #: the member's workspace, mounted in her server at the same path.  The Docker backend
-    #: does; a backend that does not is refused kernels with 501.
+    #: the member's workspace, mounted in her server at the same path.  The Docker and
+    #: Slurm backends do; a backend that does not is refused kernels with 501.
     runs_gpu_kernels = False
 
     @property
