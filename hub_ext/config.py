@@ -46,6 +46,7 @@ DEFAULT_PROFILES = [
         "description": "PyTorch on one exclusive GPU.",
         "gpus": 1,
         "credits_per_hour": 1,
+        "kernels": True,
         "spawner_override": {"image": "gpuhub/pytorch:latest"},
     },
 ]

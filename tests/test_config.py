@@ -16,11 +16,12 @@ from hub_ext.culling.culler import log_request
 from hub_ext.culling.hubconfig import HOOK, cull_every
 from hub_ext.jobs.handlers import JOBS_SCOPE
 from hub_ext.jobs.hubconfig import HOOK as JOBS_HOOK
-from hub_ext.kernels.handlers import KERNELS_SCOPE
+from hub_ext.kernels.handlers import KERNELS_SCOPE, display_name
 from hub_ext.kernels.hubconfig import HOOK as KERNELS_HOOK
 from hub_ext.ops.board import GPUS_SCOPE, LINE_ADMIN_SCOPE
 from hub_ext.ops.my_gpus import MINE_SCOPE
 from hub_ext.reservations.handlers import RESERVATIONS_SCOPE
+from hub_ext.spawn.profiles import init_profiles, kernels_allowed
 
 
 def settings_from(tmp_path, monkeypatch, **env) -> Settings:
@@ -72,6 +73,17 @@ def test_defaults_are_production_shaped(tmp_path, monkeypatch):
     assert c.JupyterHub.authenticator_class == "hub_ext.login.authenticator.CreditAuthenticator"
     # servers and their GPUs outlive a hub restart (JupyterHub's default stops them all)
     assert c.JupyterHub.cleanup_servers is False
+
+
+def test_the_shipped_pytorch_profile_offers_gpu_kernels_and_the_cpu_one_not(tmp_path, monkeypatch):
+    """A fresh install lists "Python 3 (PyTorch, 1 GPU, 1.00 credits/h)" beside "Python 3"
+    in every server's launcher (docs: howto/gpu-kernels)."""
+    c = configure(tmp_path, monkeypatch)
+    offered = {p["slug"]: kernels_allowed(p) for p in init_profiles(c.SpawnerCore.profile_list)}
+    assert offered == {"cpu": False, "pytorch": True}
+    (pytorch,) = [p for p in c.SpawnerCore.profile_list if p["slug"] == "pytorch"]
+    listed = display_name(pytorch["display_name"], "1 GPU", pytorch["credits_per_hour"])
+    assert listed == "Python 3 (PyTorch, 1 GPU, 1.00 credits/h)"
 
 
 def test_host_network_sets_what_docker_needs(tmp_path, monkeypatch):

@@ -229,7 +229,7 @@ async def test_a_notebook_on_the_cpu_profile_runs_on_a_gpu_kernel_that_hands_its
     specs = r.json()["kernelspecs"]
     assert {"python3", SPEC} <= set(specs) and "gpuhub-course" not in specs, specs
     gpu = specs[SPEC]["spec"]
-    assert gpu["display_name"] == "Python 3 (One GPU, 1 GPU, 4.00 credits/h)"
+    assert gpu["display_name"] == "Python 3 (One GPU, 4.00 credits/h)"
     assert gpu["interrupt_mode"] == "message"
     assert gpu["metadata"]["gpuhub"]["free_now"] == 1
     assert gpu["metadata"]["kernel_provisioner"]["provisioner_name"] == "gpuhub-provisioner"

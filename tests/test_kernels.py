@@ -22,6 +22,7 @@ from hub_ext.kernels.checks import (
     kernel_profile,
     read_request,
 )
+from hub_ext.kernels.handlers import display_name
 from hub_ext.spawn.profiles import ProfileError, init_profiles, kernels_allowed
 
 PROFILES = [
@@ -163,6 +164,27 @@ def test_a_kernel_ends_once_and_ended_ones_are_forgotten_later(hub_db):
     assert store.forget_ended(hub_db, row.ended - 1) == []
     assert store.forget_ended(hub_db, row.ended + 1) == [("alice", row.server_name)]
     assert store.get(hub_db, row.id) is None
+
+
+@pytest.mark.parametrize(
+    "name, gpus, price, listed",
+    [
+        pytest.param(
+            "PyTorch", "1 GPU", 1, "Python 3 (PyTorch, 1 GPU, 1.00 credits/h)", id="plain"
+        ),
+        pytest.param(
+            "PyTorch, 1 GPU", "1 GPU", 1, "Python 3 (PyTorch, 1 GPU, 1.00 credits/h)", id="shipped"
+        ),
+        pytest.param(
+            "Two A100 GPUs", "2 GPUs", 8, "Python 3 (Two A100 GPUs, 8.00 credits/h)", id="in-words"
+        ),
+        pytest.param(
+            "Course GPU", "1 GPU", 0, "Python 3 (Course GPU, 1 GPU, 0.00 credits/h)", id="no-count"
+        ),
+    ],
+)
+def test_a_gpu_kernel_is_listed_with_its_gpus_said_once(name, gpus, price, listed):
+    assert display_name(name, gpus, price) == listed
 
 
 def test_runs_are_told_apart_by_their_server_names():

@@ -5,12 +5,15 @@ nodes' container runtime, members' jobs under their own uids."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import pwd
 import re
 
 import pytest
 
+from hub_ext.config import DEFAULT_PROFILES
+from hub_ext.spawn.profiles import kernels_allowed
 from tests.fixtures.hub import terminal_run
 
 pytestmark = [pytest.mark.slurm, pytest.mark.hub, pytest.mark.docker]
@@ -161,3 +164,23 @@ async def test_datasets_are_read_only_and_per_group_on_the_nodes(
     assert seen[bob] == ("mnist,", "mnist,", "1")
     assert seen[vera] == ("imagenet,mnist,", "imagenet,mnist,", "1")
     assert not (root / "mnist" / "new").exists()
+
+
+async def test_on_slurm_the_shipped_pytorch_profile_offers_its_gpu_kernel(slurm_hub, slurm_cluster):
+    """GPU kernels run on Slurm too (docs: howto/slurm, "GPU kernels"): a Slurm hub on the
+    shipped profiles lists the PyTorch one's GPU kernel for JupyterLab's launcher and
+    kernel picker, with the GPUs of its Slurm partition (the journey itself:
+    tests/test_slurm_kernels_hub.py)."""
+    profiles = copy.deepcopy(DEFAULT_PROFILES)
+    for profile in profiles:
+        profile["spawner_override"].pop("image")  # GPUHUB_IMAGE: the image the nodes run
+    hub = await slurm_hub(profiles, GPUHUB_CREDITS="off")
+    name = "ghs-kn1"
+    slurm_cluster.member(name)
+    token = await hub.create_user(name)
+    r = await hub.api("GET", "/gpuhub/kernels/specs", token)
+    assert r.status_code == 200, r.text
+    specs = {s["name"]: s for s in r.json()}
+    wanted = {f"gpuhub-{p['slug']}" for p in profiles if kernels_allowed(p)}
+    assert set(specs) == wanted == {"gpuhub-pytorch"}, r.text
+    assert specs["gpuhub-pytorch"]["gpus"] == 1 and specs["gpuhub-pytorch"]["total"] >= 1, r.text

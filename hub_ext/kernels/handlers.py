@@ -20,6 +20,7 @@ nothing.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import quote
 
 from jupyterhub import orm
@@ -35,9 +36,24 @@ from ..spawn.profiles import Selection, kernels_allowed, profile_overrides
 from . import lifecycle, store
 from .checks import KernelRefused
 
-__all__ = ["KERNELS_SCOPE", "handlers", "model"]
+__all__ = ["KERNELS_SCOPE", "display_name", "handlers", "model"]
 
 KERNELS_SCOPE = "custom:gpuhub:kernels"
+#: a profile's name that says its GPUs already: "PyTorch, 1 GPU", "Two A100 GPUs"
+SAYS_GPUS = re.compile(
+    r"\b(\d+|an?|one|two|three|four|five|six|seven|eight)\s+(\S+\s+)?GPUs?\b", re.IGNORECASE
+)
+
+
+def display_name(name: str, gpus: str, price: float) -> str:
+    """A GPU kernel as JupyterLab lists it: "Python 3 (PyTorch, 1 GPU, 1.00 credits/h)"
+    (``name`` the profile's display name, ``gpus`` its GPUs in words, ``price`` credits per
+    hour); the GPUs are left out when the name says them already (the shipped profile
+    "PyTorch, 1 GPU" is not followed by "1 GPU" again)."""
+    parts = [name] if SAYS_GPUS.search(name) else [name, gpus]
+    return f"Python 3 ({', '.join(parts)}, {price:.2f} credits/h)"
+
+
 #: the largest request body accepted (bytes): four paths and a slug
 MAX_BODY_BYTES = 16 * 1024
 KERNEL_ID = r"[0-9a-f]{12}"
@@ -228,13 +244,14 @@ class KernelAPIHandler(KernelsBase):
 
 class KernelSpecsAPIHandler(KernelsBase):
     """``GET /hub/api/gpuhub/kernels/specs``: the profiles that offer GPU kernels to the
-    member, as her server lists them beside "Python 3"."""
+    member, as her server lists them beside "Python 3"; none on a backend that runs no GPU
+    kernels (the start would be refused with 501)."""
 
     async def get(self):
         user = self.member()
         spawner = user.spawner
         visible, _ = await spawner.get_profiles()
-        offered = [p for p in visible if kernels_allowed(p)]
+        offered = [p for p in visible if kernels_allowed(p)] if spawner.runs_gpu_kernels else []
         snapshot = await spawner.gpu_snapshot() if offered else None
         specs = []
         for profile in offered:
@@ -242,14 +259,14 @@ class KernelSpecsAPIHandler(KernelsBase):
             gpus = spawner.gpus_now(snapshot, overrides)
             price = float(overrides.get("credits_per_hour", 0) or 0)
             unit = f"{gpus.kind} GPU slice" if gpus.mig else "GPU"
-            label = profile.get("display_name", profile["slug"])
             specs.append(
                 {
                     "name": f"gpuhub-{profile['slug']}",
                     "profile": profile["slug"],
-                    "display_name": (
-                        f"Python 3 ({label}, {gpus.count} {unit}"
-                        f"{'s' if gpus.count != 1 else ''}, {price:.2f} credits/h)"
+                    "display_name": display_name(
+                        profile.get("display_name", profile["slug"]),
+                        f"{gpus.count} {unit}{'s' if gpus.count != 1 else ''}",
+                        price,
                     ),
                     "image": str(overrides.get("image") or spawner.image),
                     "gpus": gpus.count,

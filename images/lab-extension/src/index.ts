@@ -4,10 +4,15 @@
  * The status bar shows each GPU this server and its GPU kernels hold (utilisation and
  * memory, "simulated" on the demo's simulated GPUs), and each GPU kernel of this server
  * that waits in line with its place in words; a GPU kernel the hub ended (idle time-out,
- * an admin, its container) is told as a notification with the hub's reason.
+ * an admin, its container) is told as a notification with the hub's reason.  Where
+ * JupyterLab shows a kernel's details (the tooltips of the launcher's cards and of the
+ * kernel picker's choices), a GPU kernel says how many GPUs are free now.
  *
- * Everything comes from the server extension `gpuhub_lab` (`GET <base>/gpuhub-lab/status`),
+ * The status comes from the server extension `gpuhub_lab` (`GET <base>/gpuhub-lab/status`),
  * which asks the hub with the server's own token: the browser holds no hub credentials.
+ * The GPU kernels' figures are their kernelspecs' (`metadata.gpuhub`, which the server's
+ * kernelspec manager reads from the hub), asked again while a launcher or a kernel picker
+ * is open.
  */
 import {
   JupyterFrontEnd,
@@ -46,6 +51,18 @@ export interface IStatus {
   error: string;
 }
 
+/** A GPU kernelspec's figures (its `metadata.gpuhub`, from the hub's `kernels/specs`). */
+export interface ISpecGPUs {
+  gpus: number;
+  credits_per_hour: number;
+  free_now: number;
+  total: number;
+  simulated: boolean;
+  why_not: string | null;
+}
+
+/** A GPU kernelspec's name starts so (`gpuhub-<profile>`). */
+const SPEC_PREFIX = 'gpuhub-';
 /** A GPU kernel's server name starts so (the hub's `kernel-<id>`). */
 const KERNEL_PREFIX = 'kernel-';
 /** Reasons of kernels the member ended herself: no notification. */
@@ -113,6 +130,106 @@ export function newlyEnded(kernels: IKernel[], told: Set<string>): IKernel[] {
       !HER_OWN.has(k.ended.reason) &&
       !told.has(k.id)
   );
+}
+
+/**
+ * A GPU kernel's details, as the tooltip of its launcher card and kernel picker choice:
+ * "Python 3 (PyTorch, 1 GPU, 1.00 credits/h)\n1 of 2 GPUs free now", and when none is
+ * free for it, that it waits in line; the hub's sentence when it cannot start for her.
+ */
+export function specDetails(displayName: string, gpus: ISpecGPUs): string {
+  const total = `${gpus.total} GPU${gpus.total === 1 ? '' : 's'}`;
+  const lines = [
+    displayName,
+    `${gpus.free_now} of ${total} free now` + (gpus.simulated ? ' (simulated)' : '')
+  ];
+  if (gpus.why_not) {
+    lines.push(gpus.why_not);
+  } else if (gpus.free_now < gpus.gpus) {
+    lines.push('It waits in line for its GPU and starts by itself.');
+  }
+  return lines.join('\n');
+}
+
+/** A kernelspec, as far as read here. */
+interface ISpecModel {
+  display_name: string;
+  metadata?: { gpuhub?: ISpecGPUs };
+}
+
+/**
+ * Kernelspecs by name: the server's answer (`GET <base>/api/kernelspecs`: each under
+ * `spec`) or JupyterLab's own model of it (each as it is).
+ */
+interface IKernelSpecs {
+  kernelspecs: { [name: string]: (ISpecModel & { spec?: ISpecModel }) | null | undefined };
+}
+
+/**
+ * The GPU kernels' details where JupyterLab shows a kernel's: the tooltips of the
+ * launcher's cards (matched by their label, the kernelspec's display name) and of the
+ * kernel picker's choices (matched by their value, the kernelspec's name).
+ */
+export class SpecDetails {
+  constructor(private settings: ServerConnection.ISettings) {}
+
+  /** Keep the GPU kernelspecs of ``specs`` (a kernelspecs answer). */
+  keep(specs: IKernelSpecs): void {
+    this.byName.clear();
+    this.byDisplayName.clear();
+    for (const [name, model] of Object.entries(specs.kernelspecs || {})) {
+      const spec = model?.spec ?? model;
+      const gpus = spec?.metadata?.gpuhub;
+      if (name.startsWith(SPEC_PREFIX) && spec && gpus) {
+        const details = specDetails(spec.display_name, gpus);
+        this.byName.set(name, details);
+        this.byDisplayName.set(spec.display_name, details);
+      }
+    }
+  }
+
+  /** Whether a launcher or a kernel picker is open (then the figures are read again). */
+  shown(): boolean {
+    return document.querySelector('.jp-LauncherCard, .jp-Dialog select') !== null;
+  }
+
+  /** Read the kernelspecs again (the server asks the hub at most every few seconds). */
+  async refresh(): Promise<void> {
+    const url = URLExt.join(this.settings.baseUrl, 'api', 'kernelspecs');
+    const response = await ServerConnection.makeRequest(url, {}, this.settings);
+    if (response.ok) {
+      this.keep((await response.json()) as IKernelSpecs);
+    }
+  }
+
+  /** Write the details into the tooltips on the page now. */
+  decorate(): void {
+    document.querySelectorAll<HTMLElement>('.jp-LauncherCard').forEach(card => {
+      const label = card.querySelector('.jp-LauncherCard-label');
+      const details = this.byDisplayName.get(label?.textContent || '');
+      if (details !== undefined && card.title !== details) {
+        card.title = details;
+        (label as HTMLElement).title = details;
+      }
+    });
+    document
+      .querySelectorAll<HTMLOptionElement>('.jp-Dialog select option')
+      .forEach(option => {
+        let name = '';
+        try {
+          name = (JSON.parse(option.value) || {}).name || '';
+        } catch {
+          return;
+        }
+        const details = this.byName.get(name);
+        if (details !== undefined && option.title !== details) {
+          option.title = details;
+        }
+      });
+  }
+
+  private byName = new Map<string, string>();
+  private byDisplayName = new Map<string, string>();
 }
 
 /** The status bar item: one span per GPU and per GPU kernel on its way. */
@@ -205,6 +322,33 @@ const plugin: JupyterFrontEndPlugin<void> = {
       });
     }
     const told = new Told(`gpuhub-lab:told:${settings.baseUrl}`);
+    const details = new SpecDetails(settings);
+    const kernelspecs = app.serviceManager.kernelspecs;
+    const keepSpecs = (): void => {
+      if (kernelspecs.specs) {
+        details.keep(kernelspecs.specs as unknown as IKernelSpecs);
+        details.decorate();
+      }
+    };
+    kernelspecs.specsChanged.connect(keepSpecs);
+    void kernelspecs.ready.then(keepSpecs);
+    // a launcher or a kernel picker drawn: its GPU kernels' tooltips at once
+    new MutationObserver(() => details.decorate()).observe(document.body, {
+      childList: true,
+      subtree: true
+    });
+    const pollSpecs = async (): Promise<void> => {
+      try {
+        if (details.shown()) {
+          await details.refresh();
+          details.decorate();
+        }
+      } catch (reason) {
+        console.warn('gpuhub-lab: the GPU kernels could not be read', reason);
+      }
+      window.setTimeout(pollSpecs, POLL_MS);
+    };
+    void pollSpecs();
     const poll = async (): Promise<void> => {
       try {
         const status = await readStatus(settings);

@@ -20,7 +20,9 @@ A kernel's life, as jupyter_client's ``KernelManager`` drives it:
 - ``poll``: alive while it waits or runs; the run of ipykernel's exit code once it exited
   (a shutdown or restart the server asked for, or a crash); 1 once the hub ended the
   kernel (shut down, idle, its container died: why is in ``reason``) or its container is
-  gone.
+  gone.  A kernel the hub ended is reported dead at once, its restarter stopped first
+  (:meth:`GPUHubProvisioner._ended_by_hub`): JupyterLab says "It will restart
+  automatically" for any kernel its restarter tries again, and this one never comes back.
 - restart (the member's, or the restarter's after a crash): the same container runs
   ipykernel again on the same connection, so the GPU stays.  A restart after the hub
   ended the kernel is refused with the hub's words and the kernel reported dead: the
@@ -103,6 +105,8 @@ class GPUHubProvisioner(KernelProvisionerBase):
         self._asking: asyncio.Future | None = None
         self._gone_since: float | None = None
         self._request: dict = {}
+        #: the server is shutting the kernel down itself (its own shutdown follows)
+        self._stopping = False
 
     # -- start ----------------------------------------------------------------------------
 
@@ -192,10 +196,35 @@ class GPUHubProvisioner(KernelProvisionerBase):
         model = self.last_model
         if model and model.get("state") == "ended" and self.ended is None:
             ended = {"reason": "ended", "message": "The GPU kernel ended."}
-            self.ended = model.get("ended") or ended
-            self.parent.reason = self.ended.get("message", "")
-            self.log.warning("GPU kernel %s ended: %s", self.kernel_id, self.parent.reason)
+            self._ended_by_hub(model.get("ended") or ended)
         return model
+
+    def _ended_by_hub(self, ended: dict) -> None:
+        """The kernel ended outside this server's own shutdown (the hub's idle time-out,
+        an admin's Stop, its container died): keep why (``ended``: the hub's
+        ``{"reason", "message"}``, also the kernel's ``reason``) and report the kernel dead
+        now, as jupyter_client's restarter does when it gives up, so that the server drops
+        it and JupyterLab shows it dead.  The restarter is stopped first: it would try a
+        restart (refused: :meth:`_refuse_restart`), and JupyterLab answers a restart it did
+        not ask for with "It will restart automatically"."""
+        self.ended = ended
+        km = self.parent
+        km.reason = ended.get("message", "")
+        self.log.warning("GPU kernel %s ended: %s", self.kernel_id, km.reason)
+        if self._stopping:
+            return  # the server's own shutdown goes on
+        km.stop_restarter()
+        asyncio.get_running_loop().call_soon(self._report_dead)
+
+    def _report_dead(self) -> None:
+        """The restarter's "dead" callbacks (the server drops the kernel, its websockets
+        send the status ``dead``); the connection folder goes, its kernel side is gone."""
+        self.launched = False
+        if self.transport is not None:
+            self.transport.cleanup()
+        restarter = getattr(self.parent, "_restarter", None)
+        if restarter is not None:
+            restarter._fire_callbacks("dead")
 
     def _ask_soon(self, check: bool = False) -> None:
         """Ask the hub in the background, at most every ``hub_poll_interval`` seconds
@@ -222,9 +251,8 @@ class GPUHubProvisioner(KernelProvisionerBase):
             if time.monotonic() - self._gone_since < self.gone_wait:
                 self._ask_soon(check=True)
                 return None
-            self.ended = {"reason": "died", "message": "The GPU kernel's container ended."}
-            self.parent.reason = self.ended["message"]
-            return 1
+            self._ended_by_hub({"reason": "died", "message": "The GPU kernel's container ended."})
+            return None  # reported dead by _ended_by_hub, not by the restarter polling now
         state = self.transport.state()
         if state.get("generation", 0) >= self.generation and state.get("alive") is False:
             code = state.get("exit_code")
@@ -263,6 +291,7 @@ class GPUHubProvisioner(KernelProvisionerBase):
 
     async def _shut_down(self) -> None:
         """Tell the kernel's side to stop and the hub to end the kernel (idempotent)."""
+        self._stopping = True
         if self.transport is not None and os.path.isdir(self.transport.folder):
             self.transport.control(stop=True)
         if self.hub_kernel_id is not None and self.ended is None:
@@ -284,12 +313,7 @@ class GPUHubProvisioner(KernelProvisionerBase):
         """A restart of a kernel the hub ended: refused, the kernel reported dead (never a
         second GPU kernel behind the member's back)."""
         message = (self.ended or {}).get("message") or "The GPU kernel ended."
-        self.launched = False
-        if self.transport is not None:
-            self.transport.cleanup()
-        restarter = getattr(self.parent, "_restarter", None)
-        if restarter is not None:
-            restarter._fire_callbacks("dead")
+        self._report_dead()
         raise RuntimeError(f"{message} It is not restarted: choose the GPU kernel again.")
 
     # -- persistence ------------------------------------------------------------------------
