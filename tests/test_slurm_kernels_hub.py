@@ -175,6 +175,14 @@ async def test_a_notebook_on_a_cpu_server_runs_its_kernel_as_a_slurm_gpu_job_onl
     assert out.rstrip().endswith("False"), out
     assert (await her.kernel("running"))["id"] == running["id"]
 
+    # kill -9 of the hub: the kernel's job runs on, her relay connects again through the
+    # restarted hub, the same job and GPU answer
+    hub.kill()
+    await hub.start()
+    out = await her.run(kernel_id, WHICH_GPU, timeout=180)
+    assert SEEN.search(out).groups()[:4] == (node, job_id, slurm_gpu, cuda), out
+    assert (await her.kernel("running"))["id"] == running["id"]
+
     # shutdown: the job ends, the GPU goes back, the ledger settles once
     r = await her.server_api("DELETE", f"/kernels/{kernel_id}")
     assert r.status_code == 204, r.text
