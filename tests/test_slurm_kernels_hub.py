@@ -159,6 +159,10 @@ async def test_a_notebook_on_a_cpu_server_runs_its_kernel_as_a_slurm_gpu_job_onl
             headers={"Authorization": f"token {token}"} if token else {},
         )
         assert r.status_code in (403, 404), r.text
+    r = await hub.client.get(  # hers, not a websocket: refused before the kernel is asked
+        f"/hub/api/gpuhub/kernels/{running['id']}/channels/2", headers=her.headers
+    )
+    assert (r.status_code, r.json()["message"]) == (400, "A GPU kernel's channel is a websocket.")
     # the channels' sockets are in the sandboxes: the node's forwarder folder is hers alone
     uid = pwd.getpwnam(alice).pw_uid
     hers = [d for d in glob.glob("/tmp/gpuhub-net.*") if os.stat(d).st_uid == uid]

@@ -37,6 +37,8 @@ class KernelChannelHandler(KernelsBase, WebSocketHandler):
 
     async def get(self, kernel_id: str, port: str):
         row = self.row_or_404(kernel_id)
+        if self.request.headers.get("Upgrade", "").lower() != "websocket":
+            raise web.HTTPError(400, "A GPU kernel's channel is a websocket.")
         owner = self.owner(row)
         spawner = owner.spawners[row.server_name] if owner is not None else None
         if row.state != "running" or spawner is None or not spawner.ready or spawner.server is None:
