@@ -1,10 +1,11 @@
 """A class day through the real hub: interactive GPU servers against CPU servers plus GPU
-notebook jobs, on the same demand.
+notebook jobs, and CPU servers plus GPU kernels, on the same demand.
 
     .venv/bin/python benchmarks/class_day.py [--members 12] [--gpus 2] [--span 300]
                                              [--scale 18] [--seed 7]
                                              [--modes servers,jobs,kernels]
                                              [--kernel-idle 5,10,15]
+                                             [--kernel-contended 5]
 
 Each of ``--members`` members alternates thinking and a "training" burst, both drawn once
 from a fixed seed (think 5-25 min, burst 5-20 min of class time), so both ways see the
@@ -21,16 +22,18 @@ defaults otherwise.
   on the GPU profile (``POST /hub/api/gpuhub/jobs``), a notebook that sleeps for the burst.
 - ``kernels``: (c) each member has a CPU server and runs her bursts in a GPU kernel, which
   she keeps while she thinks (as people do): when a burst is due and she has no kernel, she
-  starts one, waiting in the same line; the kernel keeps its GPU between bursts until it has
-  been idle for the GPU kernels' idle time-out (``--kernel-idle``, class minutes, divided by
-  ``--scale`` like the other time-outs; one run per value, 15 the default).  A GPU kernel is
-  what the hub runs it as (issue 29): a named server ``kernel-<12 hex>``
-  of the member on a GPU profile, started with ``wait``; here the member starts that named
-  server herself through JupyterHub's REST API (:func:`start_kernel`) and the GPU-idle
-  culler enforces the kernel's time-out (the profile's ``gpu_idle_timeout``): in this
-  benchmark a kernel is busy exactly while its GPU is, so "idle" is the same either way.
-  The hub's kernels API (``POST /hub/api/gpuhub/kernels``) replaces :func:`start_kernel`
-  once it is in.
+  starts one, waiting in the same line.  The kernels are the hub's own (issue 29): the
+  member's server asks ``POST /hub/api/gpuhub/kernels`` with its own token, as the
+  images' provisioner does (:func:`start_kernel`: the connection folder of hers in her
+  workspace and its ``connection.json`` first, then the request, the hub's checks and
+  its line), the kernel's container runs ``gpuhub-kernel`` (ipykernel on ipc sockets in
+  that folder), and the hub's kernels' keeper ends a kernel idle for the GPU kernels'
+  idle time-out (``--kernel-idle``, class minutes, one run per value, 15 the default),
+  or for the shorter contended one while someone waits in line for a GPU
+  (``--kernel-contended``, 5 the default, 0 off); both divided by ``--scale`` like the
+  other time-outs.  A kernel is idle while its GPU is (the burst's utilisation marks it
+  active, as the culler does for any server with a busy GPU).  Each kernel's end reason
+  is read from the hub's ``gpuhub_kernels`` table.
 
 Printed for each, inside the span: GPU-seconds held (sampled from the containers holding GPUs, every
 0.25 s), GPU-seconds busy (the bursts' own seconds inside the span), utilisation =
@@ -49,6 +52,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import random
 import secrets
 import statistics
@@ -66,32 +70,16 @@ PROFILES = [
     {"display_name": "CPU", "slug": "cpu", "gpus": 0, "credits_per_hour": 0, "default": True},
     {"display_name": "PyTorch", "slug": "gpu", "gpus": 1, "credits_per_hour": 1},
 ]
-#: What (c)'s GPU kernel's container runs until the kernels API is in: what gpuhub-kernel
-#: does before the hub sees it ready (Python starts, ipykernel is imported, the server
-#: port answers), not a whole Jupyter server.
-KERNEL_STANDIN = """
-import http.server, os, sys, urllib.parse
-import ipykernel.kernelapp  # noqa: F401 - the kernel's own start-up
-arg = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--") and "=" in a)
-url = urllib.parse.urlsplit(os.environ["JUPYTERHUB_SERVICE_URL"])
-class Up(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"{}")
-    def log_message(self, *args):
-        pass
-address = (arg.get("ip") or url.hostname or "127.0.0.1", int(arg.get("port") or url.port))
-http.server.ThreadingHTTPServer(address, Up).serve_forever()
-"""
-#: (c)'s GPU kernels: the GPU profile, with the kernels' idle time-out (``gpu_idle_timeout``,
-#: seconds, set per run) and, like the hub's GPU kernels, no idle culling by the browser's
-#: activity (nobody browses a kernel's server)
-KERNEL_PROFILE = {"display_name": "PyTorch kernel", "slug": "gpu-kernel", "gpus": 1,
-                  "credits_per_hour": 1, "cull_idle_timeout": 0}  # fmt: skip
+#: (c)'s profiles: the GPU profile offers GPU kernels (issue 29); the CPU servers are not
+#: culled for inactivity: her JupyterLab, open all class, would keep hers (nobody browses
+#: here), and her GPU kernels end with it
+KERNEL_PROFILES = [
+    {**p, "kernels": True} if p["gpus"] else {**p, "cull_idle_timeout": 0} for p in PROFILES
+]
 #: the GPU kernels' idle time-out, class minutes, when none is given (issue 29's default)
 KERNEL_IDLE_DEFAULT = 15
+#: the GPU kernels' contended idle time-out, class minutes (GPUHUB_KERNEL_CONTENDED_IDLE_TIMEOUT)
+KERNEL_CONTENDED_DEFAULT = 5
 
 BURST_NOTEBOOK = {
     "cells": [
@@ -289,87 +277,162 @@ async def member_jobs(hub, user, token, steps, end, out) -> None:
             return
 
 
-async def start_kernel(hub, user: str) -> str:
-    """A GPU kernel of ``user``'s, waiting in line for its GPU: its server name.  Until
-    the kernels API is in, the named server the hub would make for it (module doc)."""
-    name = f"kernel-{secrets.token_hex(6)}"
-    r = await hub.spawn(user, {"profile": KERNEL_PROFILE["slug"], "wait": True}, server=name)
-    if r.status_code not in (201, 202):
+KERNELS = "/gpuhub/kernels"
+
+
+def server_env(hub, client, user: str) -> dict[str, str]:
+    """The environment of ``user``'s default server: its API token (what its provisioner
+    asks the hub with) and where her workspace is mounted (``GPUHUB_WORKSPACE_MOUNT``)."""
+    for c in hub.containers(client):
+        labels = c["Labels"]
+        if labels.get("io.gpuhub.user") == user and labels.get("io.gpuhub.server") == "":
+            env = client.inspect_container(c["Id"])["Config"]["Env"]
+            return dict(e.split("=", 1) for e in env)
+    raise RuntimeError(f"{user} has no server container")
+
+
+def connection_folder(home: Path, mount: str) -> str:
+    """What the provisioner does first (gpuhub_kernels.transport.WorkspaceIPC): a folder of
+    the member's, ``.gpuhub/kernels/<id>`` (0700, her uid), with the kernel's
+    ``connection.json`` (0600: ipc sockets in the folder, as the containers see it under
+    ``mount``, and the key); its path relative to her workspace."""
+    kernels = home / ".gpuhub" / "kernels"
+    folder = kernels / secrets.token_hex(8)
+    folder.mkdir(parents=True, mode=0o700)
+    relative = str(folder.relative_to(home))
+    info = {
+        "transport": "ipc",
+        "ip": f"{mount.rstrip('/')}/{relative}/k",
+        **{f"{n}_port": i for i, n in enumerate(("shell", "iopub", "stdin", "control", "hb"), 1)},
+        "key": secrets.token_hex(16),
+        "signature_scheme": "hmac-sha256",
+        "kernel_name": "gpuhub-gpu",
+    }
+    (folder / "connection.json").write_text(json.dumps(info))
+    (folder / "connection.json").chmod(0o600)
+    for path in (home / ".gpuhub", kernels, folder, folder / "connection.json"):
+        os.chown(path, 1000, 100)
+    return relative
+
+
+async def start_kernel(hub, home: Path, server: dict[str, str]) -> str:
+    """A GPU kernel of the member whose server's environment is ``server``, waiting in line
+    for its GPU when none is free: the hub's kernel id."""
+    r = await hub.api(
+        "POST",
+        KERNELS,
+        server["JUPYTERHUB_API_TOKEN"],
+        json={
+            "profile": "gpu",
+            "notebook": "burst.ipynb",
+            "cwd": "",
+            "connection_dir": connection_folder(home, server["GPUHUB_WORKSPACE_MOUNT"]),
+        },
+    )
+    if r.status_code != 201:
         raise RuntimeError(f"kernel refused: {r.status_code} {r.text[:200]}")
-    return name
+    return r.json()["id"]
 
 
-async def kernel_ready(hub, user: str, kernel: str, until: float) -> bool:
-    """Until ``user``'s kernel answers (True), or it ended or ``until`` passed (False)."""
+async def kernel_model(hub, token: str, kernel: str) -> dict:
+    """The hub's model of the kernel (``state``, ``gpus``, ``ended``); ended when forgotten."""
+    r = await hub.api("GET", f"{KERNELS}/{kernel}", token)
+    if r.status_code != 200:  # 404: forgotten; 403: her server (and its token) gone
+        return {"state": "ended", "ended": {"reason": f"HTTP {r.status_code}", "message": r.text}}
+    return r.json()
+
+
+async def kernel_ready(hub, token: str, kernel: str, until: float) -> dict | None:
+    """Until the kernel runs (its model), or it ended or ``until`` passed (None)."""
     while time.monotonic() < until:
-        server = await hub.server(user, kernel)
-        if server is None:
-            return False
-        if server.get("ready"):
-            return True
+        model = await kernel_model(hub, token, kernel)
+        if model["state"] == "running":
+            return model
+        if model["state"] == "ended":
+            return None
         await asyncio.sleep(0.25)
-    return False
+    return None
 
 
-async def member_kernels(hub, client, node, user, steps, end, out) -> None:
+async def member_kernels(hub, node, home, server, steps, end, out) -> None:
     """(c): bursts in a GPU kernel of her CPU server, kept while she thinks until the
-    kernels' idle time-out ends it; a new kernel (in line) when a burst finds none.  A
-    burst whose kernel the time-out ended as it began runs again in a new one."""
-    kernel, answered = None, False
+    keeper ends it (idle, or idle while others wait); a new kernel (in line) when a burst
+    finds none.  A burst whose kernel the keeper ended as it began runs again in a new
+    one."""
+    kernel, token = None, server["JUPYTERHUB_API_TOKEN"]
     for think, burst in steps:
         await asyncio.sleep(max(0.0, min(think, end - time.monotonic())))
         if time.monotonic() >= end:
-            return
+            break
         want, waited = time.monotonic(), False
         while True:
             if time.monotonic() >= end:
                 if not waited:
                     out["unstarted"].append(end - want)
-                return
-            if kernel is None or await hub.server(user, kernel) is None:
-                if kernel is not None:  # gone: forget it
-                    # it had answered: its idle time-out ended it; else its place in line
-                    # expired (GPUHUB_LINE_MAX_WAIT)
-                    out["kernels_idle" if answered else "kernels_expired"] += 1
-                    await hub.api(
-                        "DELETE", f"/users/{user}/servers/{kernel}", json={"remove": True}
-                    )
-                kernel, answered = await start_kernel(hub, user), False
+                break
+            if kernel is not None:
+                model = await kernel_model(hub, token, kernel)
+                if model["state"] == "ended":  # the keeper ended it: why
+                    reason = (model.get("ended") or {}).get("reason", "?")
+                    out["found_ended"][reason] = out["found_ended"].get(reason, 0) + 1
+                    kernel = None
+            if kernel is None:
+                try:
+                    kernel = await start_kernel(hub, home, server)
+                except RuntimeError as e:
+                    out["refused"].append(str(e))
+                    await asyncio.sleep(1)
+                    continue
                 out["kernels"] += 1
-            if not await kernel_ready(hub, user, kernel, end):
-                continue  # it ended before it answered, or the span did
-            answered = True
+                out["kernel_ids"].append(kernel)
+            model = await kernel_ready(hub, token, kernel, end)
+            if model is None:
+                continue  # it ended before it ran, or the span did
             started = time.monotonic()
             if not waited:
                 out["waits"].append(started - want)
                 waited = True
-            uuid = gpu_of(hub, client, user, kernel)
-            node.set(uuid, 100)
-            ran = 0.0
+            uuids = model.get("gpus") or []
+            for uuid in uuids:
+                node.set(uuid, 100)
+            ran, last_look = 0.0, started
             while ran < burst and time.monotonic() < end:
                 await asyncio.sleep(max(0.0, min(0.5, burst - ran, end - time.monotonic())))
                 ran = time.monotonic() - started
-                if ran < burst and not await hub.running(user, kernel):
-                    break  # the time-out ended it as the cell began
-            node.set(uuid, 0)
+                if ran < burst and time.monotonic() - last_look >= 1:
+                    last_look = time.monotonic()
+                    if (await kernel_model(hub, token, kernel))["state"] != "running":
+                        break  # the keeper ended it as the cell began
+            for uuid in uuids:
+                node.set(uuid, 0)
             out["busy"] += min(ran, burst)
             if ran >= burst:
                 out["done"] += 1
                 break
             if time.monotonic() >= end:
-                return
+                break
             out["interrupted"] += 1
+    out["live_kernel"] = kernel
+
+
+def hub_kernels_live(hub_db: Path) -> int:
+    """GPU kernels waiting or running, in the hub's ``gpuhub_kernels``."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(hub_db)) as db:
+        return db.execute(
+            "SELECT count(*) FROM gpuhub_kernels WHERE state IN ('waiting', 'running')"
+        ).fetchone()[0]
 
 
 def kernel_ends(hub_db: Path) -> dict[str, int]:
-    """How the GPU kernels' servers ended, by the run records' stop reason (the hub's own
-    table, ``gpuhub_server_runs``); the stops that settle the span's end included."""
+    """How the GPU kernels ended, by the hub's own record of each (``gpuhub_kernels``:
+    its end reason); the shutdowns that settle the span's end included."""
     import sqlite3
 
     with contextlib.closing(sqlite3.connect(hub_db)) as db:
         rows = db.execute(
-            "SELECT stop_reason, count(*) FROM gpuhub_server_runs "
-            "WHERE server_name LIKE 'kernel-%' AND stop_reason IS NOT NULL GROUP BY stop_reason"
+            "SELECT reason, count(*) FROM gpuhub_kernels WHERE state = 'ended' GROUP BY reason"
         ).fetchall()
     return dict(rows)
 
@@ -398,10 +461,12 @@ def handoffs(events: list[dict], created: dict[str, float]) -> list[float]:
     return out
 
 
-async def run_mode(mode: str, args, plan: dict, tmp: Path, kernel_idle: float = 0) -> dict:
-    """One run of ``mode`` ("servers", "jobs" or "kernels"; ``kernel_idle``: the GPU
-    kernels' idle time-out in class minutes) on ``plan``: the figures :func:`report`
-    prints."""
+async def run_mode(
+    mode: str, args, plan: dict, tmp: Path, kernel_idle: float = 0, contended: float = 0
+) -> dict:
+    """One run of ``mode`` ("servers", "jobs" or "kernels"; ``kernel_idle`` and
+    ``contended``: the GPU kernels' idle and contended idle time-outs in class minutes)
+    on ``plan``: the figures :func:`report` prints."""
     import docker
 
     from tests.fixtures.credits import running_credits_service
@@ -419,11 +484,25 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path, kernel_idle: float = 
     nvml = NVMLNode(tmp / "node.json", lib)
     node = Node(nvml, args.gpus)
     profiles = tmp / "profiles.json"
-    kernel = {**KERNEL_PROFILE, "gpu_idle_timeout": int(kernel_idle * 60 / args.scale)}
-    listed = [{**p, "spawner_override": {"image": NOTEBOOK_IMAGE}} for p in PROFILES]
-    command = ["python3", "-c", KERNEL_STANDIN]
-    kernel["spawner_override"] = {"image": NOTEBOOK_IMAGE, "cmd": command}
-    profiles.write_text(json.dumps([*listed, kernel]))
+    listed = KERNEL_PROFILES if mode == "kernels" else PROFILES
+    profiles.write_text(
+        json.dumps([{**p, "spawner_override": {"image": NOTEBOOK_IMAGE}} for p in listed])
+    )
+    homes = tmp / "homes"
+    kernels_env, kernels_config = {}, ""
+    if mode == "kernels":  # (c): workspaces on the host (the kernel's connection folder
+        # is in hers), and the GPU kernels' time-outs scaled like the others
+        homes.mkdir()
+        for u in plan:
+            (homes / u).mkdir(mode=0o700)
+            os.chown(homes / u, 1000, 100)
+        kernels_env = {
+            "GPUHUB_WORKSPACE": str(homes / "{username}"),
+            "GPUHUB_WORKSPACE_ROOT": str(homes),
+            "GPUHUB_KERNEL_IDLE_TIMEOUT": str(int(kernel_idle * 60 / args.scale)),
+            "GPUHUB_KERNEL_CONTENDED_IDLE_TIMEOUT": str(int(contended * 60 / args.scale)),
+        }
+        kernels_config = f"c.Kernels.check_interval = {5 / args.scale:.3f}\n"
     client = docker.APIClient(timeout=120)
     with contextlib.ExitStack() as stack:
         oidc = stack.enter_context(running_provider(tmp / "oidc.log"))
@@ -444,10 +523,10 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path, kernel_idle: float = 
                 "GPUHUB_CONCURRENT_SPAWN_LIMIT": "0",
                 "GPUHUB_ACTIVE_SERVER_LIMIT": "0",
                 "GPUHUB_JOBS_PER_USER": "4",
-                "GPUHUB_NAMED_SERVER_LIMIT": "0",  # (c): a kernel is a named server
+                **kernels_env,
             },
             extra_config="c.JupyterHub.log_level = 'INFO'\n"
-            "c.GPUPool.refresh_interval = 0.5\nc.Culler.check_interval = 1\n",
+            "c.GPUPool.refresh_interval = 0.5\nc.Culler.check_interval = 1\n" + kernels_config,
             oidc=oidc,
         )
         admin = credits.client(admin=True)
@@ -462,6 +541,9 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path, kernel_idle: float = 
                 await asyncio.gather(*(hub.spawn(u, {"profile": "cpu"}) for u in plan))
                 for u in plan:
                     await hub.wait_ready(u, timeout=300)
+            if mode == "kernels":
+                servers = {u: server_env(hub, client, u) for u in plan}
+                tokens = {u: servers[u]["JUPYTERHUB_API_TOKEN"] for u in plan}  # their servers'
             if mode == "jobs":
                 for u in plan:
                     r = await hub.client.put(
@@ -498,8 +580,9 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path, kernel_idle: float = 
                     "created": {},
                     "unstarted": [],
                     "kernels": 0,
-                    "kernels_idle": 0,
-                    "kernels_expired": 0,
+                    "kernel_ids": [],
+                    "found_ended": {},
+                    "live_kernel": None,
                     "interrupted": 0,
                 }
                 for u in plan
@@ -510,7 +593,10 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path, kernel_idle: float = 
                     for u in plan
                 ]
             elif mode == "kernels":
-                tasks = [member_kernels(hub, client, node, u, plan[u], end, outs[u]) for u in plan]
+                tasks = [
+                    member_kernels(hub, node, homes / u, servers[u], plan[u], end, outs[u])
+                    for u in plan
+                ]
             else:
                 tasks = [member_jobs(hub, u, tokens[u], plan[u], end, outs[u]) for u in plan]
             await asyncio.gather(*tasks)
@@ -523,13 +609,20 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path, kernel_idle: float = 
                         f"/hub/api/gpuhub/jobs/{job}/stop",
                         headers={"Authorization": f"token {tokens[u]}"},
                     )
+                if outs[u]["live_kernel"]:  # her kernel shut down, as JupyterLab does
+                    await hub.api("DELETE", f"{KERNELS}/{outs[u]['live_kernel']}", tokens[u])
                 model = (await hub.api("GET", f"/users/{u}")).json()
                 for name in sorted(model["servers"], reverse=True):  # kernels, then ""
                     with contextlib.suppress(Exception):
                         await hub.stop_server(u, name, timeout=120)
             await asyncio.sleep(3)
+            if mode == "kernels":  # every kernel ended (and its record written)
+                for _ in range(120):
+                    if not hub_kernels_live(hub.state_dir / "jupyterhub.sqlite"):
+                        break
+                    await asyncio.sleep(0.5)
             charged = [100 - float((await admin.balance(u)).balance) for u in plan]
-            ended = kernel_ends(hub.state_dir / "jupyterhub.sqlite")
+            ended = kernel_ends(hub.state_dir / "jupyterhub.sqlite") if mode == "kernels" else {}
         finally:
             await hub.close(client)
             await admin.aclose()
@@ -549,9 +642,10 @@ async def run_mode(mode: str, args, plan: dict, tmp: Path, kernel_idle: float = 
         "handoffs": handoffs(
             events, {k: v for o in outs.values() for k, v in o["created"].items()}
         ),
-        **{
-            k: sum(o[k] for o in outs.values())
-            for k in ("kernels", "kernels_idle", "kernels_expired", "interrupted")
+        **{k: sum(o[k] for o in outs.values()) for k in ("kernels", "interrupted")},
+        "found_ended": {
+            r: sum(o["found_ended"].get(r, 0) for o in outs.values())
+            for r in sorted({r for o in outs.values() for r in o["found_ended"]})
         },
         "kernel_ends": ended,
     }
@@ -583,11 +677,10 @@ def report(mode: str, r: dict) -> None:
         )
     if r["kernels"]:
         print(
-            f"GPU kernels asked for {r['kernels']}; found gone at a burst: ended by the idle "
-            f"time-out {r['kernels_idle']}, place in line expired {r['kernels_expired']}; "
-            f"bursts run again (ended as they began) {r['interrupted']}"
+            f"GPU kernels asked for {r['kernels']}; found ended at a burst, by reason: "
+            f"{r['found_ended']}; bursts run again (ended as they began) {r['interrupted']}"
         )
-        print(f"GPU kernels' ends     {r['kernel_ends']} (run records, the span's end included)")
+        print(f"GPU kernels' ends     {r['kernel_ends']} (the hub's, the span's end included)")
     for what in ("refused", "failed"):
         if r[what]:
             print(f"{what}: {len(r[what])}, first: {r[what][0]}")
@@ -604,6 +697,15 @@ def table(results: list[tuple[str, dict]]) -> None:
         ("wait to start, median / p90", lambda r: f"{r['wait_p50']:.1f} / {r['wait_p90']:.1f} s"),
         ("bursts never started", lambda r: str(len(r["unstarted"]))),
         ("GPUs held at once / double-booked", lambda r: f"{r['most']} / {r['double']}"),
+        ("GPU kernels asked for", lambda r: str(r["kernels"]) if r["kernels"] else ""),
+        (
+            "GPU kernels ended: idle / idle while others waited",
+            lambda r: (
+                f"{r['kernel_ends'].get('idle', 0)} / {r['kernel_ends'].get('idle_contended', 0)}"
+                if r["kernels"]
+                else ""
+            ),
+        ),
     ]
     print("\n| | " + " | ".join(name for name, _ in results) + " |")
     print("|---|" + "---|" * len(results))
@@ -629,6 +731,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--modes", default="servers,jobs,kernels")
     parser.add_argument(
+        "--kernel-contended",
+        type=float,
+        default=KERNEL_CONTENDED_DEFAULT,
+        help="the GPU kernels' contended idle time-out, class minutes (0: off)",
+    )
+    parser.add_argument(
         "--kernel-idle",
         default=f"5,10,{KERNEL_IDLE_DEFAULT}",
         help="the GPU kernels' idle time-outs to run (c) with, class minutes",
@@ -641,6 +749,12 @@ def main() -> None:
         f"(x{args.scale:g}: {args.span * args.scale / 60:.0f} class minutes), "
         f"{sum(map(len, plan.values()))} bursts planned, {want:.0f} GPU-seconds wanted"
     )
+    if "kernels" in args.modes:
+        print(
+            f"(c): the GPU kernels' idle time-outs {args.kernel_idle} class min, the contended "
+            f"one {args.kernel_contended:g} class min (0: off), divided by {args.scale:g}"
+        )
+    print(f"load average at the start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     names = {"servers": "(a) GPU servers", "jobs": "(b) jobs"}
     runs = []
     for mode in args.modes.split(","):
@@ -648,8 +762,18 @@ def main() -> None:
         for idle in idles:
             name = names.get(mode) or f"(c) kernels, {idle:g} min"
             with tempfile.TemporaryDirectory() as tmp:
-                result = asyncio.run(run_mode(mode, args, plan, Path(tmp), kernel_idle=idle))
+                result = asyncio.run(
+                    run_mode(
+                        mode,
+                        args,
+                        plan,
+                        Path(tmp),
+                        kernel_idle=idle,
+                        contended=args.kernel_contended,
+                    )
+                )
             report(name, result)
+            print(f"load average after it: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
             runs.append((name, result))
     table(runs)
 

@@ -289,6 +289,18 @@ def test_defaults(tmp_path, monkeypatch):
     assert c.Culler.max_age_warning == 900
 
 
+def test_the_gpu_kernels_time_outs_reach_their_keeper(tmp_path, monkeypatch):
+    c = configure(tmp_path, monkeypatch)
+    assert (c.Kernels.idle_timeout, c.Kernels.contended_idle_timeout) == (900, 300)
+    c = configure(
+        tmp_path,
+        monkeypatch,
+        GPUHUB_KERNEL_IDLE_TIMEOUT="1200",
+        GPUHUB_KERNEL_CONTENDED_IDLE_TIMEOUT="0",
+    )
+    assert (c.Kernels.idle_timeout, c.Kernels.contended_idle_timeout) == (1200, 0)
+
+
 def test_no_idle_timeout_anywhere_means_no_idle_culler(tmp_path, monkeypatch):
     c = configure(tmp_path, monkeypatch, GPUHUB_CULL_IDLE_TIMEOUT="0")
     assert service(c, "idle-culler") is None

@@ -582,3 +582,64 @@ async def test_an_idle_gpu_kernel_is_shut_down_and_its_server_goes_on(
     assert await eventually(lambda: _free(hub, 1), 30, "the GPU free")
     assert await hub.running(alice_name)
     assert "GPU: void" in await alice.run(local, WHICH_GPU)
+
+
+def kernel_runs(hub) -> dict[str, str | None]:
+    """The run records of the GPU kernels' servers: server name -> stop reason."""
+    import sqlite3
+
+    with sqlite3.connect(hub.state_dir / "jupyterhub.sqlite") as db:
+        rows = db.execute(
+            "SELECT server_name, stop_reason FROM gpuhub_server_runs "
+            "WHERE server_name LIKE 'kernel-%'"
+        ).fetchall()
+    return dict(rows)
+
+
+async def test_an_idle_gpu_kernel_yields_its_gpu_only_while_another_start_waits(
+    kernel_hub, ledger_admin, docker_client
+):
+    contended = 3
+    hub, (alice, bob) = await kernel_hub(
+        "alice",
+        "bob",
+        doc=node(GPU_A, busy=0),
+        GPUHUB_KERNEL_IDLE_TIMEOUT="600",
+        GPUHUB_KERNEL_CONTENDED_IDLE_TIMEOUT=str(contended),
+    )
+    alice_name = alice.name
+    alices = await alice.open_notebook()
+    assert f"GPU: {GPU_A}" in await alice.run(alices, WHICH_GPU)
+    hub_kernel = (await alice.kernel("running"))["id"]
+    # idle past the contended time-out, with nobody waiting: it keeps its GPU
+    await asyncio.sleep(4 * contended)
+    assert (await alice.kernel())["state"] == "running"
+    assert f"GPU: {GPU_A}" in await alice.run(alices, WHICH_GPU)
+
+    # bob's kernel waits for the GPU: hers, idle, yields it to him
+    bobs = await bob.open_notebook()
+    assert (await bob.kernel("waiting"))["place"]["position"] == 1
+    bobs_cell = asyncio.ensure_future(bob.run(bobs, WHICH_GPU, timeout=120))
+    ended = await alice.kernel("ended", timeout=60)
+    assert ended["id"] == hub_kernel and ended["ended"]["reason"] == "idle_contended", ended
+    message = ended["ended"]["message"]
+    assert f"ran no cell for {contended} s while 1 member waited for a GPU" in message, message
+    assert f"GPU: {GPU_A}" in await asyncio.wait_for(bobs_cell, 150)
+    assert (await bob.kernel("running"))["gpus"] == [GPU_A]
+
+    # counted like the other ends: run record, metrics; settled once
+    async def recorded():
+        return kernel_runs(hub).get(f"kernel-{hub_kernel}") == "idle_contended"
+
+    await eventually(recorded, 30, "alice's kernel's run record")
+    metrics = await hub.client.get(
+        "/hub/metrics", headers={"Authorization": f"token {hub.admin_token}"}
+    )
+    assert 'gpuhub_gpu_kernels_ended_total{reason="idle_contended"} 1.0' in metrics.text
+    ledger = await settled(ledger_admin, alice_name)
+    assert [k for k, _, _ in ledger] == ["grant", "debit", "refund"], ledger
+
+    # bob's kernel, as idle now, keeps the GPU while nobody waits
+    await asyncio.sleep(4 * contended)
+    assert (await bob.kernel())["state"] == "running"
+    assert f"GPU: {GPU_A}" in await bob.run(bobs, WHICH_GPU)

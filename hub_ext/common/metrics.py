@@ -55,7 +55,8 @@ GPU_KERNELS = Gauge(
 GPU_KERNELS_ENDED = Counter(
     "gpuhub_gpu_kernels_ended",
     "GPU kernels ended, by reason: shutdown (by their member), idle (the GPU kernels' idle "
-    "time-out), parent_gone (their member's server stopped), died (their container ended), "
+    "time-out), idle_contended (idle past the shorter time-out while others waited for a GPU), "
+    "parent_gone (their member's server stopped), died (their container ended), "
     "failed (could not start), left (shut down while waiting), stopped, ...",
     ["reason"],
 )

@@ -27,7 +27,9 @@ OUT_OF_MEMORY; the Docker container's, ``State.OOMKilled``), ``reservation`` (it
 that a reservation's window needed, :mod:`hub_ext.reservations.enforce`), ``job_ended`` (a
 GPU notebook job's container ended by itself: its notebook ran to its end, or it died),
 ``kernel_ended`` (a GPU kernel's container ended by itself: it died, or was killed),
-``parent_gone`` (a GPU kernel stopped because the member's server it ran for stopped).
+``parent_gone`` (a GPU kernel stopped because the member's server it ran for stopped),
+``idle_contended`` (a GPU kernel idle past ``c.Kernels.contended_idle_timeout`` while others
+waited in line for its GPU).
 A run whose server name starts with :data:`JOB_PREFIX` is a notebook job's (:mod:`hub_ext.jobs`),
 one starting with :data:`KERNEL_PREFIX` a GPU kernel's (:mod:`hub_ext.kernels`): :func:`kind`
 tells them apart, and ``gpuhub usage`` counts them apart from servers.  ``stop_detail``
@@ -82,6 +84,7 @@ STOP_REASONS = (
     "job_ended",
     "kernel_ended",
     "parent_gone",
+    "idle_contended",
 )
 #: the server names of GPU notebook jobs (hub_ext.jobs): their runs are jobs, not servers
 JOB_PREFIX = "job-"

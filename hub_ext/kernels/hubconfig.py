@@ -29,9 +29,10 @@ def apply_kernels_config(c, settings) -> None:
     tokens, unfiltered to ``gpuhub-gpu-admins`` and ``gpuhub-cli``; add the endpoints and
     :class:`hub_ext.kernels.hook.KernelsHook` (first: a forged kernel start is refused
     before any other hook asks anything); make the named-server limit leave kernels out
-    (:class:`KernelsNamedServerLimit`); set ``c.Kernels.per_user`` and
-    ``c.Kernels.idle_timeout``; in the hub itself, start the kernels' keeper with the hub.
-    Raises ValueError when the admin roles are not made yet."""
+    (:class:`KernelsNamedServerLimit`); set ``c.Kernels.per_user``,
+    ``c.Kernels.idle_timeout`` and ``c.Kernels.contended_idle_timeout``; in the hub
+    itself, start the kernels' keeper with the hub.  Raises ValueError when the admin
+    roles are not made yet."""
     grant_member_scope(
         c,
         KERNELS_SCOPE,
@@ -53,6 +54,7 @@ def apply_kernels_config(c, settings) -> None:
         c.JupyterHub.named_server_limit_per_user = KernelsNamedServerLimit(limit)
     c.Kernels.per_user = settings.kernels_per_user
     c.Kernels.idle_timeout = settings.kernel_idle_timeout
+    c.Kernels.contended_idle_timeout = settings.kernel_contended_idle_timeout
     from jupyterhub.app import JupyterHub
 
     if JupyterHub.initialized():  # the hub loading this configuration, not a config check

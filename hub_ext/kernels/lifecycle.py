@@ -23,8 +23,10 @@ folder of her workspace.
   stopped, was culled or is gone; the GPU kernels' own idle time-out; kernels whose
   container ended; waiting kernels to launch (after a hub restart, or behind the member's
   other kernel of the same profile: the line holds one place per member and profile);
-  ended kernels forgotten after ``c.Kernels.keep_ended``.  It runs from the hub's start
-  (:func:`keep_from_start`).
+  ended kernels forgotten after ``c.Kernels.keep_ended``.  While someone waits in line for
+  the kind of GPU a kernel holds, the shorter ``c.Kernels.contended_idle_timeout`` applies
+  to it too (:func:`waiting_for`): an idle kernel then yields its GPU to the line's head.
+  It runs from the hub's start (:func:`keep_from_start`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from ..culling.rules import duration
 from ..culling.watched import held_devices
 from ..jobs.lifecycle import forget, the_line
 from ..spawn.choice import json_size
+from ..spawn.profiles import gpu_request
 from ..spawn.stopping import stop_server
 from . import store
 from .checks import KernelRefused, check_connection_dir, kernel_profile, read_request
@@ -59,6 +62,7 @@ __all__ = [
     "kernels_of",
     "launch",
     "stop",
+    "waiting_for",
 ]
 
 #: what the member reads when a kernel ends, by reason (a stop of the hub's own)
@@ -70,6 +74,9 @@ WORDS = {
     ),
     "left": "The GPU kernel was shut down while it waited for a GPU.",
 }
+#: the end reason of a kernel idle past ``c.Kernels.contended_idle_timeout`` while others
+#: waited for its GPU (also its run record's stop reason, hub_ext.common.runs)
+CONTENDED = "idle_contended"
 
 
 class Kernels(SingletonConfigurable):
@@ -95,6 +102,19 @@ class Kernels(SingletonConfigurable):
         time-out: a kernel holds a GPU.  GPUHUB_KERNEL_IDLE_TIMEOUT.
 
             c.Kernels.idle_timeout = 900
+        """,
+    )
+    contended_idle_timeout = Float(
+        300.0,
+        min=0.0,
+        config=True,
+        help="""Seconds a GPU kernel may go without running a cell while another start
+        waits in line for the kind of GPU it holds (whole GPUs, or its MIG slice; the
+        same pool) before the hub shuts it down and its GPU goes to the line's head; 0
+        off.  Kernels idle with nobody waiting keep ``idle_timeout``.  Takes effect only
+        when shorter than ``idle_timeout``.  GPUHUB_KERNEL_CONTENDED_IDLE_TIMEOUT.
+
+            c.Kernels.contended_idle_timeout = 300
         """,
     )
     keep_ended = Float(
@@ -197,7 +217,14 @@ class Kernels(SingletonConfigurable):
             await ended_unseen(user, row, spawner)
         elif spawner.ready and await spawner.poll() is not None:
             await stop_kernel_server(user, row.server_name)
-        elif self.idle_timeout and idle_seconds(spawner, row) > self.idle_timeout:
+        else:
+            await self._check_idle(user, row, spawner, line)
+
+    async def _check_idle(self, user, row, spawner, line) -> None:
+        """End a running kernel idle past ``idle_timeout``, or past
+        ``contended_idle_timeout`` while others wait for its kind of GPU."""
+        idle = idle_seconds(spawner, row)
+        if self.idle_timeout and idle > self.idle_timeout:
             await stop(
                 user,
                 row,
@@ -206,6 +233,42 @@ class Kernels(SingletonConfigurable):
                 "kernels' idle time-out: its GPU went back to the pool. Start it again to "
                 "go on.",
             )
+            return
+        if not self.contended_idle_timeout or idle <= self.contended_idle_timeout:
+            return
+        waiting = await waiting_for(user, row, line)
+        if not waiting:
+            return
+        members = f"{waiting} member{'' if waiting == 1 else 's'}"
+        self.log.info(
+            "GPU kernel %s of %s idle for %.0f s while %s waited: yielding its GPU(s) %s",
+            row.id,
+            row.user,
+            idle,
+            members,
+            ",".join(row.gpus) or "-",
+        )
+        await stop(
+            user,
+            row,
+            CONTENDED,
+            f"The GPU kernel ran no cell for {duration(self.contended_idle_timeout)} while "
+            f"{members} waited for a GPU: its GPU went to the next in line. Start it again "
+            "to go on (it waits in line if no GPU is free).",
+        )
+
+
+async def waiting_for(user, row, line) -> int:
+    """How many members wait in ``line`` for the kind of GPU that ``row``'s kernel holds
+    (its profile's: whole GPUs, or its MIG slice); the line is one per hub, on Docker
+    this host's pool."""
+    if not line.places:
+        return 0
+    _, everything = await user.spawner.get_profiles()
+    profile = next((p for p in everything if p.get("slug") == row.profile), {})
+    _, mig = gpu_request(profile.get("gpus", 0))
+    units = mig or "gpu"
+    return len({p.key[0] for p in list(line.places.values()) if p.units == units})
 
 
 def spawner_of(user, name: str):
@@ -472,7 +535,8 @@ async def stop_kernel_server(user, name: str) -> None:
         row = store.by_server(user.db, user.name, name)
         ending = Kernels.instance().ending.get(row.id) if row is not None else None
         # the run record's reason (hub_ext.common.runs.STOP_REASONS)
-        reason = ending[0] if ending and ending[0] in ("idle", "parent_gone") else "stopped"
+        kept = ("idle", CONTENDED, "parent_gone")
+        reason = ending[0] if ending and ending[0] in kept else "stopped"
         try:
             await stop_server(spawner, reason)
         except Exception:

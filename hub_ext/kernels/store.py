@@ -74,7 +74,7 @@ class KernelRow(Base):
     cwd: Mapped[str] = mapped_column(String(PATH_CHARS), default="")
     connection_dir: Mapped[str] = mapped_column(String(PATH_CHARS))
     state: Mapped[str] = mapped_column(String(16), index=True, default="waiting")
-    #: why it ended: shutdown, stopped, idle, parent_gone, died, failed, left, ...
+    #: why it ended: shutdown, stopped, idle, idle_contended, parent_gone, died, failed, left, ...
     reason: Mapped[str] = mapped_column(String(32), default="")
     message: Mapped[str] = mapped_column(Text, default="")
     created: Mapped[float] = mapped_column(Float)

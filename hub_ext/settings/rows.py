@@ -406,6 +406,15 @@ ROWS: tuple[Setting, ...] = (
         "its GPU goes back (0: never)",
     ),
     Setting(
+        "GPUHUB_KERNEL_CONTENDED_IDLE_TIMEOUT",
+        "kernel_contended_idle_timeout",
+        SECONDS,
+        300,
+        "core",
+        "the shorter idle time-out of a GPU kernel while another start waits in line for "
+        "its kind of GPU: then it is shut down and its GPU goes to the line's head (0: off)",
+    ),
+    Setting(
         "GPUHUB_NAMED_SERVER_LIMIT",
         "named_server_limit",
         COUNT,
