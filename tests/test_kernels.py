@@ -258,14 +258,14 @@ async def test_a_kernel_server_runs_gpuhub_kernel_waits_in_line_and_the_idle_cul
     ("backend", "runs"),
     [
         pytest.param("hub_ext.docker.spawner.GPUDockerSpawner", {"job", "kernel"}, id="docker"),
-        pytest.param("hub_ext.slurm.spawner.GPUSlurmSpawner", {"job"}, id="slurm"),
+        pytest.param("hub_ext.slurm.spawner.GPUSlurmSpawner", {"job", "kernel"}, id="slurm"),
         pytest.param("tests.skeleton_backend.SkeletonSpawner", set(), id="skeleton"),
     ],
 )
 async def test_a_backend_runs_the_workloads_it_declares_and_refuses_the_others_in_words(
     backend, runs
 ):
-    """The seam the Slurm GPU kernel path will use: a backend names the workloads it runs
+    """The seam: a backend names the workloads it runs
     (``runs_workloads``); the lifecycle's first step refuses any other with 501 in its
     words, before a hook is asked or anything taken, and the server stays a server."""
     from tornado import web
@@ -320,3 +320,57 @@ def test_the_named_server_limit_leaves_gpu_kernels_and_jobs_out(hub_db):
     handler = SimpleNamespace(path_args=["alice"], db=hub_db, find_user=lambda name: user)
     assert KernelsNamedServerLimit(1)(handler) == 3
     assert KernelsNamedServerLimit(1)(SimpleNamespace(path_args=[])) == 1
+
+
+async def test_a_slurm_kernel_job_runs_gpuhub_kernel_and_every_server_is_told_to_relay():
+    from hub_ext.kernels.workload import GPUKernel
+    from hub_ext.slurm.spawner import GPUSlurmSpawner
+    from tests.fixtures.members import fake_user
+
+    spawner = GPUSlurmSpawner(user=fake_user(), profile_list=[PROFILES[1]])
+    spawner.user_options = {"profile": "gpu", "wait": True, "kernel": KERNEL}
+    await spawner.load_profile()
+    assert spawner.runs(GPUKernel)
+    assert " gpuhub-kernel " in f" {spawner.cmd_formatted_for_batch()} "
+    env = spawner.core_environment()
+    assert json.loads(env["GPUHUB_KERNEL"]) == KERNEL
+    assert env["GPUHUB_KERNEL_TRANSPORT"] == "relay"
+    assert spawner.workload.ended_reason == "kernel_ended"
+
+    spawner.user_options = {"profile": "gpu"}  # her own server: JupyterLab, told to relay
+    await spawner.load_profile()
+    assert "jupyterhub-singleuser" in spawner.cmd_formatted_for_batch()
+    assert "gpuhub-kernel" not in spawner.cmd_formatted_for_batch()
+    assert spawner.core_environment()["GPUHUB_KERNEL_TRANSPORT"] == "relay"
+    assert spawner.workload.ended_reason == "gone"
+
+
+@pytest.mark.parametrize(
+    "model, reaches",
+    [
+        ({"kind": "user", "name": "alice", "scopes": ["custom:gpuhub:kernels!user=alice"]}, True),
+        (
+            {"kind": "user", "name": "alice", "scopes": ["access:servers!server=alice/kernel-a"]},
+            True,
+        ),
+        ({"kind": "user", "name": "alice", "scopes": ["access:servers!user=alice"]}, True),
+        # her token for another of her servers only, or without the scopes
+        ({"kind": "user", "name": "alice", "scopes": ["access:servers!server=alice/"]}, False),
+        ({"kind": "user", "name": "alice", "scopes": ["read:users!user=alice"]}, False),
+        # anyone else, an admin with every scope included, a service; no answer
+        ({"kind": "user", "name": "bob", "scopes": ["custom:gpuhub:kernels!user=bob"]}, False),
+        ({"kind": "user", "name": "root", "scopes": ["access:servers"]}, False),
+        ({"kind": "service", "name": "alice", "scopes": ["access:servers"]}, False),
+        (None, False),
+    ],
+)
+def test_only_the_owners_token_reaches_a_slurm_kernels_relay(model, reaches, monkeypatch):
+    """gpuhub-kernel's relay on the kernel's port (images/base/gpuhub_kernels); the real
+    probes: tests/test_slurm_kernels_hub.py."""
+    from pathlib import Path
+
+    package = Path(__file__).parents[1] / "images" / "base" / "gpuhub_kernels"
+    monkeypatch.syspath_prepend(str(package))
+    from gpuhub_kernels.relay import allowed
+
+    assert allowed(model, "alice", "kernel-a") is reaches

@@ -166,19 +166,21 @@ async def test_datasets_are_read_only_and_per_group_on_the_nodes(
     assert not (root / "mnist" / "new").exists()
 
 
-async def test_on_slurm_no_gpu_kernel_is_offered_though_a_profile_says_kernels(
-    slurm_hub, slurm_cluster
-):
-    """GPU kernels run on Docker only (docs: howto/gpu-kernels, "Limits of this version"):
-    a Slurm hub on the shipped profiles, whose PyTorch one offers them, lists none for
-    JupyterLab's launcher and kernel picker (a start would be refused with 501)."""
+async def test_on_slurm_the_shipped_pytorch_profile_offers_its_gpu_kernel(slurm_hub, slurm_cluster):
+    """GPU kernels run on Slurm too (docs: howto/slurm, "GPU kernels"): a Slurm hub on the
+    shipped profiles lists the PyTorch one's GPU kernel for JupyterLab's launcher and
+    kernel picker, with the GPUs of its Slurm partition (the journey itself:
+    tests/test_slurm_kernels_hub.py)."""
     profiles = copy.deepcopy(DEFAULT_PROFILES)
     for profile in profiles:
         profile["spawner_override"].pop("image")  # GPUHUB_IMAGE: the image the nodes run
-    assert any(kernels_allowed(p) for p in profiles)
     hub = await slurm_hub(profiles, GPUHUB_CREDITS="off")
     name = "ghs-kn1"
     slurm_cluster.member(name)
     token = await hub.create_user(name)
     r = await hub.api("GET", "/gpuhub/kernels/specs", token)
-    assert (r.status_code, r.json()) == (200, []), r.text
+    assert r.status_code == 200, r.text
+    specs = {s["name"]: s for s in r.json()}
+    wanted = {f"gpuhub-{p['slug']}" for p in profiles if kernels_allowed(p)}
+    assert set(specs) == wanted == {"gpuhub-pytorch"}, r.text
+    assert specs["gpuhub-pytorch"]["gpus"] == 1 and specs["gpuhub-pytorch"]["total"] >= 1, r.text

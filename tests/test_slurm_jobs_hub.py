@@ -603,36 +603,3 @@ async def test_only_the_jobs_own_server_token_ends_it_and_its_server_goes_with_i
     assert reasons and reasons[-1].startswith(
         f"Notebook job: slow, {member}/{server} (gpu) at 4 credits/hour"
     ), reasons
-
-
-async def test_a_gpu_kernel_is_refused_on_slurm_in_words_and_nothing_is_submitted_or_paid(
-    jobs_hub, slurm_cluster, admin
-):
-    """The Slurm backend runs no GPU kernels yet (``runs_workloads``): the kernels API
-    answers the member's running server 501 in words, and a forged start of a kernel's
-    server is refused the same way at the lifecycle's first step; nothing reaches Slurm's
-    queue but her own server, nothing is paid."""
-    member = slurm_cluster.fresh_member("ghs-job")
-    workspace(slurm_cluster, member, {"t.ipynb": GPU_NOTEBOOK})
-    hub = await jobs_hub([PROFILES[0], {**PROFILES[1], "kernels": True}])
-    token = await hub.create_user(member)
-    await grant(admin, member, "10.00")
-    r = await hub.spawn(member, {"profile": "cpu"})
-    assert r.status_code in (201, 202), r.text
-    await hub.wait_ready(member, timeout=120)
-    words = "This hub's backend runs no GPU kernels."
-    connection_dir = ".gpuhub/kernels/0f6c1d54-3b8e-4b1a-9c3e-1f2e3d4c5b6a"
-
-    r = await hub.api(
-        "POST",
-        "/gpuhub/kernels",
-        token,
-        json={"profile": "gpu", "notebook": "t.ipynb", "cwd": "", "connection_dir": connection_dir},
-    )
-    assert (r.status_code, r.json()["message"]) == (501, words), r.text
-    forged = {"id": "0a1b2c3d4e5f", "parent": "", "notebook": "t.ipynb", "cwd": ""}
-    r = await hub.spawn(member, {"profile": "gpu", "kernel": forged}, server="kernel-0a1b2c3d4e5f")
-    assert (r.status_code, r.json()["message"]) == (501, words), r.text
-
-    assert len(slurm_cluster.run("squeue", "-h", "-u", member).stdout.splitlines()) == 1
-    assert await ledger(admin, member) == [("grant", "10.00")]

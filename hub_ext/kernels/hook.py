@@ -73,6 +73,12 @@ def ending_words(spawner) -> tuple[str, str]:
             f"The GPU kernel's container ended: {detail or 'it stopped'}. "
             "Start the kernel again from your notebook.",
         )
+    if why == "node_down":  # Slurm: the kernel's node went down under its job
+        return (
+            "node_down",
+            f"The GPU kernel's node went down ({detail or 'Slurm said so'}). "
+            "Start the kernel again from your notebook.",
+        )
     if why == "out_of_memory":
         return "out_of_memory", f"The GPU kernel ran out of memory: {detail or 'killed'}."
     if why in BY_STOP_REASON:

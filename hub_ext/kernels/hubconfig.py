@@ -17,6 +17,7 @@ from ..jobs.hubconfig import NamedServerLimit
 from ..spawn.hooks import register_hook
 from . import store
 from .handlers import KERNELS_SCOPE, handlers
+from .relay import handlers as relay_handlers
 
 __all__ = ["HOOK", "MEMBER_SCOPE", "KernelsNamedServerLimit", "apply_kernels_config"]
 
@@ -43,7 +44,7 @@ def apply_kernels_config(c, settings) -> None:
     have = list(c.Spawner.server_token_scopes) if "server_token_scopes" in c.Spawner else []
     c.Spawner.server_token_scopes = [s for s in have if s != MEMBER_SCOPE] + [MEMBER_SCOPE]
     extra = list(c.JupyterHub.extra_handlers) if "extra_handlers" in c.JupyterHub else []
-    c.JupyterHub.extra_handlers = extra + [h for h in handlers if h not in extra]
+    c.JupyterHub.extra_handlers = extra + [h for h in handlers + relay_handlers if h not in extra]
     register_hook(c, HOOK, first=True)
     limit = c.JupyterHub.get("named_server_limit_per_user", 0)
     if isinstance(limit, NamedServerLimit):

@@ -451,8 +451,8 @@ async def create(kernels: Kernels, user, body, parent: str) -> store.KernelRow:
 
 def launch(user, row) -> asyncio.Task:
     """Start the kernel's server in the background (``User.spawn``, as JupyterHub's
-    ``spawn_single_user`` does, without a proxy route: on Docker the member's server
-    reaches the kernel through its workspace)."""
+    ``spawn_single_user`` does, without a proxy route: the member's server reaches the
+    kernel through its workspace on Docker, through the hub's relay on Slurm)."""
     kernels = Kernels.instance()
     name, kernel_id = row.server_name, row.id
     spawner = user.get_or_create_spawner(name, display_name(row.notebook), replace_failed=True)

@@ -79,8 +79,11 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSettings, SlurmSpawner):
     """A SlurmSpawner with profiles, credits, progress and the line of the Docker backend,
     and its spawn page (free GPUs from Slurm: :mod:`hub_ext.slurm.availability`)."""
 
-    #: notebook jobs run here; GPU kernels do not yet (the hub refuses them with 501)
-    runs_workloads = frozenset({"job"})
+    #: notebook jobs and GPU kernels run here, each a batch job of its own; a GPU kernel
+    #: usually on another node than its member's server, reached through the hub's relay
+    #: (docs: explanation/gpu-kernels, "Slurm: a relay")
+    runs_workloads = frozenset({"job", "kernel"})
+    kernel_transport = "relay"
 
     #: a notebook job's runner exits by itself once its report is acknowledged (the batch
     #: job ends COMPLETED or FAILED in sacct); :meth:`end` waits for that end

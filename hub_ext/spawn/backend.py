@@ -53,6 +53,13 @@ class SpawnBackend:
     #: words (:meth:`hub_ext.spawn.workload.Workload.not_run`).  Default: none.
     runs_workloads: frozenset[str] = frozenset()
 
+    #: Optional: how a member's server reaches its GPU kernels, told to it as
+    #: ``GPUHUB_KERNEL_TRANSPORT`` (images/base ``gpuhub_kernels.transport``): ``"ipc"``
+    #: sockets in a folder of her workspace both containers mount (one machine), or
+    #: ``"relay"`` through the hub (:mod:`hub_ext.kernels.relay`: the kernel runs on
+    #: another node).  Default: ``"ipc"``.
+    kernel_transport = "ipc"
+
     #: Optional: a notebook job's runner ends its server by itself once the hub has
     #: acknowledged its report (``GPUHUB_JOB_EXIT_AFTER_REPORT=1``), for a backend whose
     #: scheduler keeps an account of how each job ended (Slurm); default: the hub stops it.

@@ -12,7 +12,10 @@ mounted at ``GPUHUB_WORKSPACE_MOUNT`` here and in her server).  In its connectio
    own Python kernel, its channels ipc sockets in that folder; it writes ``state.json``
    (the run, ``generation``; ``alive``; ``exit_code``; ``bound`` once the sockets exist);
 3. answers every HTTP request on the server's port (``--ip=``/``--port=`` as the hub passes
-   them) with 200 once the first run's sockets are bound: the hub's readiness;
+   them) with 200 once the first run's sockets are bound: the hub's readiness; on Slurm
+   (the connection file says ``relay``) ipykernel's sockets are in a private folder of
+   the sandbox instead, and the port also serves their authenticated websocket relay
+   (:mod:`gpuhub_kernels.relay`);
 4. runs ipykernel again when the server asks (``control.json`` ``want``: a restart, the
    container and its GPU kept), interrupts it (``interrupt``), kills a run (``kill``) and,
    on ``stop`` (a shutdown), ends it and waits for the hub to stop the container;
@@ -77,6 +80,10 @@ class Runner:
         self.stopping = threading.Event()
         self.busy_since: float | None = None
         self.http = None  # the readiness answer (http.server), once the sockets are bound
+        #: the connection file ipykernel runs on: the folder's, or on Slurm a private one
+        #: in the sandbox whose channels the relay carries (gpuhub_kernels.relay)
+        self.connection = self.path(CONNECTION)
+        self.relay = False
         self._interrupt = None
 
     def path(self, name: str) -> str:
@@ -112,7 +119,7 @@ class Runner:
         self.generation += 1
         since = time.time_ns() - 1_000_000_000  # the file system's clock is coarser
         child = subprocess.Popen(
-            [sys.executable, "-m", "ipykernel_launcher", "-f", self.path(CONNECTION)],
+            [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection],
             cwd=self.cwd,
             start_new_session=True,
         )
@@ -164,15 +171,20 @@ class Runner:
         bound sockets on."""
         if self.http is not None:
             return
+        if self.relay:  # Slurm: the port serves the channels' relay too
+            from .relay import serve_relay
+
+            self.http = True
+            serve_relay(self.where, self.info["ip"], self.answer)
+            threading.Thread(target=self.watch_activity, daemon=True).start()
+            return
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         runner = self
 
         class Answer(BaseHTTPRequestHandler):
             def _answer(self):
-                body = json.dumps(
-                    {"kernel": runner.kernel.get("id"), "generation": runner.generation}
-                ).encode()
+                body = json.dumps(runner.answer()).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -189,11 +201,15 @@ class Runner:
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
         threading.Thread(target=self.watch_activity, daemon=True).start()
 
+    def answer(self) -> dict:
+        """What the server port answers a plain request (the hub's readiness)."""
+        return {"kernel": self.kernel.get("id"), "generation": self.generation}
+
     def watch_activity(self) -> None:
         """Subscribe to the kernel's own iopub and report activity while cells run."""
         import zmq
 
-        info = read_json(self.path(CONNECTION))
+        info = self.info
         sub = zmq.Context.instance().socket(zmq.SUB)
         sub.setsockopt(zmq.SUBSCRIBE, b"")
         sub.connect(f"ipc://{info['ip']}-{info['iopub_port']}")
@@ -248,9 +264,15 @@ class Runner:
             )
             return 2
         info = read_json(self.path(CONNECTION))
+        if info.get("relay"):  # Slurm: the channels in the sandbox, the relay carries them
+            from .relay import local_connection
+
+            info, private = local_connection(info)
+            self.connection, self.relay = os.path.join(private, CONNECTION), True
         if not info.get("ip"):
             print(f"gpuhub-kernel: no connection file in {self.folder}", file=sys.stderr)
             return 2
+        self.info = info
         stopped_at = None
         while True:
             wishes = self.control()

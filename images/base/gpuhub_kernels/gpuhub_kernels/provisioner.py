@@ -10,8 +10,10 @@ Slurm's credentials: it asks the hub, with the server's own token (:mod:`.hub`).
 A kernel's life, as jupyter_client's ``KernelManager`` drives it:
 
 - start (``pre_launch``, ``launch_kernel``): a connection folder of the member's own in
-  her workspace and the connection in it (:class:`~.transport.WorkspaceIPC`); then
-  ``POST /hub/api/gpuhub/kernels``.  It returns at once, waiting in line or not: the
+  her workspace and the connection in it (:class:`~.transport.WorkspaceIPC` on Docker;
+  :class:`~.relay.WorkspaceRelay` on Slurm, whose channels a relay carries:
+  :func:`~.transport.transport_for`); then ``POST /hub/api/gpuhub/kernels``.  It
+  returns at once, waiting in line or not: the
   channels are known before the kernel runs, and ZMQ keeps what is sent until the kernel
   binds, so JupyterLab never gives up on a kernel that waits for its GPU; the hub's
   refusal (no credits, no such profile, limits) is raised in its words.
@@ -42,7 +44,7 @@ from jupyter_client.provisioning import KernelProvisionerBase
 from traitlets import Float, Unicode, default
 
 from .hub import HubKernels, HubRefused, HubUnreachable
-from .transport import Transport, WorkspaceIPC
+from .transport import Transport, transport_for
 
 __all__ = ["GPUHubProvisioner"]
 
@@ -126,7 +128,7 @@ class GPUHubProvisioner(KernelProvisionerBase):
         if self.hub_kernel_id is None:  # the first start: the connection, in the workspace
             km = self.parent
             folder = os.path.join(self.workspace, ".gpuhub", "kernels", self.kernel_id)
-            transport = WorkspaceIPC(folder)
+            transport = transport_for(folder)
             transport.make_folder()
             self.transport = transport
             transport.prepare(km)
@@ -147,6 +149,7 @@ class GPUHubProvisioner(KernelProvisionerBase):
                 self.transport.cleanup()
                 raise RuntimeError(str(e)) from None
             self.hub_kernel_id, self.last_model = model["id"], model
+            self.transport.start(self.hub, self.hub_kernel_id)
             self._asked_at = time.monotonic()
             self.generation = 1
             self.log.info(
@@ -159,6 +162,7 @@ class GPUHubProvisioner(KernelProvisionerBase):
         else:  # a restart: the same container runs ipykernel again, the GPU stays
             self.generation = max(self.generation, self.transport.state().get("generation", 0)) + 1
             self.transport.control(want=self.generation)
+            self.transport.start(self.hub, self.hub_kernel_id)  # its sockets again
         self.launched = True
         return self.connection_info
 
@@ -322,6 +326,7 @@ class GPUHubProvisioner(KernelProvisionerBase):
         info.update(
             hub_kernel_id=self.hub_kernel_id,
             folder=getattr(self.transport, "folder", None),
+            runtime=getattr(self.transport, "runtime", None),
             generation=self.generation,
         )
         return info
@@ -330,6 +335,10 @@ class GPUHubProvisioner(KernelProvisionerBase):
         await super().load_provisioner_info(provisioner_info)
         self.hub_kernel_id = provisioner_info.get("hub_kernel_id")
         if provisioner_info.get("folder"):
-            self.transport = WorkspaceIPC(provisioner_info["folder"])
+            self.transport = transport_for(
+                provisioner_info["folder"], provisioner_info.get("runtime")
+            )
+            if self.hub_kernel_id is not None:
+                self.transport.start(self.hub, self.hub_kernel_id)
         self.generation = int(provisioner_info.get("generation") or 0)
         self.launched = self.hub_kernel_id is not None

@@ -21,7 +21,8 @@ a folder of hers in it, ``.gpuhub/kernels/<id>/`` (0700, her uid), holds
 
 Only the member's uid can enter the folder, and only containers with her workspace
 mounted can see it: no other member's process on the host connects, subscribes or sends.
-A relay for kernels on another machine (Slurm) is another :class:`Transport`.
+A kernel on another machine (Slurm) is reached by :class:`gpuhub_kernels.relay.WorkspaceRelay`
+instead; :func:`transport_for` picks the strategy the hub asked for.
 
 This module imports nothing from Jupyter (``gpuhub-kernel`` imports it at its start).
 """
@@ -34,7 +35,16 @@ import json
 import os
 import shutil
 
-__all__ = ["CONNECTION", "CONTROL", "LOCK", "PORTS", "STATE", "Transport", "WorkspaceIPC"]
+__all__ = [
+    "CONNECTION",
+    "CONTROL",
+    "LOCK",
+    "PORTS",
+    "STATE",
+    "Transport",
+    "WorkspaceIPC",
+    "transport_for",
+]
 
 CONNECTION = "connection.json"
 CONTROL = "control.json"
@@ -90,6 +100,11 @@ class Transport:
     def control(self, **wishes) -> None:
         """Pass the server's wishes (``want``, ``kill``, ``interrupt``, ``stop``)."""
         raise NotImplementedError
+
+    def start(self, hub, kernel_id: str) -> None:
+        """The hub has the kernel (its id ``kernel_id``; ``hub``: :class:`~.hub.HubKernels`),
+        or it was restarted: carry the channels where a strategy has to (the relay), on
+        socket files jupyter_client may have removed meanwhile."""
 
     def cleanup(self) -> None:
         """Remove what :meth:`prepare` made (the kernel ended)."""
@@ -149,3 +164,19 @@ class WorkspaceIPC(Transport):
 
     def cleanup(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+#: the strategy the hub asks a member's server for (``$GPUHUB_KERNEL_TRANSPORT``, set by
+#: the hub's backend): "ipc" (Docker, the default) or "relay" (Slurm)
+TRANSPORT_ENV = "GPUHUB_KERNEL_TRANSPORT"
+
+
+def transport_for(folder: str, runtime: str | None = None) -> Transport:
+    """The strategy of this server's GPU kernels for the kernel folder ``folder``:
+    :class:`WorkspaceIPC`, or :class:`gpuhub_kernels.relay.WorkspaceRelay` where the hub's
+    backend runs kernels on other machines (``$GPUHUB_KERNEL_TRANSPORT=relay``)."""
+    if os.environ.get(TRANSPORT_ENV, "ipc") == "relay":
+        from .relay import WorkspaceRelay
+
+        return WorkspaceRelay(folder, runtime)
+    return WorkspaceIPC(folder)
