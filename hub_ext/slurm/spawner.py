@@ -83,7 +83,7 @@ class GPUSlurmSpawner(SpawnerCore, SlurmSettings, SlurmSpawner):
     #: usually on another node than its member's server, reached through the hub's relay
     #: (docs: explanation/gpu-kernels, "Slurm: a relay")
     runs_workloads = frozenset({"job", "kernel"})
-    kernel_transport = "relay"
+    gpu_kernel_transport = "relay"
 
     #: a notebook job's runner exits by itself once its report is acknowledged (the batch
     #: job ends COMPLETED or FAILED in sacct); :meth:`end` waits for that end

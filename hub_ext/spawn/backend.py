@@ -58,7 +58,7 @@ class SpawnBackend:
     #: sockets in a folder of her workspace both containers mount (one machine), or
     #: ``"relay"`` through the hub (:mod:`hub_ext.kernels.relay`: the kernel runs on
     #: another node).  Default: ``"ipc"``.
-    kernel_transport = "ipc"
+    gpu_kernel_transport = "ipc"
 
     #: Optional: a notebook job's runner ends its server by itself once the hub has
     #: acknowledged its report (``GPUHUB_JOB_EXIT_AFTER_REPORT=1``), for a backend whose

@@ -303,12 +303,12 @@ class SpawnerCore(SpawnBackend, Spawner):
         """The core's part of a server's environment: ``GPUHUB_WORKSPACE_MOUNT`` (where the
         workspace is mounted: the image's Jupyter Scheduler plugin sends paths under it to
         the jobs API), ``GPUHUB_KERNEL_TRANSPORT`` (how its GPU kernels are reached:
-        :attr:`hub_ext.spawn.backend.SpawnBackend.kernel_transport`), and the workload's own
+        :attr:`hub_ext.spawn.backend.SpawnBackend.gpu_kernel_transport`), and the workload's own
         (a notebook job's ``GPUHUB_JOB``: :class:`hub_ext.jobs.workload.NotebookJob`);
         images/base."""
         return {
             "GPUHUB_WORKSPACE_MOUNT": self.workspace_mount,
-            "GPUHUB_KERNEL_TRANSPORT": self.kernel_transport,
+            "GPUHUB_KERNEL_TRANSPORT": self.gpu_kernel_transport,
             **self.workload.environment(self.workspace_mount, self.job_exits_after_report),
         }
 
