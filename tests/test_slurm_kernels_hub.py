@@ -137,7 +137,9 @@ async def test_a_notebook_on_a_cpu_server_runs_its_kernel_as_a_slurm_gpu_job_onl
     running = await her.kernel("running")
     assert server == f"kernel-{running['id']}" and uid == str(pwd.getpwnam(alice).pw_uid), out
     assert cuda == "0" and running["gpus"] == [f"{node}/gpu{slurm_gpu}"], (out, running)
-    assert kernel_jobs(slurm_cluster, alice) == {job_id: (f"gpuhub-kernel-{alice}-{server}", node)}, out
+    assert kernel_jobs(slurm_cluster, alice) == {
+        job_id: (f"gpuhub-kernel-{alice}-{server}", node)
+    }, out
     assert cwd == "/home/jovyan/work", out
 
     # bob, as his own uid on the kernel's node and on the other node, with no token and
