@@ -195,6 +195,15 @@ async def test_a_notebook_on_a_cpu_server_runs_its_kernel_as_a_slurm_gpu_job_onl
     ended = await her.kernel("ended")
     assert ended["ended"]["reason"] == "shutdown", ended
     await eventually(lambda: _no_kernel_job(slurm_cluster, alice), 60, "her kernel's job gone")
+    # her relay may ask for the ended kernel's channels again: gone, in words (not a 500)
+    r = await hub.client.get(
+        f"/hub/api/gpuhub/kernels/{running['id']}/channels/2",
+        headers={**her.headers, "Upgrade": "websocket", "Connection": "Upgrade"},
+    )
+    assert (r.status_code, r.json()["message"]) == (
+        410,
+        f"The GPU kernel {running['id']} has ended.",
+    ), r.text
 
     async def settled():
         got = await ledger(admin, alice)

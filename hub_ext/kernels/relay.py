@@ -39,8 +39,11 @@ class KernelChannelHandler(KernelsBase, WebSocketHandler):
         row = self.row_or_404(kernel_id)
         if self.request.headers.get("Upgrade", "").lower() != "websocket":
             raise web.HTTPError(400, "A GPU kernel's channel is a websocket.")
+        if row.state == "ended":  # its server is gone: nothing to look up, nor to wait for
+            raise web.HTTPError(410, f"The GPU kernel {kernel_id} has ended.")
         owner = self.owner(row)
-        spawner = owner.spawners[row.server_name] if owner is not None else None
+        known = owner is not None and row.server_name in owner.orm_spawners
+        spawner = owner.spawners[row.server_name] if known else None
         if row.state != "running" or spawner is None or not spawner.ready or spawner.server is None:
             raise web.HTTPError(409, f"The GPU kernel {kernel_id} is not running yet.")
         server = spawner.server

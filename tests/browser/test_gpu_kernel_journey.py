@@ -19,6 +19,9 @@ default gpuhub/pytorch), one simulated GPU.  The profiles are the hub's shipped 
 GPU kernels), on the images under test.  ``GPUHUB_DOCS_SCREENSHOTS=1`` keeps the steps
 that docs/howto/gpu-in-jupyterlab.md (the member's) and docs/howto/gpu-kernels.md (the
 board) show.
+
+The same journey on Slurm (tests/browser/test_slurm_gpu_kernel_journey.py) runs
+:func:`alice_then_bob` and :func:`kernels_paid` from here, with its own :class:`Backend`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
 from playwright.async_api import expect
@@ -45,23 +49,50 @@ KERNEL_IMAGE = os.environ.get("GPUHUB_TEST_KERNEL_IMAGE", "gpuhub/pytorch:latest
 #: the GPU kernel as JupyterLab lists it: the profile, its GPUs and price
 GPU_KERNEL = "Python 3 (PyTorch, 1 GPU, 1.00 credits/h)"
 CELL = "import os\nprint('My GPU:', os.environ['NVIDIA_VISIBLE_DEVICES'])"
-GPU_RE = re.compile(r"My GPU: (GPU-[0-9a-f-]+)")
-#: the status bar's item for a GPU kernel's GPU, on the demo's simulated GPUs
-GPU_FIGURES = re.compile(r"^GPU kernel \d+% · [\d.]+ / [\d.]+ GiB \(simulated\)$")
-NOTEBOOK = {
-    "cells": [
-        {
-            "cell_type": "code",
-            "metadata": {},
-            "source": CELL,
-            "outputs": [],
-            "execution_count": None,
-        }
-    ],
-    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)"}},
-    "nbformat": 4,
-    "nbformat_minor": 5,
-}
+
+
+def notebook(cell: str) -> dict:
+    """``train.ipynb``: one code cell, on the server's local "Python 3" kernel."""
+    return {
+        "cells": [
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "source": cell,
+                "outputs": [],
+                "execution_count": None,
+            }
+        ],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What the journey reads differently on a backend: the cell that prints the kernel's
+    GPU (as the hub names it), the GPU kernel's tooltip with a GPU free and with none, the
+    status bar's item of the kernel's GPU, and the screenshots' names (alice's cell, bob
+    waiting, bob's kernel started)."""
+
+    cell: str
+    gpu: re.Pattern
+    free: str
+    none_free: str
+    figures: re.Pattern
+    shots: tuple[str, str, str]
+
+
+DOCKER = Backend(
+    cell=CELL,
+    gpu=re.compile(r"My GPU: (GPU-[0-9a-f-]+)"),
+    free="1 of 1 GPU free now (simulated)",
+    none_free="0 of 1 GPU free now (simulated)",
+    # the status bar's item for a GPU kernel's GPU, on the demo's simulated GPUs
+    figures=re.compile(r"^GPU kernel \d+% · [\d.]+ / [\d.]+ GiB \(simulated\)$"),
+    shots=("52-gpu-kernel-cell", "53-kernel-waiting", "54-kernel-handed-on"),
+)
 
 
 def shipped_profiles() -> list[dict]:
@@ -113,17 +144,18 @@ def ledger(hub, user: str) -> str:
     return done.stdout
 
 
-async def open_her_notebook(page, tmp_path, name: str):
-    """Upload ``train.ipynb`` into her workspace (``work/``) and open it; its panel."""
+async def open_her_notebook(page, tmp_path, name: str, cell: str = CELL):
+    """Upload ``train.ipynb`` (:func:`notebook` of ``cell``) into her workspace (``work/``)
+    and open it; its panel."""
     listing = page.locator(".jp-DirListing-content")
     await listing.get_by_text("work", exact=True).dblclick()
     await expect(page.locator(".jp-FileBrowser-crumbs")).to_contain_text("work")
-    notebook = tmp_path / name / "train.ipynb"
-    notebook.parent.mkdir(exist_ok=True)
-    notebook.write_text(json.dumps(NOTEBOOK))
+    path = tmp_path / name / "train.ipynb"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(notebook(cell)))
     async with page.expect_file_chooser() as chooser:
         await page.locator(".jp-FileBrowser-toolbar").get_by_title("Upload Files").click()
-    await (await chooser.value).set_files(notebook)
+    await (await chooser.value).set_files(path)
     await listing.get_by_text("train.ipynb", exact=True).dblclick()
     # its local kernel up (JupyterLab loses a change of kernel made while one starts)
     await expect(page.locator(".jp-StatusBar-Widget")).to_contain_text(
@@ -151,16 +183,25 @@ async def run_first_cell(page, panel) -> None:
     await page.keyboard.press("Shift+Enter")
 
 
-async def test_a_member_runs_her_notebook_on_a_gpu_kernel(
-    kernels_hub, tmp_path, person, screenshots
-):
-    hub = kernels_hub
+async def shut_down_kernel(page) -> None:
+    """JupyterLab's Kernel > Shut Down Kernel, for the notebook open in ``page``."""
+    await page.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Kernel$")).click()
+    await page.locator(".lm-Menu-itemLabel", has_text=re.compile("^Shut Down Kernel$")).click()
 
+
+async def alice_then_bob(hub, person, tmp_path, screenshots, backend: Backend, names):
+    """The journey's core, on either backend: ``alice`` (the first of ``names``; signed in
+    with credits) starts the CPU profile, changes her notebook's kernel to the GPU kernel
+    and runs a cell on its GPU, which her status bar shows; ``bob``'s GPU kernel waits in
+    line (the hub's GPUs all taken) and his status bar says his place; alice shuts her
+    kernel down and bob's starts by itself.  Returns bob's page, his notebook's panel and
+    the GPU (as ``backend.gpu`` reads it)."""
+    alice_name, bob_name = names
     # alice, on the CPU profile, opens her notebook
     alice = await person()
-    await log_in(alice, hub, "alice")
+    await log_in(alice, hub, alice_name)
     await start_profile(alice, "cpu")
-    await alice.wait_for_url(re.compile("/user/alice/lab"), timeout=90_000)
+    await alice.wait_for_url(re.compile(f"/user/{alice_name}/lab"), timeout=180_000)
     launcher = alice.locator(".jp-Launcher")
     await expect(launcher).to_be_visible(timeout=60_000)
     # the launcher lists the GPU kernel beside "Python 3"
@@ -170,35 +211,35 @@ async def test_a_member_runs_her_notebook_on_a_gpu_kernel(
     await expect(gpu_card).to_have_count(1)
     # with the GPUs free now where JupyterLab shows a kernel's details: its tooltip
     await expect(gpu_card).to_have_attribute(
-        "title", f"{GPU_KERNEL}\n1 of 1 GPU free now (simulated)", timeout=15_000
+        "title", f"{GPU_KERNEL}\n{backend.free}", timeout=15_000
     )
-    await screenshots.take(alice, "50-kernel-launcher", full_page=False)
+    if backend is DOCKER:
+        await screenshots.take(alice, "50-kernel-launcher", full_page=False)
 
-    panel = await open_her_notebook(alice, tmp_path, "alice")
-    await change_kernel(
-        alice, panel, "1 of 1 GPU free now (simulated)", screenshots, "51-change-kernel"
-    )
+    panel = await open_her_notebook(alice, tmp_path, alice_name, backend.cell)
+    shot = "51-change-kernel" if backend is DOCKER else ""
+    await change_kernel(alice, panel, backend.free, screenshots if shot else None, shot)
     await run_first_cell(alice, panel)
     output = panel.locator(".jp-OutputArea-output")
-    await expect(output).to_contain_text(GPU_RE, timeout=120_000)
-    (gpu,) = GPU_RE.search(await output.inner_text()).groups()
-    # her status bar shows that GPU, the stand-in's figures said to be simulated
-    # (the item of its GPU: the kernel's own may still say "starting" for a poll or two)
+    await expect(output).to_contain_text(backend.gpu, timeout=240_000)
+    (gpu,) = backend.gpu.search(await output.inner_text()).groups()
+    # her status bar shows that GPU (the item of its GPU: the kernel's own may still say
+    # "starting" for a poll or two)
     item = alice.locator(f"#gpuhub-gpu-status .gpuhub-GPUStatus-item[data-uuid='{gpu}']")
-    await expect(item).to_have_text(GPU_FIGURES, timeout=30_000)
+    await expect(item).to_have_text(backend.figures, timeout=30_000)
     await expect(item).to_have_attribute("title", re.compile(re.escape(f"({gpu}), held by")))
-    await screenshots.take(alice, "52-gpu-kernel-cell", full_page=False)
+    await screenshots.take(alice, backend.shots[0], full_page=False)
 
     # bob meanwhile: his GPU kernel waits in line, and JupyterLab says his place
     bob = await person()
-    await log_in(bob, hub, "bob")
+    await log_in(bob, hub, bob_name)
     await start_profile(bob, "cpu")
-    await bob.wait_for_url(re.compile("/user/bob/lab"), timeout=90_000)
-    bobs_panel = await open_her_notebook(bob, tmp_path, "bob")
+    await bob.wait_for_url(re.compile(f"/user/{bob_name}/lab"), timeout=180_000)
+    bobs_panel = await open_her_notebook(bob, tmp_path, bob_name, backend.cell)
     await change_kernel(
         bob,
         bobs_panel,
-        "0 of 1 GPU free now (simulated)\nIt waits in line for its GPU and starts by itself.",
+        f"{backend.none_free}\nIt waits in line for its GPU and starts by itself.",
     )
     bobs_status = bob.locator("#gpuhub-gpu-status")
     await expect(bobs_status).to_contain_text(
@@ -206,15 +247,38 @@ async def test_a_member_runs_her_notebook_on_a_gpu_kernel(
     )
     await run_first_cell(bob, bobs_panel)
     await expect(bobs_panel.locator(".jp-InputPrompt").first).to_have_text("[*]:")
-    await screenshots.take(bob, "53-kernel-waiting", full_page=False)
+    await screenshots.take(bob, backend.shots[1], full_page=False)
 
     # alice shuts her kernel down: bob's starts by itself, his cell answers
-    await alice.locator(".lm-MenuBar-itemLabel", has_text=re.compile("^Kernel$")).click()
-    await alice.locator(".lm-Menu-itemLabel", has_text=re.compile("^Shut Down Kernel$")).click()
+    await shut_down_kernel(alice)
     bobs_output = bobs_panel.locator(".jp-OutputArea-output")
-    await expect(bobs_output).to_contain_text(f"My GPU: {gpu}", timeout=120_000)
-    await expect(bobs_status).to_have_text(GPU_FIGURES, timeout=30_000)
-    await screenshots.take(bob, "54-kernel-handed-on", full_page=False)
+    await expect(bobs_output).to_contain_text(f"My GPU: {gpu}", timeout=240_000)
+    await expect(bobs_status).to_have_text(backend.figures, timeout=30_000)
+    await screenshots.take(bob, backend.shots[2], full_page=False)
+    return bob, bobs_panel, gpu
+
+
+async def kernels_paid(hub, users) -> None:
+    """The ledger, as an admin reads it: each member's GPU kernel's first interval debited
+    when it started (a quarter of an hour of the shipped PyTorch profile, 1 credit/h), its
+    unused part refunded at its end."""
+    for user in users:
+
+        async def settled(user=user):
+            text = ledger(hub, user)
+            return text if "refund" in text else None
+
+        text = await eventually(settled, 60, f"{user}'s refund")
+        kernel = rf"GPU kernel {re.escape(user)}/kernel-[0-9a-f]{{12}}"
+        assert re.search(rf"debit +-0\.25 .* {kernel} for train\.ipynb \(pytorch\)", text), text
+        assert re.search(rf"refund +\+0\.2\d .* of interval 0 of {kernel} for train", text), text
+
+
+async def test_a_member_runs_her_notebook_on_a_gpu_kernel(
+    kernels_hub, tmp_path, person, screenshots
+):
+    hub = kernels_hub
+    bob, _, _ = await alice_then_bob(hub, person, tmp_path, screenshots, DOCKER, ("alice", "bob"))
 
     # an admin stops bob's kernel on the GPU board; bob reads why in JupyterLab
     boss = await hub.login("boss", groups=[ADMINS])
@@ -235,16 +299,4 @@ async def test_a_member_runs_her_notebook_on_a_gpu_kernel(
     await bob.wait_for_timeout(5000)  # a restart would be tried by now
     await expect(bob.locator(".jp-Dialog")).to_have_count(0)
     await screenshots.take(bob, "56-kernel-ended", full_page=False)
-
-    # the ledger, as an admin reads it: each kernel's first interval debited when it
-    # started (a quarter of an hour at 1 credit/h), its unused part refunded at its end
-    for user in ("alice", "bob"):
-
-        async def settled(user=user):
-            text = ledger(hub, user)
-            return text if "refund" in text else None
-
-        text = await eventually(settled, 30, f"{user}'s refund")
-        kernel = rf"GPU kernel {user}/kernel-[0-9a-f]{{12}}"
-        assert re.search(rf"debit +-0\.25 .* {kernel} for train\.ipynb \(pytorch\)", text), text
-        assert re.search(rf"refund +\+0\.2\d .* of interval 0 of {kernel} for train", text), text
+    await kernels_paid(hub, ("alice", "bob"))
