@@ -51,6 +51,7 @@ NOT_SETTINGS = frozenset(
         "GPUHUB_JOB_EXIT_AFTER_REPORT",  # a job's runner exits once reported (spawn.core)
         "GPUHUB_KERNEL",  # a GPU kernel's container: the kernel (hub_ext.spawn.core)
         "GPUHUB_WORKSPACE_MOUNT",  # every container: where its workspace is (spawn.core)
+        "GPUHUB_KERNEL_TRANSPORT",  # every server: how it reaches GPU kernels (spawn.core)
         "GPUHUB_SLURMD_TIMEOUT",
         "GPUHUB_SLURM_BRIDGE",
         "GPUHUB_SLURM_DBD",
