@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import json
 import os
 import shutil
@@ -175,10 +176,29 @@ async def _copy_output(stream: asyncio.StreamReader, log: RotatingLog) -> None:
 # -- on the node ----------------------------------------------------------------------------
 
 
-def outbound_command(kind: str, pid: int) -> list[str]:
+#: ioctl(2) on a namespace's file: a new descriptor of the user namespace that owns it
+NS_GET_USERNS = 0xB701
+
+
+def owning_userns(pid: int) -> int:
+    """A descriptor of the user namespace that owns process ``pid``'s network namespace.
+    Not ``/proc/<pid>/ns/user``: bubblewrap's ``--disable-userns`` moves the sandbox into
+    a nested user namespace, without the rights over the network namespace that the
+    network stack must join (``setns(CLONE_NEWNET): Operation not permitted``, when it
+    reads the nested one)."""
+    net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+    try:
+        return fcntl.ioctl(net, NS_GET_USERNS)
+    finally:
+        os.close(net)
+
+
+def outbound_command(kind: str, pid: int, userns: str | None = None) -> list[str]:
     """The user-mode network stack that gives the sandbox (a process ``pid`` in it) its
-    outbound traffic, never the node's loopback, and no port of the sandbox to the node."""
-    userns = f"/proc/{pid}/ns/user"
+    outbound traffic, never the node's loopback, and no port of the sandbox to the node;
+    ``userns``: the path of the user namespace owning its network namespace (default
+    ``/proc/<pid>/ns/user``)."""
+    userns = userns or f"/proc/{pid}/ns/user"
     if kind == "slirp4netns":
         return [
             "slirp4netns",
@@ -277,15 +297,23 @@ async def _start_outbound(kind: str, info_fd: int, log: RotatingLog):
         log.write(b"gpuhub: no outbound network: the sandbox did not say its pid\n")
         return None
     try:
+        userns = owning_userns(pid)
+    except OSError as e:
+        log.write(f"gpuhub: no outbound network: the sandbox's namespaces: {e}\n".encode())
+        return None
+    try:
         stack = await asyncio.create_subprocess_exec(
-            *outbound_command(kind, pid),
+            *outbound_command(kind, pid, f"/proc/self/fd/{userns}"),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
+            pass_fds=(userns,),
         )
     except OSError as e:
         log.write(f"gpuhub: no outbound network: {kind} did not start: {e}\n".encode())
         return None
+    finally:
+        os.close(userns)
 
     async def report():
         err = await stack.stderr.read(4096)
