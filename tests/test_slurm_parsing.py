@@ -490,8 +490,8 @@ def test_a_notebook_jobs_batch_script_runs_the_runner_with_its_job_exported():
     job = spawner.batch_job(spawner.cmd_formatted_for_batch()).script
     assert "#SBATCH --export=PATH,GPUHUB_WORKSPACE_MOUNT,GPUHUB_KERNEL_TRANSPORT\n" in server
     assert (
-        "#SBATCH --export=PATH,GPUHUB_WORKSPACE_MOUNT,GPUHUB_KERNEL_TRANSPORT,GPUHUB_JOB,GPUHUB_JOB_ROOT,"
-        "GPUHUB_JOB_EXIT_AFTER_REPORT\n"
+        "#SBATCH --export=PATH,GPUHUB_WORKSPACE_MOUNT,GPUHUB_KERNEL_TRANSPORT,GPUHUB_JOB,"
+        "GPUHUB_JOB_ROOT,GPUHUB_JOB_EXIT_AFTER_REPORT\n"
     ) in job
     assert "#SBATCH --job-name=gpuhub-notebook-ann-" in job
     wrapper = " python3 /tmp/gpuhub-net.py inside -- "
