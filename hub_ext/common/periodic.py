@@ -129,3 +129,20 @@ def stop_passes_first(app) -> None:
 
     cleanup_after_the_passes.stops_passes_first = True
     app.cleanup = cleanup_after_the_passes
+
+
+def after_start(app, mark: str, then: Callable[[], None]) -> None:
+    """Make the JupyterHub application ``app`` call ``then()`` once its ``start`` is done
+    (the proxy and the API up; ``app.users`` filled by ``initialize``).  JupyterHub (6.1)
+    has no start-up hook for extensions, so ``app.start`` is wrapped; ``mark`` names the
+    wrapper, and wrapping twice with one ``mark`` is a no-op."""
+    start = app.start
+    if getattr(start, mark, False):
+        return
+
+    async def start_then():
+        await start()
+        then()
+
+    setattr(start_then, mark, True)
+    app.start = start_then

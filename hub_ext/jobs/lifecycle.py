@@ -41,7 +41,7 @@ from tornado import web
 from traitlets import Float, Int
 from traitlets.config import SingletonConfigurable
 
-from ..common.periodic import ensure_task, every
+from ..common.periodic import after_start, ensure_task, every
 from ..common.runs import JOB_PREFIX
 from ..common.server_key import ServerKey
 from ..line.core import Line, LineRefused
@@ -198,16 +198,9 @@ def keep_from_start(app) -> None:
     :func:`hub_ext.credits.unsettled.settle_at_start` does (JupyterHub has no start-up
     hook for extensions); the keeper starts once ``start`` is done (the proxy and the
     API up; ``app.users`` was filled by ``initialize``).  Wrapping twice is a no-op."""
-    start = app.start
-    if getattr(start, "keeps_jobs", False):
-        return
-
-    async def start_then_keep():
-        await start()
-        Jobs.instance(config=app.config).ensure_keeper(app.users)
-
-    start_then_keep.keeps_jobs = True
-    app.start = start_then_keep
+    after_start(
+        app, "keeps_jobs", lambda: Jobs.instance(config=app.config).ensure_keeper(app.users)
+    )
 
 
 def jobs_of(settings) -> Jobs:

@@ -43,7 +43,7 @@ from traitlets.config import SingletonConfigurable
 
 from ..common import metrics
 from ..common.clock import now
-from ..common.periodic import ensure_task, every
+from ..common.periodic import after_start, ensure_task, every
 from ..common.server_key import ServerKey
 from ..culling.rules import duration
 from ..culling.watched import held_devices
@@ -326,16 +326,9 @@ def keep_from_start(app) -> None:
     (as :func:`hub_ext.jobs.lifecycle.keep_from_start` does for jobs), so that a
     restarted hub ends the kernels whose server is gone and starts those that waited,
     before any request about kernels.  Wrapping twice is a no-op."""
-    start = app.start
-    if getattr(start, "keeps_kernels", False):
-        return
-
-    async def start_then_keep():
-        await start()
-        Kernels.instance(config=app.config).ensure_keeper(app.users)
-
-    start_then_keep.keeps_kernels = True
-    app.start = start_then_keep
+    after_start(
+        app, "keeps_kernels", lambda: Kernels.instance(config=app.config).ensure_keeper(app.users)
+    )
 
 
 def kernels_of(settings) -> Kernels:
